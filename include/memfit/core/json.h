@@ -1,0 +1,29 @@
+// memfit/core/json.h - JSON helpers over nlohmann::json (key order kept as written).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "memfit/core/status.h"
+
+namespace memfit {
+
+using Json = nlohmann::ordered_json;
+
+// Parses `text`; errors name `source` and the byte offset.
+Expected<Json> parse_json(std::string_view text, std::string_view source);
+
+// Required members with their types checked; errors name the key.
+Expected<uint64_t> json_get_u64(const Json& object, std::string_view key);
+Expected<double> json_get_number(const Json& object, std::string_view key);
+Expected<std::string> json_get_string(const Json& object, std::string_view key);
+
+// The CLI's `--json` output: one object, pretty-printed, newline-terminated.
+std::string json_to_output(const Json& value);
+
+// An error as a JSON object: {"error": {"code": ..., "message": ..., "detail": ...}}.
+Json error_to_json(const Error& error);
+
+}  // namespace memfit

@@ -1,0 +1,59 @@
+// memfit/device/simulated_device.h - a fake device of any capacity, for tests, replay and planning.
+//
+// Hands out addresses from a fake address space and fails like cudaMalloc when the capacity is used up.
+// By default nothing is backed by host memory, so a "140 GiB" device costs a few bytes per live range.
+// With `host_backed`, addresses point into one lazily-committed host mapping (MAP_NORESERVE), so tests
+// can write and verify patterns through an allocator; released ranges are given back with madvise.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "memfit/device/device_memory.h"
+
+namespace memfit {
+
+struct SimulatedDeviceOptions {
+  uint64_t capacity_bytes = 0;
+  // Reservations are rounded up to this, like the driver's page size (cudaMalloc rounds to 2 MiB pages
+  // for large allocations and sub-allocates small ones; 512 B models the small case).
+  uint64_t granularity_bytes = 512;
+  bool host_backed = false;
+  std::string name = "simulated";
+};
+
+class SimulatedDevice final : public DeviceMemory {
+ public:
+  // Fails (kInvalidArgument) for a zero capacity or a host-backed mapping the host refuses.
+  static Expected<std::unique_ptr<SimulatedDevice>> create(SimulatedDeviceOptions options);
+  ~SimulatedDevice() override;
+  SimulatedDevice(const SimulatedDevice&) = delete;
+  SimulatedDevice& operator=(const SimulatedDevice&) = delete;
+
+  Expected<void*> reserve(uint64_t size_bytes) override;
+  Status release(void* ptr, uint64_t size_bytes) override;
+  uint64_t total_bytes() const override { return options_.capacity_bytes; }
+  uint64_t free_bytes() const override;
+  std::string name() const override { return options_.name; }
+  bool is_host_accessible() const override { return options_.host_backed; }
+
+  uint64_t live_ranges() const;
+  uint64_t reserve_calls() const;
+
+ private:
+  SimulatedDevice(SimulatedDeviceOptions options, uintptr_t base);
+
+  SimulatedDeviceOptions options_;
+  uintptr_t base_;
+  mutable std::mutex mu_;
+  uint64_t used_bytes_ = 0;
+  uint64_t reserve_calls_ = 0;
+  std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
+  std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset): best fit, lowest address
+  std::map<uint64_t, uint64_t> live_;                     // offset -> rounded size
+};
+
+}  // namespace memfit

@@ -1,0 +1,106 @@
+#include "memfit/core/bytes.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cctype>
+
+#include "memfit/core/checked.h"
+
+namespace memfit {
+namespace {
+
+struct Unit {
+  std::string_view name;  // lower-case spelling
+  uint64_t multiplier;
+};
+
+constexpr uint64_t kKB = 1000;
+constexpr std::array<Unit, 17> kUnits = {{
+    {"", 1},
+    {"b", 1},
+    {"k", kKiB},
+    {"kib", kKiB},
+    {"kb", kKB},
+    {"m", kMiB},
+    {"mib", kMiB},
+    {"mb", kKB* kKB},
+    {"g", kGiB},
+    {"gib", kGiB},
+    {"gb", kKB* kKB* kKB},
+    {"t", kTiB},
+    {"tib", kTiB},
+    {"tb", kKB* kKB* kKB* kKB},
+    {"p", 1024 * kTiB},
+    {"pib", 1024 * kTiB},
+    {"pb", kKB* kKB* kKB* kKB* kKB},
+}};
+
+std::string quote(std::string_view text) { return fmt::format("'{}'", text); }
+
+}  // namespace
+
+Expected<uint64_t> parse_bytes(std::string_view text) {
+  const std::string_view original = text;
+  auto bad = [&](std::string_view why) {
+    return invalid_argument(fmt::format("invalid size {}: {}", quote(original), why));
+  };
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  if (text.empty()) return bad("empty");
+  if (text.front() == '-') return bad("sizes cannot be negative");
+  if (text.front() == '+') text.remove_prefix(1);
+
+  // Integer part and fraction digits, kept exact: value = (int_part + frac / 10^frac_digits) * unit.
+  uint128_t int_part = 0;
+  uint128_t frac = 0;
+  uint128_t frac_scale = 1;
+  size_t i = 0;
+  size_t digits = 0;
+  constexpr uint128_t kMax = ~uint64_t{0};
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i, ++digits) {
+    int_part = int_part * 10 + static_cast<unsigned>(text[i] - '0');
+    if (int_part > kMax) return bad("too large (the limit is 2^64-1 bytes)");
+  }
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i, ++digits) {
+      if (frac_scale < (uint128_t{1} << 64)) {  // digits past ~19 cannot change whole bytes
+        frac = frac * 10 + static_cast<unsigned>(text[i] - '0');
+        frac_scale *= 10;
+      }
+    }
+  }
+  if (digits == 0) return bad("expected a number, optionally followed by a unit such as GiB");
+  while (i < text.size() && text[i] == ' ') ++i;
+  std::string unit;
+  for (; i < text.size(); ++i)
+    unit.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(text[i]))));
+  for (const Unit& u : kUnits) {
+    if (u.name != unit) continue;
+    const uint128_t whole = int_part * u.multiplier;
+    const uint128_t total = whole + frac * u.multiplier / frac_scale;
+    if (int_part > kMax / u.multiplier || total > kMax) return bad("too large (the limit is 2^64-1 bytes)");
+    return static_cast<uint64_t>(total);
+  }
+  return bad(fmt::format("unknown unit {} (use B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB)", quote(unit)));
+}
+
+std::string format_bytes(uint64_t size_bytes) {
+  static constexpr std::array<std::string_view, 6> kNames = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (size_bytes < kKiB) return fmt::format("{}B", size_bytes);
+  double value = static_cast<double>(size_bytes) / 1024.0;
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < kNames.size()) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return fmt::format("{:.2f}{}", value, kNames[unit]);
+}
+
+std::string format_percent(uint64_t part, uint64_t whole) {
+  if (whole == 0) return "n/a";
+  return fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+}
+
+}  // namespace memfit

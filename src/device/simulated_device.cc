@@ -1,0 +1,125 @@
+#include "memfit/device/simulated_device.h"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+
+#include "memfit/core/bytes.h"
+#include "memfit/core/checked.h"
+
+namespace memfit {
+namespace {
+// Fake addresses start here (never dereferenced): far from null, 2 MiB aligned, clearly not a heap pointer.
+constexpr uintptr_t kFakeBase = uintptr_t{0x7a0000000000};
+}  // namespace
+
+Expected<std::unique_ptr<SimulatedDevice>> SimulatedDevice::create(SimulatedDeviceOptions options) {
+  if (options.capacity_bytes == 0)
+    return invalid_argument("a simulated device needs a capacity above 0 bytes");
+  if (options.granularity_bytes == 0) options.granularity_bytes = 1;
+  options.capacity_bytes = options.capacity_bytes / options.granularity_bytes * options.granularity_bytes;
+  if (options.capacity_bytes == 0)
+    return invalid_argument("simulated device capacity is below its granularity");
+  uintptr_t base = kFakeBase;
+  if (options.host_backed) {
+    void* p = ::mmap(nullptr, options.capacity_bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      return invalid_argument(fmt::format("cannot map {} of host memory for a host-backed device",
+                                          format_bytes(options.capacity_bytes)));
+    }
+    base = reinterpret_cast<uintptr_t>(p);
+  }
+  return std::unique_ptr<SimulatedDevice>(new SimulatedDevice(std::move(options), base));
+}
+
+SimulatedDevice::SimulatedDevice(SimulatedDeviceOptions options, uintptr_t base)
+    : options_(std::move(options)), base_(base) {
+  free_by_offset_.emplace(0, options_.capacity_bytes);
+  free_by_size_.emplace(options_.capacity_bytes, 0);
+}
+
+SimulatedDevice::~SimulatedDevice() {
+  if (options_.host_backed) ::munmap(reinterpret_cast<void*>(base_), options_.capacity_bytes);
+}
+
+Expected<void*> SimulatedDevice::reserve(uint64_t size_bytes) {
+  if (size_bytes == 0) return invalid_argument("cannot reserve 0 bytes");
+  auto rounded = checked_round_up(size_bytes, options_.granularity_bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++reserve_calls_;
+  auto oom = [&] {
+    return resource_exhausted(
+        fmt::format("CUDA_ERROR_OUT_OF_MEMORY: out of memory ({}: {} requested, {} free)", options_.name,
+                    format_bytes(size_bytes), format_bytes(options_.capacity_bytes - used_bytes_)));
+  };
+  if (!rounded || *rounded > options_.capacity_bytes - used_bytes_) return oom();
+  auto fit = free_by_size_.lower_bound({*rounded, 0});
+  if (fit == free_by_size_.end()) return oom();  // enough bytes free, but not in one range
+  const auto [range_size, offset] = *fit;
+  free_by_size_.erase(fit);
+  free_by_offset_.erase(offset);
+  if (range_size > *rounded) {
+    free_by_offset_.emplace(offset + *rounded, range_size - *rounded);
+    free_by_size_.emplace(range_size - *rounded, offset + *rounded);
+  }
+  live_.emplace(offset, *rounded);
+  used_bytes_ += *rounded;
+  return reinterpret_cast<void*>(base_ + offset);
+}
+
+Status SimulatedDevice::release(void* ptr, uint64_t size_bytes) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (address < base_)
+    return failed_precondition(fmt::format("{}: release of {} which it never reserved", options_.name, ptr));
+  uint64_t offset = address - base_;
+  auto it = live_.find(offset);
+  if (it == live_.end()) {
+    return failed_precondition(
+        fmt::format("{}: release of {} which is not a reserved range", options_.name, ptr));
+  }
+  uint64_t size = it->second;
+  if (round_up(size_bytes, options_.granularity_bytes) != size) {
+    return failed_precondition(fmt::format("{}: release of {} with size {} but it was reserved with {}",
+                                           options_.name, ptr, size_bytes, size));
+  }
+  live_.erase(it);
+  used_bytes_ -= size;
+  if (options_.host_backed) ::madvise(ptr, size, MADV_DONTNEED);
+  // Coalesce with free neighbours on both sides.
+  auto next = free_by_offset_.lower_bound(offset);
+  if (next != free_by_offset_.end() && next->first == offset + size) {
+    free_by_size_.erase({next->second, next->first});
+    size += next->second;
+    next = free_by_offset_.erase(next);
+  }
+  if (next != free_by_offset_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      free_by_size_.erase({prev->second, prev->first});
+      offset = prev->first;
+      size += prev->second;
+      free_by_offset_.erase(prev);
+    }
+  }
+  free_by_offset_.emplace(offset, size);
+  free_by_size_.emplace(size, offset);
+  return ok_status();
+}
+
+uint64_t SimulatedDevice::free_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return options_.capacity_bytes - used_bytes_;
+}
+
+uint64_t SimulatedDevice::live_ranges() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.size();
+}
+
+uint64_t SimulatedDevice::reserve_calls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reserve_calls_;
+}
+
+}  // namespace memfit

@@ -1,0 +1,17 @@
+# cmake -DBIN=memfit -DEXPECTED=2 -DARGS="a;b" -P expect_exit.cmake
+# Runs the binary and checks its exit status; when it fails (2) stdout must be empty and stderr one line.
+set(args ${ARGS})
+execute_process(COMMAND ${BIN} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc STREQUAL EXPECTED)
+  message(FATAL_ERROR "memfit ${ARGS}: exit ${rc}, expected ${EXPECTED}\nstdout: ${out}\nstderr: ${err}")
+endif()
+if(EXPECTED STREQUAL "2")
+  if(NOT out STREQUAL "")
+    message(FATAL_ERROR "memfit ${ARGS}: exit 2 but stdout is not empty: ${out}")
+  endif()
+  string(REGEX MATCHALL "\n" lines "${err}")
+  list(LENGTH lines n)
+  if(NOT n EQUAL 1)
+    message(FATAL_ERROR "memfit ${ARGS}: expected a one-line reason on stderr, got: ${err}")
+  endif()
+endif()

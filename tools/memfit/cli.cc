@@ -1,0 +1,54 @@
+#include "cli.h"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <ostream>
+
+#include "commands.h"
+
+namespace memfit::cli {
+
+int fail(Io& io, const Error& error) {
+  std::string line = error.message();
+  for (char& c : line) {
+    if (c == '\n') c = ' ';  // one line, always
+  }
+  io.err << "memfit: " << line << "\n";
+  return kExitBadInput;
+}
+
+int run(const std::vector<std::string>& args, Io io) {
+  CLI::App app{"memfit: see, plan and fix accelerator memory the way JAX/XLA allocates it", "memfit"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every subcommand");
+
+  std::vector<std::pair<CLI::App*, Action>> actions;
+  auto add = [&](const char* name, const char* description, auto adder) {
+    CLI::App* sub = app.add_subcommand(name, description);
+    actions.emplace_back(sub, adder(*sub, io));
+  };
+  add("env", "Print the allocator configuration the XLA variables in force would produce", add_env_command);
+
+  std::vector<const char*> argv;
+  argv.push_back("memfit");
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e, io.out, io.err);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e, io.out, io.err);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    io.err << "memfit: " << what << " (try 'memfit --help')\n";
+    return kExitBadInput;
+  }
+  for (auto& [sub, action] : actions) {
+    if (sub->parsed()) return action();
+  }
+  io.err << "memfit: no command given (try 'memfit --help')\n";
+  return kExitBadInput;
+}
+
+}  // namespace memfit::cli

@@ -1,0 +1,21 @@
+// tools/memfit/commands.h - one function per subcommand, each in its own file; cli.cc wires them up.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+#include "cli.h"
+#include "memfit/core/status.h"
+
+namespace memfit::cli {
+
+// A subcommand registers its options on `app` and returns the action run after a successful parse.
+using Action = std::function<int()>;
+
+Action add_env_command(CLI::App& app, Io& io);
+
+// Shared by the subcommands.
+int fail(Io& io, const Error& error);  // prints "memfit: <reason>" on stderr, returns 2 (or 1 for findings)
+
+}  // namespace memfit::cli
