@@ -16,9 +16,6 @@ Expected<std::unique_ptr<SimulatedDevice>> SimulatedDevice::create(SimulatedDevi
   if (options.capacity_bytes == 0)
     return invalid_argument("a simulated device needs a capacity above 0 bytes");
   if (options.granularity_bytes == 0) options.granularity_bytes = 1;
-  options.capacity_bytes = options.capacity_bytes / options.granularity_bytes * options.granularity_bytes;
-  if (options.capacity_bytes == 0)
-    return invalid_argument("simulated device capacity is below its granularity");
   uintptr_t base = kFakeBase;
   if (options.host_backed) {
     void* p = ::mmap(nullptr, options.capacity_bytes, PROT_READ | PROT_WRITE,
@@ -85,7 +82,6 @@ Status SimulatedDevice::release(void* ptr, uint64_t size_bytes) {
   }
   live_.erase(it);
   used_bytes_ -= size;
-  if (options_.host_backed) ::madvise(ptr, size, MADV_DONTNEED);
   // Coalesce with free neighbours on both sides.
   auto next = free_by_offset_.lower_bound(offset);
   if (next != free_by_offset_.end() && next->first == offset + size) {
@@ -104,6 +100,13 @@ Status SimulatedDevice::release(void* ptr, uint64_t size_bytes) {
   }
   free_by_offset_.emplace(offset, size);
   free_by_size_.emplace(size, offset);
+  if (options_.host_backed) {
+    // Give whole host pages of the (coalesced) free range back; a page shared with a live range stays.
+    constexpr uint64_t kPage = 4096;
+    const uint64_t begin = round_up(base_ + offset, kPage);
+    const uint64_t end = (base_ + offset + size) / kPage * kPage;
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
   return ok_status();
 }
 
