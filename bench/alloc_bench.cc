@@ -1,1 +1,150 @@
-int main() { return 0; }
+// Allocator benchmarks, side by side in one run (ratios, not absolute times: machines are shared and noisy).
+//   - alloc+free pair, pool hit, 256 B - 64 MiB, 1 thread: BFC (preallocated, growing), platform, std::malloc
+//   - 2 threads contending on one allocator
+//   - replay: a recorded-like stream of alloc/free events through the BFC pool (events per second)
+// After the run a table gives each allocator's time as a multiple of std::malloc's at the same size.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <random>
+
+#include "memfit/alloc/bfc_allocator.h"
+#include "memfit/alloc/platform_allocator.h"
+#include "memfit/device/simulated_device.h"
+
+namespace memfit {
+namespace {
+
+constexpr uint64_t kDeviceBytes = 64ull << 30;  // simulated: no host memory behind it
+
+struct Fixture {
+  std::unique_ptr<SimulatedDevice> device =
+      std::move(SimulatedDevice::create({kDeviceBytes, 512, false, "sim"})).value();
+  std::unique_ptr<Allocator> allocator;
+};
+
+std::unique_ptr<Allocator> make(const std::string& kind, DeviceMemory& device) {
+  if (kind == "platform") return std::make_unique<PlatformAllocator>(device);
+  BfcOptions o;
+  o.memory_limit_bytes = 16ull << 30;
+  o.allow_growth = kind == "bfc-growth";
+  o.retry_wait = std::chrono::milliseconds(0);
+  return std::make_unique<BfcAllocator>(device, o);
+}
+
+Fixture& shared_fixture(const std::string& kind) {
+  static std::map<std::string, Fixture> fixtures;  // one per kind, shared by a benchmark's threads
+  Fixture& f = fixtures[kind];
+  if (!f.allocator) f.allocator = make(kind, *f.device);
+  return f;
+}
+
+void BM_Malloc(benchmark::State& state) {
+  const auto size = static_cast<size_t>(state.range(0));
+  for (auto _ : state) {
+    void* p = std::malloc(size);
+    benchmark::DoNotOptimize(p);
+    std::free(p);
+  }
+}
+
+void pair_loop(benchmark::State& state, const std::string& kind) {
+  Allocator& a = *shared_fixture(kind).allocator;
+  const auto size = static_cast<uint64_t>(state.range(0));
+  for (auto _ : state) {
+    auto p = a.allocate(size);
+    benchmark::DoNotOptimize(p);
+    if (!p.ok() || !a.deallocate(*p).ok()) state.SkipWithError("allocation failed");
+  }
+}
+
+void BM_Bfc(benchmark::State& state) { pair_loop(state, "bfc"); }
+void BM_BfcGrowth(benchmark::State& state) { pair_loop(state, "bfc-growth"); }
+void BM_Platform(benchmark::State& state) { pair_loop(state, "platform"); }
+
+#define MEMFIT_SIZES RangeMultiplier(16)->Range(256, 64 << 20)
+BENCHMARK(BM_Malloc)->MEMFIT_SIZES;
+BENCHMARK(BM_Bfc)->MEMFIT_SIZES;
+BENCHMARK(BM_BfcGrowth)->MEMFIT_SIZES;
+BENCHMARK(BM_Platform)->MEMFIT_SIZES;
+BENCHMARK(BM_Malloc)->Arg(4096)->Threads(2)->UseRealTime();
+BENCHMARK(BM_Bfc)->Arg(4096)->Threads(2)->UseRealTime();
+
+// A replay-like stream: log-uniform sizes, at most 2000 live buffers, half allocs, half frees.
+void BM_BfcReplay(benchmark::State& state) {
+  struct Event {
+    bool alloc;
+    uint32_t slot;
+    uint64_t size;
+  };
+  std::mt19937_64 rng(1);
+  std::vector<Event> events;
+  std::vector<uint32_t> live_slots;
+  uint32_t next_slot = 0;
+  while (events.size() < 200000) {
+    if (live_slots.size() < 2000 && (live_slots.empty() || rng() % 2 == 0)) {
+      events.push_back({true, next_slot, 1 + rng() % (uint64_t{1} << (rng() % 24))});
+      live_slots.push_back(next_slot++);
+    } else {
+      const size_t i = rng() % live_slots.size();
+      events.push_back({false, live_slots[i], 0});
+      live_slots[i] = live_slots.back();
+      live_slots.pop_back();
+    }
+  }
+  for (uint32_t s : live_slots) events.push_back({false, s, 0});
+  std::vector<void*> ptrs(next_slot);
+  Fixture f;
+  f.allocator = make("bfc", *f.device);
+  for (auto _ : state) {
+    for (const Event& e : events) {
+      if (e.alloc) {
+        ptrs[e.slot] = *f.allocator->allocate(e.size);
+      } else {
+        (void)f.allocator->deallocate(ptrs[e.slot]);
+      }
+    }
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * events.size()));
+}
+BENCHMARK(BM_BfcReplay)->Unit(benchmark::kMillisecond);
+
+// Prints the usual table, then each allocator as a multiple of malloc at the same size.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      if (r.run_type == Run::RT_Iteration && !r.error_occurred)
+        times_[r.benchmark_name()] = r.GetAdjustedRealTime();
+    }
+  }
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    auto& out = GetOutputStream();
+    out << "\nratio to std::malloc at the same size (lower is faster):\n";
+    for (const auto& [name, ns] : times_) {
+      if (name.rfind("BM_Malloc", 0) == 0 || name.find('/') == std::string::npos) continue;
+      const std::string malloc_name = "BM_Malloc" + name.substr(name.find('/'));
+      auto m = times_.find(malloc_name);
+      if (m == times_.end() || m->second <= 0) continue;
+      out << "  " << name << ": " << ns / m->second << "x\n";
+    }
+  }
+
+ private:
+  std::map<std::string, double> times_;
+};
+
+}  // namespace
+}  // namespace memfit
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  memfit::RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

@@ -75,7 +75,7 @@ struct BfcAllocator::State {
   DeviceMemory& device;
   const BfcOptions options;
 
-  mutable std::mutex mu;  // guards everything below
+  mutable std::mutex mu;  // guards everything below; held for tens of nanoseconds
   detail::NodeArena arena;
   std::vector<Chunk> chunks;
   std::vector<uint32_t> free_handles;
@@ -122,6 +122,31 @@ struct BfcAllocator::State {
     c.bin = kNoBin;
   }
 
+  // Whether the bin entry at `it` may take the key (size, ptr) without moving: same bin, and still ordered
+  // between its neighbours. Then the tree is left untouched (no rebalancing) - the common case of a pool
+  // hit, where one large free chunk shrinks by a split and grows back by a merge.
+  bool fits_in_place(const Bin& bin, Bin::const_iterator it, int bin_index, uint64_t size,
+                     uintptr_t ptr) const {
+    if (bin_for_size(size) != bin_index) return false;
+    auto before = [&](uint32_t other) {
+      const Chunk& o = chunks[other];
+      return o.size != size ? o.size < size : o.ptr < ptr;
+    };
+    if (it != bin.begin() && !before(*std::prev(it))) return false;
+    const auto next = std::next(it);
+    return next == bin.end() || !before(*next);
+  }
+
+  // Points whatever referred to `from` as its physical predecessor's successor (or as its region's first
+  // chunk) at `to`.
+  void relink_prev(const Chunk& from, uint32_t old_handle, uint32_t to) {
+    if (from.prev != kNone) {
+      chunks[from.prev].next = to;
+    } else if (regions[from.region].first_chunk == old_handle) {
+      regions[from.region].first_chunk = to;
+    }
+  }
+
   bool should_split(uint64_t chunk_size, uint64_t rounded) const {
     return chunk_size >= 2 * rounded || chunk_size - rounded >= options.max_internal_fragmentation_bytes;
   }
@@ -162,11 +187,29 @@ struct BfcAllocator::State {
       Bin& bin = bins[static_cast<size_t>(b)];
       auto it = bin.lower_bound(SizeKey{rounded});
       if (it == bin.end()) continue;
-      const uint32_t h = *it;
-      bin.erase(it);
-      if (bin.empty()) nonempty_bins &= ~(1u << b);
-      chunks[h].bin = kNoBin;
-      if (should_split(chunks[h].size, rounded)) split(h, rounded);
+      uint32_t h = *it;
+      const uint64_t rest = chunks[h].size - rounded;
+      if (should_split(chunks[h].size, rounded) && fits_in_place(bin, it, b, rest, chunks[h].ptr + rounded)) {
+        // The free remainder keeps the bin entry (and handle); the allocated front gets a new handle.
+        const uint32_t front = new_chunk();
+        Chunk& f = chunks[front];
+        Chunk& r = chunks[h];
+        f.ptr = r.ptr;
+        f.size = rounded;
+        f.region = r.region;
+        f.prev = r.prev;
+        f.next = h;
+        relink_prev(r, h, front);
+        r.ptr += rounded;
+        r.size = rest;
+        r.prev = front;
+        h = front;
+      } else {
+        bin.erase(it);
+        if (bin.empty()) nonempty_bins &= ~(1u << b);
+        chunks[h].bin = kNoBin;
+        if (should_split(chunks[h].size, rounded)) split(h, rounded);
+      }
       Chunk& c = chunks[h];
       c.in_use = true;
       c.requested = requested;
@@ -390,6 +433,22 @@ Status BfcAllocator::deallocate(void* ptr) {
   c.requested = 0;
   s.stats.bytes_in_use -= c.size;
   // Coalesce with free neighbours (never across regions: the device gives no adjacency guarantee).
+  // Fast path: only the next chunk is free and the merged chunk can take its bin entry in place.
+  if (const uint32_t next = c.next;
+      next != kNone && !s.chunks[next].in_use && (c.prev == kNone || s.chunks[c.prev].in_use)) {
+    Chunk& n = s.chunks[next];
+    Bin& bin = s.bins[static_cast<size_t>(n.bin)];
+    const auto it = bin.find(next);
+    if (s.fits_in_place(bin, it, n.bin, n.size + c.size, c.ptr)) {
+      s.relink_prev(c, h, next);
+      n.prev = c.prev;
+      n.ptr = c.ptr;
+      n.size += c.size;
+      s.delete_chunk(h);
+      if (s.waiters > 0) s.freed.notify_all();
+      return ok_status();
+    }
+  }
   if (const uint32_t next = c.next; next != kNone && !s.chunks[next].in_use) {
     s.remove_from_bin(next);
     s.merge(h, next);
