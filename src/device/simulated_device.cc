@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+
 #include "memfit/core/bytes.h"
 #include "memfit/core/checked.h"
 
@@ -61,6 +63,7 @@ Expected<void*> SimulatedDevice::reserve(uint64_t size_bytes) {
   }
   live_.emplace(offset, *rounded);
   used_bytes_ += *rounded;
+  peak_used_bytes_ = std::max(peak_used_bytes_, used_bytes_);
   return reinterpret_cast<void*>(base_ + offset);
 }
 
@@ -113,6 +116,16 @@ Status SimulatedDevice::release(void* ptr, uint64_t size_bytes) {
 uint64_t SimulatedDevice::free_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return options_.capacity_bytes - used_bytes_;
+}
+
+uint64_t SimulatedDevice::used_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return used_bytes_;
+}
+
+uint64_t SimulatedDevice::peak_used_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_used_bytes_;
 }
 
 uint64_t SimulatedDevice::live_ranges() const {

@@ -5,6 +5,7 @@
 
 #include "memfit/alloc/bfc_allocator.h"
 #include "memfit/alloc/platform_allocator.h"
+#include "memfit/alloc/vmm_allocator.h"
 #include "memfit/device/simulated_device.h"
 
 namespace memfit::testing {
@@ -45,6 +46,14 @@ struct Platform {
     PlatformOptions o;
     o.limit_bytes = limit_bytes;
     return std::make_unique<PlatformAllocator>(device, o);
+  }
+};
+
+struct Vmm {
+  static std::unique_ptr<Allocator> make(DeviceMemory& device, uint64_t limit_bytes) {
+    VmmOptions o;
+    o.limit_bytes = limit_bytes;
+    return std::make_unique<VmmAllocator>(device, o);
   }
 };
 

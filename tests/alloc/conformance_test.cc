@@ -32,7 +32,7 @@ class AllocatorConformance : public ::testing::Test {
   std::unique_ptr<Allocator> allocator_;
 };
 
-using Kinds = ::testing::Types<BfcPreallocated, BfcGrowth, BfcGrowthGc, Platform>;
+using Kinds = ::testing::Types<BfcPreallocated, BfcGrowth, BfcGrowthGc, Platform, Vmm>;
 TYPED_TEST_SUITE(AllocatorConformance, Kinds);
 
 TYPED_TEST(AllocatorConformance, ZeroSizeIsNullAndFreeingNullIsANoOp) {

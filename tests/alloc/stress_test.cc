@@ -71,7 +71,7 @@ void random_walk(Allocator& a, uint64_t operations, uint64_t seed, int max_live)
 
 template <typename Kind>
 class AllocatorStress : public ::testing::Test {};
-using Kinds = ::testing::Types<BfcPreallocated, BfcGrowth, Platform>;
+using Kinds = ::testing::Types<BfcPreallocated, BfcGrowth, Platform, Vmm>;
 TYPED_TEST_SUITE(AllocatorStress, Kinds);
 
 TYPED_TEST(AllocatorStress, OneMillionOperationsKeepEveryPattern) {

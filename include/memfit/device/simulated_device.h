@@ -41,6 +41,9 @@ class SimulatedDevice final : public DeviceMemory {
   bool is_host_accessible() const override { return options_.host_backed; }
 
   uint64_t live_ranges() const;
+  // Bytes reserved now and at most since creation (granularity-rounded): what nvidia-smi would show.
+  uint64_t used_bytes() const;
+  uint64_t peak_used_bytes() const;
   uint64_t reserve_calls() const;
 
  private:
@@ -50,6 +53,7 @@ class SimulatedDevice final : public DeviceMemory {
   uintptr_t base_;
   mutable std::mutex mu_;
   uint64_t used_bytes_ = 0;
+  uint64_t peak_used_bytes_ = 0;
   uint64_t reserve_calls_ = 0;
   std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset): best fit, lowest address

@@ -1,0 +1,30 @@
+// memfit/trace/readers.h - recorded allocation traces into a Timeline.
+//
+// Formats (gzip-compressed input is accepted for all):
+//   pytorch-snapshot  the pickle torch.cuda.memory._dump_snapshot() writes (device 0's device_traces)
+//   pytorch-csv       device_traces flattened to `action,addr,size,stream,time_us`
+//   rmm-csv           RMM's logging_resource_adaptor: `Thread,Time,Action,Pointer,Size,Stream`
+//   memfit            memfit's own recorder (trace/writer.h): `# memfit-trace v1` then
+//                     `event,buffer,size_bytes,stream,time_us,tag`
+// PyTorch actions: alloc and free_completed (or free_requested, when a trace has no free_completed) make the
+// timeline; segment_alloc/segment_free/segment_map/segment_unmap give the recorded run's peak reserved.
+// Errors name the line (or pickle byte) and the reason; nothing is half-read.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "memfit/trace/timeline.h"
+
+namespace memfit {
+
+Expected<Timeline> read_trace_file(const std::string& path);
+// Detects the format from the content.
+Expected<Timeline> parse_trace(std::string_view data);
+
+Expected<Timeline> parse_pytorch_snapshot(std::string_view pickle_bytes);
+Expected<Timeline> parse_pytorch_csv(std::string_view text);
+Expected<Timeline> parse_rmm_csv(std::string_view text);
+Expected<Timeline> parse_memfit_trace(std::string_view text);
+
+}  // namespace memfit

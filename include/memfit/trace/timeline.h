@@ -1,0 +1,83 @@
+// memfit/trace/timeline.h - the one seam of memfit: a memory timeline.
+//
+// A Timeline is an ordered list of alloc/free events of buffers (id, bytes, stream, time, tag). Readers turn
+// recorded traces into one (PyTorch snapshots, RMM logs, memfit's own recorder), planners produce one, and
+// replay() feeds one to an allocator policy. Buffer ids are dense (0..buffer_count-1), so consumers can
+// keep per-buffer state in a vector.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "memfit/core/status.h"
+
+namespace memfit {
+
+enum class EventKind : uint8_t { kAlloc, kFree };
+
+// No trace of a real device holds more than this live at once (1 PiB); anything above is corrupt input.
+// Bounding it keeps every sum over a timeline far from 64-bit overflow.
+inline constexpr uint64_t kMaxTraceLiveBytes = uint64_t{1} << 50;
+
+struct TraceEvent {
+  EventKind kind = EventKind::kAlloc;
+  uint32_t tag = 0;  // index into Timeline::tags; 0 = untagged
+  uint32_t stream = 0;
+  uint64_t buffer = 0;  // dense id
+  uint64_t size_bytes = 0;
+  uint64_t time_us = 0;
+};
+
+struct Timeline {
+  std::string source;  // "pytorch-snapshot", "pytorch-csv", "rmm-csv", "memfit", ...
+  std::vector<TraceEvent> events;
+  std::vector<std::string> tags{"(untagged)"};
+  uint64_t buffer_count = 0;
+  // What the recorded run reserved, when the trace has segment events (PyTorch's max_memory_reserved).
+  std::optional<uint64_t> recorded_peak_reserved_bytes;
+  // Frees of buffers allocated before recording started (ring-buffered traces); skipped, counted here.
+  uint64_t frees_before_recording = 0;
+  uint64_t recorded_ooms = 0;
+};
+
+// The most bytes live at once: the lower bound for any allocator (PyTorch's max_memory_allocated).
+uint64_t peak_live_bytes(const Timeline& timeline);
+
+// Turns address-based records into a Timeline, checking them as it goes. `line` numbers the input record
+// for error messages ("line 12: ...").
+class TimelineBuilder {
+ public:
+  explicit TimelineBuilder(std::string source);
+
+  Status alloc(uint64_t address, uint64_t size_bytes, uint32_t stream, uint64_t time_us, uint64_t line,
+               std::string_view tag = {});
+  // A free of an address never seen is a buffer from before the recording (tolerated, counted); a free of
+  // an address that was already freed is an error.
+  Status free(uint64_t address, uint64_t time_us, uint64_t line);
+  // Device memory reserved by the recorded allocator (segment_alloc/segment_map and their inverses).
+  Status reserve(uint64_t size_bytes, uint64_t line);
+  Status unreserve(uint64_t size_bytes, uint64_t line);
+  void count_oom() { ++timeline_.recorded_ooms; }
+
+  Timeline finish() &&;
+
+ private:
+  struct Live {
+    uint64_t buffer;
+    uint64_t size_bytes;
+    uint64_t line;
+  };
+  Timeline timeline_;
+  std::unordered_map<uint64_t, Live> live_;          // address -> live buffer
+  std::unordered_map<uint64_t, uint64_t> freed_at_;  // address -> line of its last free
+  std::unordered_map<std::string, uint32_t> tag_ids_;
+  uint64_t reserved_bytes_ = 0;
+  uint64_t peak_reserved_bytes_ = 0;
+  uint64_t live_bytes_ = 0;
+  bool saw_segments_ = false;
+};
+
+}  // namespace memfit
