@@ -1,0 +1,75 @@
+// memfit doctor: diagnose a machine, a process or a failed job's logs, in the seed's order.
+#include <fmt/format.h>
+
+#include <ostream>
+
+#include "commands.h"
+#include "memfit/core/device_catalog.h"
+#include "memfit/core/file_io.h"
+#include "memfit/diagnose/doctor.h"
+
+namespace memfit::cli {
+
+Action add_doctor_command(CLI::App& app, Io& io) {
+  struct Options {
+    std::vector<std::string> logs;
+    int pid = 0;
+    std::string capacity;
+    std::string root = "/";
+    bool no_gpu = false;
+    bool json = false;
+  };
+  auto options = std::make_shared<Options>();
+  app.add_option("--log", options->logs, "A failed job's stderr, exception text or kernel log (repeatable)");
+  app.add_option("--pid", options->pid, "Diagnose one process: its XLA variables, pool and footprint");
+  app.add_option("--capacity", options->capacity, "GPU capacity when NVML cannot tell (bytes, 80GiB, h200)");
+  app.add_option("--root", options->root, "Read /proc and /sys under this folder (for saved machine state)");
+  app.add_flag("--no-gpu", options->no_gpu, "Do not query NVML");
+  app.add_flag("--json", options->json, "Print one JSON object");
+  return [options, &io]() -> int {
+    DoctorOptions d;
+    d.root = options->root;
+    d.environment = io.env;
+    d.query_gpu = !options->no_gpu;
+    // With only logs, diagnose the logs; the machine is probed when asked for (no --log) or with --pid.
+    d.probe_machine = options->logs.empty() || options->pid != 0;
+    if (options->pid != 0) d.pid = options->pid;
+    if (!options->capacity.empty()) {
+      auto c = parse_capacity(options->capacity);
+      if (!c.ok()) return fail(io, c.error().with_context("--capacity"));
+      d.capacity_bytes = *c;
+    }
+    for (const std::string& path : options->logs) {
+      auto text = read_file(path, 4ull << 30);
+      if (!text.ok()) return fail(io, text.error());
+      d.logs.push_back({path, std::move(text).value()});
+    }
+    auto report = run_doctor(d);
+    if (!report.ok()) return fail(io, report.error());
+    bool failure = false;
+    for (const Finding& f : report->findings) failure = failure || f.severity == Severity::kError;
+    if (options->json) {
+      Json findings = Json::array();
+      for (const Finding& f : report->findings) findings.push_back(f.to_json());
+      io.out << json_to_output(
+          Json{{"findings", findings}, {"notes", report->notes}, {"facts", report->facts}});
+      return failure ? kExitFinding : kExitOk;
+    }
+    io.out << "memfit doctor: findings in the order allocation, location, shapes, sharding\n";
+    if (report->findings.empty()) io.out << "\n  nothing recognised\n";
+    Step last = Step::kSharding;
+    bool first = true;
+    for (const Finding& f : report->findings) {
+      if (first || f.step != last) io.out << fmt::format("\n{}\n", step_name(f.step));
+      first = false;
+      last = f.step;
+      io.out << fmt::format("  [{}] {}: {}\n", severity_name(f.severity), f.code, f.message);
+      io.out << fmt::format("      fix: {}\n", f.fix);
+      if (!f.source.empty()) io.out << fmt::format("      seen in: {}\n", f.source);
+    }
+    for (const std::string& n : report->notes) io.out << "\n  note: " << n << "\n";
+    return failure ? kExitFinding : kExitOk;
+  };
+}
+
+}  // namespace memfit::cli
