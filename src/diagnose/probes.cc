@@ -144,7 +144,7 @@ class Nvml {
   }
   Status load() {
     lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib_) return unavailable("NVML is not installed (libnvidia-ml.so.1 not found): no GPU view");
+    if (!lib_) return unavailable("NVML is not installed (libnvidia-ml.so.1 not found)");
     init_ = sym<int (*)()>("nvmlInit_v2");
     shutdown_ = nullptr;
     count_ = sym<int (*)(unsigned*)>("nvmlDeviceGetCount_v2");

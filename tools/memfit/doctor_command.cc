@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "commands.h"
+#include "memfit/core/bytes.h"
 #include "memfit/core/device_catalog.h"
 #include "memfit/core/file_io.h"
 #include "memfit/diagnose/doctor.h"
@@ -56,6 +57,24 @@ Action add_doctor_command(CLI::App& app, Io& io) {
       return failure ? kExitFinding : kExitOk;
     }
     io.out << "memfit doctor: findings in the order allocation, location, shapes, sharding\n";
+    const Json& facts = report->facts;
+    if (facts.contains("gpus")) {
+      for (const Json& g : facts["gpus"]) {
+        io.out << fmt::format("  GPU {} {}: {} used of {}, {} process(es)\n", g["index"].get<int>(),
+                              g["name"].get<std::string>(), format_bytes(g["used_bytes"].get<uint64_t>()),
+                              format_bytes(g["total_bytes"].get<uint64_t>()), g["processes"].size());
+      }
+    }
+    if (facts.contains("host")) {
+      io.out << fmt::format("  host RAM: {} available of {}\n",
+                            format_bytes(facts["host"]["available_bytes"].get<uint64_t>()),
+                            format_bytes(facts["host"]["total_bytes"].get<uint64_t>()));
+    }
+    if (facts.contains("memory_pressure")) {
+      io.out << fmt::format("  memory pressure (PSI, last 10 s): some {:.2f}%, full {:.2f}%\n",
+                            facts["memory_pressure"]["some_avg10"].get<double>(),
+                            facts["memory_pressure"]["full_avg10"].get<double>());
+    }
     if (report->findings.empty()) io.out << "\n  nothing recognised\n";
     Step last = Step::kSharding;
     bool first = true;
