@@ -9,6 +9,7 @@
 
 #include "memfit/alloc/bfc_allocator.h"
 #include "memfit/alloc/platform_allocator.h"
+#include "memfit/alloc/vmm_allocator.h"
 #include "memfit/device/simulated_device.h"
 
 namespace memfit {
@@ -84,6 +85,8 @@ std::vector<MicrobenchResult> run_microbench(const MicrobenchOptions& options) {
          }},
         {"platform",
          [](DeviceMemory& d) { return std::unique_ptr<Allocator>(std::make_unique<PlatformAllocator>(d)); }},
+        {"vmm",
+         [](DeviceMemory& d) { return std::unique_ptr<Allocator>(std::make_unique<VmmAllocator>(d)); }},
     };
     for (const Kind& kind : kinds) {
       report(kind.name);

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <mutex>
 #include <set>
@@ -12,6 +13,8 @@
 
 #include "memfit/alloc/oom_report.h"
 #include "memfit/core/checked.h"
+#include "node_pool.h"
+#include "ptr_map.h"
 
 namespace memfit {
 namespace {
@@ -43,7 +46,9 @@ struct VmmAllocator::State {
   };
   struct Live {
     uint64_t offset;
-    uint64_t size;  // rounded
+    uint64_t size;        // rounded
+    void* run = nullptr;  // one physical range backing the buffer's interior pages (none may share them)
+    uint64_t run_pages = 0;
   };
 
   DeviceMemory& device;
@@ -52,10 +57,39 @@ struct VmmAllocator::State {
   bool host_mapped = false;
 
   mutable std::mutex mu;  // held across page mapping: mapping is part of the placement decision
-  std::map<uint64_t, uint64_t> free_by_offset;
-  std::set<std::pair<uint64_t, uint64_t>> free_by_size;  // (size, offset): best fit, lowest address
-  std::unordered_map<uint64_t, Page> pages;              // only pages in use: the virtual range may be huge
-  std::unordered_map<uintptr_t, Live> live;
+  // Free virtual ranges, twice indexed; tree nodes come from `arena` (no malloc per placement).
+  detail::NodeArena arena;
+  std::map<uint64_t, uint64_t, std::less<>, detail::PoolAllocator<std::pair<const uint64_t, uint64_t>>>
+      free_by_offset{detail::PoolAllocator<std::pair<const uint64_t, uint64_t>>(&arena)};
+  // (size, offset): best fit, lowest address on ties
+  std::set<std::pair<uint64_t, uint64_t>, std::less<>, detail::PoolAllocator<std::pair<uint64_t, uint64_t>>>
+      free_by_size{detail::PoolAllocator<std::pair<uint64_t, uint64_t>>(&arena)};
+  // Edge pages in use (the virtual range may be huge, so only these are kept): page index -> slot.
+  detail::PtrMap page_slots;
+  std::vector<Page> page_pool;
+  std::vector<uint32_t> free_page_slots;
+  // Live buffers: address -> slot.
+  detail::PtrMap live_slots;
+  std::vector<Live> live_pool;
+  std::vector<uint32_t> free_live_slots;
+
+  static uintptr_t page_key(uint64_t p) { return (p + 1) << 8; }  // nonzero, as PtrMap needs
+  Page* find_page(uint64_t p) {
+    const uint32_t slot = page_slots.find(page_key(p));
+    return slot == detail::PtrMap::kNotFound ? nullptr : &page_pool[slot];
+  }
+  void add_page(uint64_t p, Page page) {
+    uint32_t slot;
+    if (!free_page_slots.empty()) {
+      slot = free_page_slots.back();
+      free_page_slots.pop_back();
+      page_pool[slot] = page;
+    } else {
+      slot = static_cast<uint32_t>(page_pool.size());
+      page_pool.push_back(page);
+    }
+    page_slots.insert(page_key(p), slot);
+  }
   AllocatorStats stats;
   uint64_t mapped_bytes = 0;
   uint64_t peak_mapped_bytes = 0;
@@ -65,37 +99,88 @@ struct VmmAllocator::State {
     return (offset + size - 1) / options.page_bytes;
   }
 
-  // Maps the pages [offset, offset + size) needs; on failure unmaps what it mapped and reports why.
-  Status map_pages(uint64_t offset, uint64_t size) {
+  // Pages wholly inside [offset, offset + size): only this buffer can use them while it lives, so they are
+  // backed by one physical range (one device call, like one cuMemCreate of n pages). The 0-2 edge pages may
+  // be shared with neighbours and are reference-counted one by one.
+  std::pair<uint64_t, uint64_t> interior(uint64_t offset, uint64_t size) const {
+    const uint64_t first = (offset + options.page_bytes - 1) / options.page_bytes;
+    const uint64_t end = (offset + size) / options.page_bytes;
+    return {first, end > first ? end - first : 0};
+  }
+
+  // Maps what [offset, offset + size) needs; on failure unmaps what it mapped and reports why.
+  Status map_pages(uint64_t offset, uint64_t size, Live& buffer) {
+    const auto [run_first, run_pages] = interior(offset, size);
+    // At most two edge pages: the first and the last, when partly covered.
+    std::array<uint64_t, 2> edges{};
+    size_t edge_count = 0;
     const uint64_t first = first_page(offset);
     const uint64_t last = last_page(offset, size);
-    uint64_t new_pages = 0;
-    for (uint64_t p = first; p <= last; ++p) new_pages += pages.contains(p) ? 0 : 1;
+    if (run_pages == 0 || first < run_first) edges[edge_count++] = first;
+    if (last != first && (run_pages == 0 || last >= run_first + run_pages)) edges[edge_count++] = last;
+    uint64_t new_pages = run_pages;
+    for (size_t i = 0; i < edge_count; ++i) new_pages += find_page(edges[i]) != nullptr ? 0 : 1;
     if (mapped_bytes + new_pages * options.page_bytes > options.limit_bytes) {
       return resource_exhausted(fmt::format("{} more pages would pass the limit", new_pages));
     }
-    for (uint64_t p = first; p <= last; ++p) {
-      if (auto it = pages.find(p); it != pages.end()) {
-        ++it->second.users;
+    if (run_pages > 0) {
+      auto physical = device.reserve(run_pages * options.page_bytes);
+      if (!physical.ok()) return physical.error();
+      buffer.run = *physical;
+      buffer.run_pages = run_pages;
+      mapped_bytes += run_pages * options.page_bytes;
+    }
+    for (size_t i = 0; i < edge_count; ++i) {
+      const uint64_t p = edges[i];
+      if (Page* page = find_page(p)) {
+        ++page->users;
         continue;
       }
       auto physical = device.reserve(options.page_bytes);
       if (!physical.ok()) {
-        for (uint64_t q = first; q < p; ++q) unuse_page(q);
+        for (size_t k = 0; k < i; ++k) unuse_page(edges[k]);
+        unmap_run(buffer);
         return physical.error();
       }
-      pages.emplace(p, Page{1, *physical});
+      add_page(p, Page{1, *physical});
       mapped_bytes += options.page_bytes;
     }
     peak_mapped_bytes = std::max(peak_mapped_bytes, mapped_bytes);
     return ok_status();
   }
 
+  void unmap_run(Live& buffer) {
+    if (buffer.run_pages == 0) return;
+    (void)device.release(buffer.run, buffer.run_pages * options.page_bytes);
+    mapped_bytes -= buffer.run_pages * options.page_bytes;
+    if (host_mapped) {
+      const auto [run_first, run_pages] = interior(buffer.offset, buffer.size);
+      ::madvise(reinterpret_cast<void*>(base + run_first * options.page_bytes),
+                run_pages * options.page_bytes, MADV_DONTNEED);
+    }
+    buffer.run = nullptr;
+    buffer.run_pages = 0;
+  }
+
+  void unmap_pages(Live& buffer) {
+    const auto [run_first, run_pages] = interior(buffer.offset, buffer.size);
+    for (uint64_t p = first_page(buffer.offset); p <= last_page(buffer.offset, buffer.size); ++p) {
+      if (run_pages > 0 && p == run_first) {
+        p = run_first + run_pages - 1;
+        continue;
+      }
+      unuse_page(p);
+    }
+    unmap_run(buffer);
+  }
+
   void unuse_page(uint64_t p) {
-    auto it = pages.find(p);
-    if (--it->second.users > 0) return;
-    (void)device.release(it->second.physical, options.page_bytes);
-    pages.erase(it);
+    const uint32_t slot = page_slots.find(page_key(p));
+    Page& page = page_pool[slot];
+    if (--page.users > 0) return;
+    (void)device.release(page.physical, options.page_bytes);
+    page_slots.erase(page_key(p));
+    free_page_slots.push_back(slot);
     mapped_bytes -= options.page_bytes;
     if (host_mapped)
       ::madvise(reinterpret_cast<void*>(base + p * options.page_bytes), options.page_bytes, MADV_DONTNEED);
@@ -127,7 +212,7 @@ struct VmmAllocator::State {
     r->requested_bytes = requested;
     r->rounded_bytes = rounded;
     r->bytes_in_use = stats.bytes_in_use;
-    r->live_allocations = live.size();
+    r->live_allocations = live_slots.size();
     r->pool_bytes = mapped_bytes;
     r->bytes_limit = options.limit_bytes;
     r->device_total_bytes = device.total_bytes();
@@ -145,7 +230,15 @@ VmmAllocator::VmmAllocator(DeviceMemory& device, VmmOptions options)
 
 VmmAllocator::~VmmAllocator() {
   State& s = *state_;
-  for (auto& [index, page] : s.pages) (void)s.device.release(page.physical, s.options.page_bytes);
+  // Free slots hold stale entries: mark them, then release what the live ones hold.
+  for (uint32_t slot : s.free_page_slots) s.page_pool[slot].users = 0;
+  for (const auto& page : s.page_pool) {
+    if (page.users > 0) (void)s.device.release(page.physical, s.options.page_bytes);
+  }
+  for (uint32_t slot : s.free_live_slots) s.live_pool[slot].run_pages = 0;
+  for (const auto& buffer : s.live_pool) {
+    if (buffer.run_pages > 0) (void)s.device.release(buffer.run, buffer.run_pages * s.options.page_bytes);
+  }
   if (s.host_mapped) ::munmap(reinterpret_cast<void*>(s.base), s.options.virtual_bytes);
 }
 
@@ -160,7 +253,8 @@ Expected<void*> VmmAllocator::allocate(uint64_t size_bytes, std::string_view /*t
   auto fit = s.free_by_size.lower_bound({rounded, 0});
   if (fit == s.free_by_size.end()) return s.oom(size_bytes, rounded, "no virtual range left");
   const auto [hole_size, offset] = *fit;
-  if (Status mapped = s.map_pages(offset, rounded); !mapped.ok()) {
+  State::Live buffer{offset, rounded};
+  if (Status mapped = s.map_pages(offset, rounded, buffer); !mapped.ok()) {
     return s.oom(size_bytes, rounded, mapped.error().message());
   }
   s.free_by_size.erase(fit);
@@ -170,7 +264,16 @@ Expected<void*> VmmAllocator::allocate(uint64_t size_bytes, std::string_view /*t
     s.free_by_size.emplace(hole_size - rounded, offset + rounded);
   }
   const uintptr_t address = s.base + offset;
-  s.live.emplace(address, State::Live{offset, rounded});
+  uint32_t slot;
+  if (!s.free_live_slots.empty()) {
+    slot = s.free_live_slots.back();
+    s.free_live_slots.pop_back();
+    s.live_pool[slot] = buffer;
+  } else {
+    slot = static_cast<uint32_t>(s.live_pool.size());
+    s.live_pool.push_back(buffer);
+  }
+  s.live_slots.insert(address, slot);
   ++s.stats.num_allocs;
   s.stats.bytes_in_use += rounded;
   s.stats.peak_bytes_in_use = std::max(s.stats.peak_bytes_in_use, s.stats.bytes_in_use);
@@ -182,15 +285,15 @@ Status VmmAllocator::deallocate(void* ptr) {
   if (ptr == nullptr) return ok_status();
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.live.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == s.live.end()) {
+  const uint32_t slot = s.live_slots.erase(reinterpret_cast<uintptr_t>(ptr));
+  if (slot == detail::PtrMap::kNotFound) {
     return failed_precondition(fmt::format(
         "{}: deallocate({}) of a pointer it did not allocate or already freed", s.options.name, ptr));
   }
-  const State::Live l = it->second;
-  s.live.erase(it);
+  State::Live l = s.live_pool[slot];
+  s.free_live_slots.push_back(slot);
   s.stats.bytes_in_use -= l.size;
-  for (uint64_t p = s.first_page(l.offset); p <= s.last_page(l.offset, l.size); ++p) s.unuse_page(p);
+  s.unmap_pages(l);
   s.insert_free(l.offset, l.size);
   return ok_status();
 }

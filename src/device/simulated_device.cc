@@ -52,7 +52,20 @@ Expected<void*> SimulatedDevice::reserve(uint64_t size_bytes) {
                     format_bytes(size_bytes), format_bytes(options_.capacity_bytes - used_bytes_)));
   };
   if (!rounded || *rounded > options_.capacity_bytes - used_bytes_) return oom();
+  if (auto q = quick_.find(*rounded); q != quick_.end() && !q->second.empty()) {
+    const uint64_t offset = q->second.back();
+    q->second.pop_back();
+    --quick_ranges_;
+    live_.emplace(offset, *rounded);
+    used_bytes_ += *rounded;
+    peak_used_bytes_ = std::max(peak_used_bytes_, used_bytes_);
+    return reinterpret_cast<void*>(base_ + offset);
+  }
   auto fit = free_by_size_.lower_bound({*rounded, 0});
+  if (fit == free_by_size_.end() && quick_ranges_ > 0) {
+    flush_quick_lists();
+    fit = free_by_size_.lower_bound({*rounded, 0});
+  }
   if (fit == free_by_size_.end()) return oom();  // enough bytes free, but not in one range
   const auto [range_size, offset] = *fit;
   free_by_size_.erase(fit);
@@ -85,6 +98,32 @@ Status SimulatedDevice::release(void* ptr, uint64_t size_bytes) {
   }
   live_.erase(it);
   used_bytes_ -= size;
+  constexpr uint64_t kQuickMaxBytes = 2ull << 20;
+  constexpr uint64_t kQuickMaxRanges = 1 << 16;
+  if (size <= kQuickMaxBytes && quick_ranges_ < kQuickMaxRanges) {
+    quick_[size].push_back(offset);
+    ++quick_ranges_;
+    if (options_.host_backed) {
+      constexpr uint64_t kPage = 4096;
+      const uint64_t begin = round_up(base_ + offset, kPage);
+      const uint64_t end = (base_ + offset + size) / kPage * kPage;
+      if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    }
+    return ok_status();
+  }
+  insert_free_range(offset, size);
+  return ok_status();
+}
+
+void SimulatedDevice::flush_quick_lists() {
+  for (auto& [size, offsets] : quick_) {
+    for (uint64_t offset : offsets) insert_free_range(offset, size);
+    offsets.clear();
+  }
+  quick_ranges_ = 0;
+}
+
+void SimulatedDevice::insert_free_range(uint64_t offset, uint64_t size) {
   // Coalesce with free neighbours on both sides.
   auto next = free_by_offset_.lower_bound(offset);
   if (next != free_by_offset_.end() && next->first == offset + size) {
@@ -110,7 +149,6 @@ Status SimulatedDevice::release(void* ptr, uint64_t size_bytes) {
     const uint64_t end = (base_ + offset + size) / kPage * kPage;
     if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
   }
-  return ok_status();
 }
 
 uint64_t SimulatedDevice::free_bytes() const {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "cli.h"
@@ -92,6 +93,29 @@ TEST(EnvCommand, BadInputExitsTwoWithOneLineAndNoStdout) {
   CliRun bad_capacity = run_env({}, {"--capacity", "lots"});
   EXPECT_EQ(bad_capacity.code, 2);
   EXPECT_NE(bad_capacity.err.find("--capacity"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace memfit::cli
+
+namespace memfit::cli {
+namespace {
+
+TEST(BenchCommand, JsonHasEveryAllocatorAndMallocAtEachSize) {
+  std::ostringstream out;
+  std::ostringstream err;
+  const Environment env;
+  ASSERT_EQ(run({"bench", "--json", "--samples", "1", "--pairs", "200"}, Io{out, err, env}), 0) << err.str();
+  const auto j = nlohmann::json::parse(out.str());
+  std::map<uint64_t, std::set<std::string>> seen;
+  for (const auto& r : j["results"]) {
+    EXPECT_GT(r["median_ns"].get<double>(), 0.0);
+    seen[r["size_bytes"].get<uint64_t>()].insert(r["allocator"].get<std::string>());
+  }
+  ASSERT_EQ(seen.size(), 4u);  // 256 B, 64 KiB, 1 MiB, 64 MiB
+  for (const auto& [size, names] : seen) {
+    EXPECT_EQ(names, (std::set<std::string>{"malloc", "bfc", "bfc-growth", "platform", "vmm"})) << size;
+  }
 }
 
 }  // namespace

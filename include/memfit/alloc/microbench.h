@@ -13,7 +13,7 @@
 namespace memfit {
 
 struct MicrobenchResult {
-  std::string allocator;  // "bfc", "bfc-growth", "platform", "malloc"
+  std::string allocator;  // "bfc", "bfc-growth", "platform", "vmm", "malloc"
   uint64_t size_bytes = 0;
   double median_ns = 0;  // per alloc+free pair
   double ratio_to_malloc = 0;

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "memfit/device/device_memory.h"
 
@@ -48,6 +50,8 @@ class SimulatedDevice final : public DeviceMemory {
 
  private:
   SimulatedDevice(SimulatedDeviceOptions options, uintptr_t base);
+  void insert_free_range(uint64_t offset, uint64_t size);  // coalescing
+  void flush_quick_lists();
 
   SimulatedDeviceOptions options_;
   uintptr_t base_;
@@ -57,7 +61,12 @@ class SimulatedDevice final : public DeviceMemory {
   uint64_t reserve_calls_ = 0;
   std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset): best fit, lowest address
-  std::map<uint64_t, uint64_t> live_;                     // offset -> rounded size
+  std::unordered_map<uint64_t, uint64_t> live_;           // offset -> rounded size
+  // Released ranges of small sizes (<= 2 MiB: the pages of a page-mapped pool) wait on a LIFO per size
+  // instead of being coalesced at once, so reserving that size again is O(1). Used/free accounting is
+  // exact; a reserve that finds no range flushes them back first.
+  std::unordered_map<uint64_t, std::vector<uint64_t>> quick_;
+  uint64_t quick_ranges_ = 0;
 };
 
 }  // namespace memfit
