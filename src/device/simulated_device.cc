@@ -98,9 +98,8 @@ Status SimulatedDevice::release(void* ptr, uint64_t size_bytes) {
   }
   live_.erase(it);
   used_bytes_ -= size;
-  constexpr uint64_t kQuickMaxBytes = 2ull << 20;
   constexpr uint64_t kQuickMaxRanges = 1 << 16;
-  if (size <= kQuickMaxBytes && quick_ranges_ < kQuickMaxRanges) {
+  if (quick_ranges_ < kQuickMaxRanges) {
     quick_[size].push_back(offset);
     ++quick_ranges_;
     if (options_.host_backed) {

@@ -62,9 +62,9 @@ class SimulatedDevice final : public DeviceMemory {
   std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
   std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset): best fit, lowest address
   std::unordered_map<uint64_t, uint64_t> live_;           // offset -> rounded size
-  // Released ranges of small sizes (<= 2 MiB: the pages of a page-mapped pool) wait on a LIFO per size
-  // instead of being coalesced at once, so reserving that size again is O(1). Used/free accounting is
-  // exact; a reserve that finds no range flushes them back first.
+  // Released ranges wait on a LIFO per size ("quick list") instead of being coalesced at once, so the
+  // sizes a training loop asks for again and again are O(1). Used/free accounting is exact; only placement
+  // differs, and a reserve that finds no fitting range flushes the quick lists back first.
   std::unordered_map<uint64_t, std::vector<uint64_t>> quick_;
   uint64_t quick_ranges_ = 0;
 };
