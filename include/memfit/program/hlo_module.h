@@ -1,0 +1,88 @@
+// memfit/program/hlo_module.h - an XLA HLO module read from its text (`compiled.as_text()` or a dump's
+// `*after_optimizations.txt`): computations in schedule order, instructions with shapes, operands, called
+// computations and the JAX op that made them, and the entry's input/output aliasing (donation).
+//
+// Sizes follow XLA (../shared/FACTS.md §5, checked against compiled.memory_analysis() on every shared
+// program): an array is elements x element size (packed sub-byte types when the layout says E(n)); a tuple
+// is a table of 8-byte pointers to its elements. argument bytes = the entry parameters' arrays; output
+// bytes = the root's arrays plus its tuple table; alias bytes = the outputs that reuse a donated argument.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memfit/core/dtype.h"
+#include "memfit/core/status.h"
+
+namespace memfit {
+
+struct Shape {
+  PrimitiveType type = PrimitiveType::kTuple;
+  std::vector<uint64_t> dims;
+  uint32_t packed_element_bits = 0;  // the layout's E(n); 0 when absent
+  std::vector<Shape> elements;       // a tuple's elements
+
+  bool is_tuple() const { return type == PrimitiveType::kTuple; }
+  // Bytes of this buffer alone: an array's data, or a tuple's pointer table.
+  uint64_t own_bytes() const;
+  // Bytes of every array below (leaves of a tuple), without tuple tables.
+  uint64_t leaf_bytes() const;
+  uint64_t leaf_count() const;
+  // The sub-shape at a tuple index path ({} = this shape); nullptr when the path does not exist.
+  const Shape* at(const std::vector<uint64_t>& index) const;
+  std::string to_string() const;  // "f32[2048,1024]", "(f32[4], s32[])"
+};
+
+struct HloInstruction {
+  std::string name;    // without the '%'
+  std::string opcode;  // "fusion", "parameter", "get-tuple-element", ...
+  Shape shape;
+  std::vector<std::string> operands;  // instruction names
+  std::vector<std::string> called;    // computations: calls=, to_apply=, condition=, body=, branches
+  std::string op_name;                // metadata={op_name="jit(step)/..."}
+  int64_t parameter_number = -1;      // parameter(N)
+  int64_t tuple_index = -1;           // get-tuple-element index=N
+  bool is_root = false;
+  uint64_t line = 0;
+};
+
+struct HloComputation {
+  std::string name;
+  bool is_entry = false;
+  std::vector<HloInstruction> instructions;  // in the module's schedule order
+
+  const HloInstruction* root() const;
+};
+
+struct HloAlias {
+  std::vector<uint64_t> output_index;
+  int64_t parameter = 0;
+  std::vector<uint64_t> parameter_index;
+  bool must_alias = false;
+};
+
+struct HloModule {
+  std::string name;
+  bool is_scheduled = false;
+  std::vector<HloAlias> aliases;
+  std::vector<HloComputation> computations;
+
+  const HloComputation* entry() const;
+  const HloComputation* find(std::string_view computation_name) const;
+};
+
+// Errors name the line and what was expected there. Every size is checked (no overflow).
+Expected<HloModule> parse_hlo_module(std::string_view text);
+
+struct EntrySizes {
+  uint64_t argument_bytes = 0;
+  uint64_t output_bytes = 0;
+  uint64_t alias_bytes = 0;
+};
+
+// compiled.memory_analysis()'s argument, output and alias sizes, from the entry computation.
+Expected<EntrySizes> entry_sizes(const HloModule& module);
+
+}  // namespace memfit

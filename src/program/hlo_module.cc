@@ -1,0 +1,453 @@
+#include "memfit/program/hlo_module.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <charconv>
+
+#include "memfit/core/checked.h"
+
+namespace memfit {
+namespace {
+
+class Cursor {
+ public:
+  Cursor(std::string_view text, uint64_t line) : s_(text), line_(line) {}
+
+  void skip_space() {
+    while (pos_ < s_.size()) {
+      if (std::isspace(static_cast<unsigned char>(s_[pos_]))) {
+        ++pos_;
+      } else if (s_.substr(pos_, 2) == "/*") {  // "/*index=5*/" inside tuples
+        const size_t end = s_.find("*/", pos_ + 2);
+        pos_ = end == std::string_view::npos ? s_.size() : end + 2;
+      } else {
+        break;
+      }
+    }
+  }
+  bool eat(char c) {
+    skip_space();
+    if (pos_ < s_.size() && s_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  char peek() {
+    skip_space();
+    return pos_ < s_.size() ? s_[pos_] : '\0';
+  }
+  std::string_view word() {  // [A-Za-z0-9_.-]+
+    skip_space();
+    const size_t start = pos_;
+    while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_' ||
+                                s_[pos_] == '.' || s_[pos_] == '-')) {
+      ++pos_;
+    }
+    return s_.substr(start, pos_ - start);
+  }
+  Expected<uint64_t> number() {
+    skip_space();
+    uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(s_.data() + pos_, s_.data() + s_.size(), v);
+    if (ec != std::errc()) return error("a number");
+    pos_ = static_cast<size_t>(end - s_.data());
+    return v;
+  }
+  // The text up to the bracket that closes the one just consumed, respecting nesting and quotes.
+  Expected<std::string_view> until_close(char open, char close) {
+    int depth = 1;
+    bool quoted = false;
+    const size_t start = pos_;
+    for (; pos_ < s_.size(); ++pos_) {
+      const char c = s_[pos_];
+      if (quoted) {
+        if (c == '\\')
+          ++pos_;
+        else if (c == '"')
+          quoted = false;
+      } else if (c == '"') {
+        quoted = true;
+      } else if (c == open) {
+        ++depth;
+      } else if (c == close && --depth == 0) {
+        return s_.substr(start, pos_++ - start);
+      }
+    }
+    return error(fmt::format("a closing '{}'", close));
+  }
+  Error error(std::string_view expected) const {
+    return invalid_argument(fmt::format("line {}: expected {} at column {}", line_, expected, pos_ + 1));
+  }
+  std::string_view rest() const { return s_.substr(std::min(pos_, s_.size())); }
+  bool done() {
+    skip_space();
+    return pos_ >= s_.size();
+  }
+
+ private:
+  std::string_view s_;
+  size_t pos_ = 0;
+  uint64_t line_;
+};
+
+Expected<Shape> parse_shape(Cursor& c, int depth = 0) {
+  if (depth > 64) return c.error("a shape nested less than 64 deep");
+  Shape shape;
+  if (c.eat('(')) {
+    if (c.eat(')')) return shape;  // the empty tuple
+    while (true) {
+      MEMFIT_ASSIGN_OR_RETURN(Shape element, parse_shape(c, depth + 1));
+      shape.elements.push_back(std::move(element));
+      if (c.eat(')')) return shape;
+      if (!c.eat(',')) return c.error("',' or ')' in a tuple shape");
+    }
+  }
+  const std::string_view type_name = c.word();
+  auto type = parse_primitive_type(type_name);
+  if (!type || *type == PrimitiveType::kTuple) return c.error(fmt::format("a shape, not '{}'", type_name));
+  shape.type = *type;
+  if (!c.eat('[')) return c.error("'[' after the element type");
+  if (!c.eat(']')) {
+    while (true) {
+      c.eat('<');  // dynamic dimension "<=N": its bound is what is allocated
+      c.eat('=');
+      MEMFIT_ASSIGN_OR_RETURN(uint64_t d, c.number());
+      shape.dims.push_back(d);
+      if (c.eat(']')) break;
+      if (!c.eat(',')) return c.error("',' or ']' in the dimensions");
+    }
+  }
+  if (c.peek() == '{') {
+    c.eat('{');
+    MEMFIT_ASSIGN_OR_RETURN(std::string_view layout, c.until_close('{', '}'));
+    if (const size_t e = layout.find("E("); e != std::string_view::npos) {
+      uint32_t bits = 0;
+      std::from_chars(layout.data() + e + 2, layout.data() + layout.size(), bits);
+      shape.packed_element_bits = bits;
+    }
+  }
+  return shape;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+// Splits at top-level commas (outside (), {}, [] and quotes).
+std::vector<std::string_view> split_top(std::string_view s) {
+  std::vector<std::string_view> out;
+  int depth = 0;
+  bool quoted = false;
+  size_t start = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
+    if (quoted) {
+      if (ch == '\\')
+        ++i;
+      else if (ch == '"')
+        quoted = false;
+    } else if (ch == '"') {
+      quoted = true;
+    } else if (ch == '(' || ch == '{' || ch == '[') {
+      ++depth;
+    } else if (ch == ')' || ch == '}' || ch == ']') {
+      --depth;
+    } else if (ch == ',' && depth == 0) {
+      out.push_back(trim(s.substr(start, i - start)));
+      start = i + 1;
+    }
+  }
+  if (!trim(s.substr(start)).empty()) out.push_back(trim(s.substr(start)));
+  return out;
+}
+
+// Every "%name" in a value ("%a", "{%a, %b}").
+void names_in(std::string_view value, std::vector<std::string>& out) {
+  for (size_t at = value.find('%'); at != std::string_view::npos; at = value.find('%', at + 1)) {
+    size_t end = at + 1;
+    while (end < value.size() && (std::isalnum(static_cast<unsigned char>(value[end])) || value[end] == '_' ||
+                                  value[end] == '.' || value[end] == '-')) {
+      ++end;
+    }
+    if (end > at + 1) out.emplace_back(value.substr(at + 1, end - at - 1));
+  }
+}
+
+Expected<std::vector<uint64_t>> parse_index(std::string_view braces, uint64_t line) {
+  std::vector<uint64_t> index;
+  for (std::string_view part : split_top(trim(braces))) {
+    uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (ec != std::errc() || end != part.data() + part.size()) {
+      return invalid_argument(fmt::format("line {}: bad shape index '{{{}}}'", line, braces));
+    }
+    index.push_back(v);
+  }
+  return index;
+}
+
+// input_output_alias={ {0}: (0, {}, may-alias), {1, 2}: (1, {0}, must-alias) }
+Expected<std::vector<HloAlias>> parse_aliases(std::string_view body, uint64_t line) {
+  std::vector<HloAlias> aliases;
+  Cursor c(body, line);
+  while (!c.done()) {
+    if (!c.eat('{')) return c.error("'{' opening an output index");
+    MEMFIT_ASSIGN_OR_RETURN(std::string_view out_index, c.until_close('{', '}'));
+    if (!c.eat(':') || !c.eat('(')) return c.error("': (' after an output index");
+    MEMFIT_ASSIGN_OR_RETURN(std::string_view target, c.until_close('(', ')'));
+    const auto parts = split_top(target);
+    if (parts.size() < 2) return c.error("(parameter, {index}, kind)");
+    HloAlias a;
+    MEMFIT_ASSIGN_OR_RETURN(a.output_index, parse_index(out_index, line));
+    const auto [end, ec] = std::from_chars(parts[0].data(), parts[0].data() + parts[0].size(), a.parameter);
+    if (ec != std::errc() || a.parameter < 0) return c.error("a parameter number");
+    std::string_view p_index = parts[1];
+    if (p_index.size() < 2 || p_index.front() != '{' || p_index.back() != '}')
+      return c.error("a parameter index");
+    MEMFIT_ASSIGN_OR_RETURN(a.parameter_index, parse_index(p_index.substr(1, p_index.size() - 2), line));
+    a.must_alias = parts.size() > 2 && parts[2] == "must-alias";
+    aliases.push_back(std::move(a));
+    c.eat(',');
+  }
+  return aliases;
+}
+
+Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line) {
+  HloInstruction inst;
+  inst.line = line;
+  std::string_view s = trim(text);
+  if (s.starts_with("ROOT ")) {
+    inst.is_root = true;
+    s.remove_prefix(5);
+  }
+  const size_t eq = s.find(" = ");
+  if (eq == std::string_view::npos)
+    return invalid_argument(fmt::format("line {}: expected 'name = shape opcode(...)'", line));
+  std::string_view name = trim(s.substr(0, eq));
+  if (name.starts_with('%')) name.remove_prefix(1);
+  if (name.empty()) return invalid_argument(fmt::format("line {}: an instruction without a name", line));
+  inst.name = std::string(name);
+  Cursor c(s.substr(eq + 3), line);
+  MEMFIT_ASSIGN_OR_RETURN(inst.shape, parse_shape(c));
+  const std::string_view opcode = c.word();
+  if (opcode.empty() || !c.eat('(')) return c.error("an opcode and '('");
+  inst.opcode = std::string(opcode);
+  MEMFIT_ASSIGN_OR_RETURN(std::string_view operands, c.until_close('(', ')'));
+  if (inst.opcode == "parameter") {
+    int64_t n = -1;
+    std::from_chars(operands.data(), operands.data() + operands.size(), n);
+    if (n < 0) return c.error("parameter(N)");
+    inst.parameter_number = n;
+  } else if (inst.opcode != "constant") {
+    for (std::string_view op : split_top(operands))
+      names_in(op.substr(op.rfind(' ') == std::string_view::npos ? 0 : op.rfind(' ')), inst.operands);
+  }
+  std::string_view attributes = c.rest();
+  for (std::string_view attr : split_top(attributes)) {
+    const size_t e = attr.find('=');
+    if (e == std::string_view::npos) continue;
+    const std::string_view key = trim(attr.substr(0, e));
+    const std::string_view value = trim(attr.substr(e + 1));
+    if (key == "calls" || key == "to_apply" || key == "condition" || key == "body" ||
+        key == "branch_computations" || key == "true_computation" || key == "false_computation" ||
+        key == "called_computations") {
+      names_in(value, inst.called);
+    } else if (key == "index") {
+      std::from_chars(value.data(), value.data() + value.size(), inst.tuple_index);
+    } else if (key == "metadata") {
+      if (const size_t at = value.find("op_name=\""); at != std::string_view::npos) {
+        const size_t end = value.find('"', at + 9);
+        if (end != std::string_view::npos) inst.op_name = std::string(value.substr(at + 9, end - at - 9));
+      }
+    }
+  }
+  return inst;
+}
+
+}  // namespace
+
+uint64_t Shape::own_bytes() const {
+  if (is_tuple()) return kTuplePointerBytes * elements.size();
+  auto bytes = array_bytes(type, dims, packed_element_bits);
+  return bytes.ok() ? *bytes : 0;  // sizes were checked when parsed
+}
+
+uint64_t Shape::leaf_bytes() const {
+  if (!is_tuple()) return own_bytes();
+  uint64_t total = 0;
+  for (const Shape& e : elements) total += e.leaf_bytes();
+  return total;
+}
+
+uint64_t Shape::leaf_count() const {
+  if (!is_tuple()) return 1;
+  uint64_t n = 0;
+  for (const Shape& e : elements) n += e.leaf_count();
+  return n;
+}
+
+const Shape* Shape::at(const std::vector<uint64_t>& index) const {
+  const Shape* s = this;
+  for (uint64_t i : index) {
+    if (!s->is_tuple() || i >= s->elements.size()) return nullptr;
+    s = &s->elements[i];
+  }
+  return s;
+}
+
+std::string Shape::to_string() const {
+  if (is_tuple()) {
+    std::string out = "(";
+    for (size_t i = 0; i < elements.size(); ++i) out += (i ? ", " : "") + elements[i].to_string();
+    return out + ")";
+  }
+  std::string out = fmt::format("{}[", primitive_type_name(type));
+  for (size_t i = 0; i < dims.size(); ++i) out += fmt::format("{}{}", i ? "," : "", dims[i]);
+  return out + "]";
+}
+
+const HloInstruction* HloComputation::root() const {
+  for (const HloInstruction& i : instructions) {
+    if (i.is_root) return &i;
+  }
+  return instructions.empty() ? nullptr : &instructions.back();
+}
+
+const HloComputation* HloModule::entry() const {
+  for (const HloComputation& c : computations) {
+    if (c.is_entry) return &c;
+  }
+  return nullptr;
+}
+
+const HloComputation* HloModule::find(std::string_view computation_name) const {
+  for (const HloComputation& c : computations) {
+    if (c.name == computation_name) return &c;
+  }
+  return nullptr;
+}
+
+Expected<HloModule> parse_hlo_module(std::string_view text) {
+  HloModule module;
+  uint64_t number = 0;
+  size_t pos = 0;
+  bool saw_header = false;
+  bool in_side_table = false;
+  HloComputation* current = nullptr;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = trim(text.substr(pos, end - pos));
+    pos = end + 1;
+    ++number;
+    if (line.empty()) {
+      in_side_table = false;
+      continue;
+    }
+    if (line.starts_with("//") || in_side_table) continue;
+    if (!saw_header) {
+      if (!line.starts_with("HloModule "))
+        return invalid_argument("line 1: not an HLO module (no 'HloModule' header)");
+      saw_header = true;
+      const auto parts = split_top(line.substr(10));
+      if (parts.empty()) return invalid_argument("line 1: the module has no name");
+      module.name = std::string(parts[0]);
+      for (size_t i = 1; i < parts.size(); ++i) {
+        const size_t e = parts[i].find('=');
+        if (e == std::string_view::npos) continue;
+        const std::string_view key = parts[i].substr(0, e);
+        const std::string_view value = trim(parts[i].substr(e + 1));
+        if (key == "is_scheduled") module.is_scheduled = value == "true";
+        if (key == "input_output_alias") {
+          if (value.size() < 2 || value.front() != '{' || value.back() != '}') {
+            return invalid_argument("line 1: input_output_alias is not in braces");
+          }
+          MEMFIT_ASSIGN_OR_RETURN(module.aliases, parse_aliases(value.substr(1, value.size() - 2), number));
+        }
+      }
+      continue;
+    }
+    if (current == nullptr && (line == "FileNames" || line == "FunctionNames" || line == "FileLocations" ||
+                               line == "StackFrames")) {
+      in_side_table = true;  // stack-frame tables of newer XLA: numbered lines up to a blank line
+      continue;
+    }
+    if (current == nullptr) {
+      // "[ENTRY ]%name (params) -> shape {"
+      if (line.back() != '{')
+        return invalid_argument(fmt::format("line {}: expected a computation header ending in '{{'", number));
+      HloComputation computation;
+      std::string_view header = line;
+      if (header.starts_with("ENTRY ")) {
+        computation.is_entry = true;
+        header.remove_prefix(6);
+      }
+      std::string_view name = header.substr(0, header.find_first_of(" ("));
+      if (name.starts_with('%')) name.remove_prefix(1);
+      if (name.empty()) return invalid_argument(fmt::format("line {}: a computation without a name", number));
+      computation.name = std::string(name);
+      module.computations.push_back(std::move(computation));
+      current = &module.computations.back();
+      continue;
+    }
+    if (line == "}") {
+      current = nullptr;
+      continue;
+    }
+    MEMFIT_ASSIGN_OR_RETURN(HloInstruction inst, parse_instruction(line, number));
+    current->instructions.push_back(std::move(inst));
+  }
+  if (!saw_header) return invalid_argument("empty input: not an HLO module");
+  if (current != nullptr)
+    return invalid_argument(
+        fmt::format("line {}: the text ends inside computation '{}' (truncated?)", number, current->name));
+  if (module.entry() == nullptr) return invalid_argument("the module has no ENTRY computation");
+  // Shapes were parsed unchecked: reject any whose byte count overflows.
+  for (const HloComputation& c : module.computations) {
+    for (const HloInstruction& i : c.instructions) {
+      std::vector<const Shape*> stack{&i.shape};
+      while (!stack.empty()) {
+        const Shape* s = stack.back();
+        stack.pop_back();
+        if (!s->is_tuple() && !array_bytes(s->type, s->dims, s->packed_element_bits).ok()) {
+          return invalid_argument(
+              fmt::format("line {}: the shape of '{}' overflows 64 bits", i.line, i.name));
+        }
+        for (const Shape& e : s->elements) stack.push_back(&e);
+      }
+    }
+  }
+  return module;
+}
+
+Expected<EntrySizes> entry_sizes(const HloModule& module) {
+  const HloComputation* entry = module.entry();
+  if (entry == nullptr) return invalid_argument("the module has no ENTRY computation");
+  EntrySizes sizes;
+  for (const HloInstruction& i : entry->instructions) {
+    if (i.opcode == "parameter") sizes.argument_bytes += i.shape.leaf_bytes();
+  }
+  const HloInstruction* root = entry->root();
+  if (root == nullptr) return invalid_argument("the ENTRY computation is empty");
+  // Arrays plus the pointer table of every tuple in the output.
+  std::vector<const Shape*> stack{&root->shape};
+  while (!stack.empty()) {
+    const Shape* s = stack.back();
+    stack.pop_back();
+    sizes.output_bytes += s->own_bytes();
+    for (const Shape& e : s->elements) stack.push_back(&e);
+  }
+  for (const HloAlias& a : module.aliases) {
+    const Shape* out = root->shape.at(a.output_index);
+    if (out == nullptr)
+      return invalid_argument("input_output_alias names an output index the root does not have");
+    sizes.alias_bytes += out->leaf_bytes();
+  }
+  return sizes;
+}
+
+}  // namespace memfit

@@ -1,0 +1,130 @@
+// The HLO importer on every shared program: argument, output and alias bytes exactly as XLA's
+// compiled.memory_analysis() reported them (tests/data/xla/programs.json).
+#include "memfit/program/hlo_module.h"
+
+#include <gtest/gtest.h>
+
+#include "memfit/core/file_io.h"
+#include "memfit/core/json.h"
+
+namespace memfit {
+namespace {
+
+std::string data(const std::string& name) { return std::string(MEMFIT_TEST_DATA_DIR) + "/xla/" + name; }
+
+TEST(HloModule, EntrySizesMatchXlaOnEveryProgram) {
+  auto text = read_file(data("programs.json"));
+  ASSERT_TRUE(text.ok());
+  auto programs = parse_json(*text, "programs.json");
+  ASSERT_TRUE(programs.ok());
+  int checked = 0;
+  for (const Json& p : (*programs)["programs"]) {
+    const std::string name = p["name"];
+    SCOPED_TRACE(name);
+    auto hlo = read_file(data(name + ".hlo.txt.gz"));
+    ASSERT_TRUE(hlo.ok()) << hlo.error().message();
+    auto module = parse_hlo_module(*hlo);
+    ASSERT_TRUE(module.ok()) << module.error().message();
+    EXPECT_TRUE(module->is_scheduled);
+    auto sizes = entry_sizes(*module);
+    ASSERT_TRUE(sizes.ok()) << sizes.error().message();
+    const Json& xla = p["xla_memory_analysis"];
+    EXPECT_EQ(sizes->argument_bytes, xla["argument_size_in_bytes"].get<uint64_t>());
+    EXPECT_EQ(sizes->output_bytes, xla["output_size_in_bytes"].get<uint64_t>());
+    EXPECT_EQ(sizes->alias_bytes, xla["alias_size_in_bytes"].get<uint64_t>());
+    ++checked;
+  }
+  EXPECT_EQ(checked, 8);
+}
+
+TEST(HloModule, InstructionsCarryOperandsCalledComputationsAndOpNames) {
+  auto hlo = read_file(data("mlp_fp32_donate.hlo.txt.gz"));
+  auto module = parse_hlo_module(*hlo);
+  ASSERT_TRUE(module.ok());
+  EXPECT_EQ(module->name, "jit_step");
+  const HloComputation* entry = module->entry();
+  ASSERT_NE(entry, nullptr);
+  const HloInstruction* root = entry->root();
+  ASSERT_NE(root, nullptr);
+  EXPECT_EQ(root->opcode, "tuple");
+  EXPECT_TRUE(root->shape.is_tuple());
+  EXPECT_EQ(root->operands.size(), root->shape.elements.size());
+  int fusions = 0;
+  int parameters = 0;
+  for (const HloInstruction& i : entry->instructions) {
+    if (i.opcode == "fusion") {
+      ++fusions;
+      ASSERT_EQ(i.called.size(), 1u) << i.name;
+      EXPECT_NE(module->find(i.called[0]), nullptr) << i.called[0];
+    }
+    if (i.opcode == "parameter") ++parameters;
+    if (i.opcode == "get-tuple-element") {
+      EXPECT_GE(i.tuple_index, 0) << i.name;
+    }
+  }
+  EXPECT_GT(fusions, 10);
+  // Donation: each alias pairs an output with a parameter of the same size.
+  ASSERT_FALSE(module->aliases.empty());
+  EXPECT_LT(module->aliases.size(), static_cast<size_t>(parameters));  // the batch is not donated
+  for (const HloAlias& a : module->aliases) {
+    const HloInstruction* param = nullptr;
+    for (const HloInstruction& i : entry->instructions) {
+      if (i.parameter_number == a.parameter) param = &i;
+    }
+    ASSERT_NE(param, nullptr) << a.parameter;
+    const Shape* out = root->shape.at(a.output_index);
+    ASSERT_NE(out, nullptr);
+    EXPECT_EQ(out->leaf_bytes(), param->shape.at(a.parameter_index)->leaf_bytes()) << a.parameter;
+  }
+  bool jax_op = false;
+  for (const HloInstruction& i : entry->instructions) jax_op = jax_op || i.op_name.starts_with("jit(step)/");
+  EXPECT_TRUE(jax_op);
+}
+
+TEST(HloModule, ShapesTuplesAndPackedTypes) {
+  auto module = parse_hlo_module(
+      "HloModule m, is_scheduled=true, input_output_alias={ {1}: (0, {}, may-alias) }\n"
+      "ENTRY %main (p: s4[1000]) -> (s4[1000], f32[2,3]) {\n"
+      "  %p = s4[1000]{0:E(4)} parameter(0)\n"
+      "  %c = f32[2,3]{1,0} constant({...})\n"
+      "  ROOT %t = (f32[2,3]{1,0}, /*index=1*/s4[1000]{0:E(4)}) tuple(%c, %p)\n"
+      "}\n");
+  ASSERT_TRUE(module.ok()) << module.error().message();
+  auto sizes = entry_sizes(*module);
+  ASSERT_TRUE(sizes.ok());
+  EXPECT_EQ(sizes->argument_bytes, 500u);            // packed 4-bit
+  EXPECT_EQ(sizes->output_bytes, 24u + 500u + 16u);  // arrays + a 2-entry pointer table
+  EXPECT_EQ(sizes->alias_bytes, 500u);
+  EXPECT_EQ(module->entry()->root()->shape.to_string(), "(f32[2,3], s4[1000])");
+  EXPECT_EQ(module->entry()->root()->operands, (std::vector<std::string>{"c", "p"}));
+}
+
+std::string error_of(std::string_view text) {
+  auto m = parse_hlo_module(text);
+  EXPECT_FALSE(m.ok());
+  return m.ok() ? "" : m.error().message();
+}
+
+TEST(HloModule, MalformedOrTruncatedInputNamesTheLine) {
+  EXPECT_NE(error_of("hello").find("not an HLO module"), std::string::npos);
+  EXPECT_NE(error_of("HloModule m\nENTRY %e () -> f32[] {\n  %x = f32[ parameter(0)\n}\n").find("line 3"),
+            std::string::npos);
+  EXPECT_NE(error_of("HloModule m\nENTRY %e () -> f32[] {\n  %x = f32[] parameter(0)\n").find("truncated"),
+            std::string::npos);
+  EXPECT_NE(error_of("HloModule m\nENTRY %e () -> f32[] {\n  %x = blob[] parameter(0)\n}\n").find("line 3"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of("HloModule m\nENTRY %e () -> f32[] {\n  %x = f32[4294967296,4294967296,16] parameter(0)\n}\n")
+          .find("overflows"),
+      std::string::npos);
+  EXPECT_NE(error_of("HloModule m\n%c () -> f32[] {\n  ROOT %x = f32[] parameter(0)\n}\n").find("no ENTRY"),
+            std::string::npos);
+  auto hlo = read_file(data("mlp_fp32.hlo.txt.gz"));
+  ASSERT_TRUE(hlo.ok());
+  for (size_t cut : {hlo->size() / 3, hlo->size() - 3}) {
+    EXPECT_FALSE(parse_hlo_module(std::string_view(*hlo).substr(0, cut)).ok()) << cut;
+  }
+}
+
+}  // namespace
+}  // namespace memfit
