@@ -5,21 +5,54 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <mutex>
-#include <set>
 #include <unordered_map>
 #include <vector>
 
+#include "memfit/alloc/bfc_allocator.h"
 #include "memfit/alloc/oom_report.h"
 #include "memfit/core/checked.h"
-#include "node_pool.h"
 #include "ptr_map.h"
 
 namespace memfit {
 namespace {
 constexpr uintptr_t kFakeVirtualBase = uintptr_t{0x7c0000000000};
 constexpr uint64_t kMaxRequestBytes = uint64_t{1} << 62;
+
+// The virtual range as a "device" of one reservation, so that XLA's BFC (best fit, coalescing, binned, with
+// its in-place fast path) places buffers in it. Only address space: physical pages are the VMM's business.
+class VirtualRange final : public DeviceMemory {
+ public:
+  VirtualRange(uintptr_t base, uint64_t size_bytes) : base_(base), size_bytes_(size_bytes) {}
+  Expected<void*> reserve(uint64_t size_bytes) override {
+    if (taken_ || size_bytes > size_bytes_) return resource_exhausted("no virtual range left");
+    taken_ = true;
+    return reinterpret_cast<void*>(base_);
+  }
+  Status release(void*, uint64_t) override {
+    taken_ = false;
+    return ok_status();
+  }
+  uint64_t total_bytes() const override { return size_bytes_; }
+  uint64_t free_bytes() const override { return taken_ ? 0 : size_bytes_; }
+  std::string name() const override { return "virtual range"; }
+
+ private:
+  uintptr_t base_;
+  uint64_t size_bytes_;
+  bool taken_ = false;  // touched only under the VMM's lock
+};
+
+BfcOptions virtual_placement(uint64_t virtual_bytes) {
+  BfcOptions o;
+  o.name = "vmm_virtual";
+  o.memory_limit_bytes = virtual_bytes;
+  o.allow_growth = false;
+  o.retry_wait = std::chrono::milliseconds(0);
+  // Always split off the rest: unused virtual tails would otherwise keep neighbours off their pages.
+  o.max_internal_fragmentation_bytes = kAllocationAlignment;
+  return o;
+}
 }  // namespace
 
 struct VmmAllocator::State {
@@ -36,8 +69,8 @@ struct VmmAllocator::State {
         host_mapped = true;
       }
     }
-    free_by_offset.emplace(0, options.virtual_bytes);
-    free_by_size.emplace(options.virtual_bytes, 0);
+    range = std::make_unique<VirtualRange>(base, options.virtual_bytes);
+    placement = std::make_unique<BfcAllocator>(*range, virtual_placement(options.virtual_bytes));
   }
 
   struct Page {
@@ -57,13 +90,9 @@ struct VmmAllocator::State {
   bool host_mapped = false;
 
   mutable std::mutex mu;  // held across page mapping: mapping is part of the placement decision
-  // Free virtual ranges, twice indexed; tree nodes come from `arena` (no malloc per placement).
-  detail::NodeArena arena;
-  std::map<uint64_t, uint64_t, std::less<>, detail::PoolAllocator<std::pair<const uint64_t, uint64_t>>>
-      free_by_offset{detail::PoolAllocator<std::pair<const uint64_t, uint64_t>>(&arena)};
-  // (size, offset): best fit, lowest address on ties
-  std::set<std::pair<uint64_t, uint64_t>, std::less<>, detail::PoolAllocator<std::pair<uint64_t, uint64_t>>>
-      free_by_size{detail::PoolAllocator<std::pair<uint64_t, uint64_t>>(&arena)};
+  // Where buffers go in the virtual range: XLA's best fit with coalescing (see bfc_allocator.h).
+  std::unique_ptr<VirtualRange> range;
+  std::unique_ptr<BfcAllocator> placement;
   // Edge pages in use (the virtual range may be huge, so only these are kept): page index -> slot.
   detail::PtrMap page_slots;
   std::vector<Page> page_pool;
@@ -186,26 +215,6 @@ struct VmmAllocator::State {
       ::madvise(reinterpret_cast<void*>(base + p * options.page_bytes), options.page_bytes, MADV_DONTNEED);
   }
 
-  void insert_free(uint64_t offset, uint64_t size) {
-    auto next = free_by_offset.lower_bound(offset);
-    if (next != free_by_offset.end() && next->first == offset + size) {
-      free_by_size.erase({next->second, next->first});
-      size += next->second;
-      next = free_by_offset.erase(next);
-    }
-    if (next != free_by_offset.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == offset) {
-        free_by_size.erase({prev->second, prev->first});
-        offset = prev->first;
-        size += prev->second;
-        free_by_offset.erase(prev);
-      }
-    }
-    free_by_offset.emplace(offset, size);
-    free_by_size.emplace(size, offset);
-  }
-
   Error oom(uint64_t requested, uint64_t rounded, const std::string& why) const {
     auto r = std::make_shared<OomReport>();
     r->allocator_name = options.name;
@@ -250,20 +259,15 @@ Expected<void*> VmmAllocator::allocate(uint64_t size_bytes, std::string_view /*t
   std::lock_guard<std::mutex> lock(s.mu);
   if (size_bytes > kMaxRequestBytes) return s.oom(size_bytes, size_bytes, "larger than any device");
   const uint64_t rounded = round_up(size_bytes, kAllocationAlignment);
-  auto fit = s.free_by_size.lower_bound({rounded, 0});
-  if (fit == s.free_by_size.end()) return s.oom(size_bytes, rounded, "no virtual range left");
-  const auto [hole_size, offset] = *fit;
+  auto placed = s.placement->allocate(rounded);
+  if (!placed.ok()) return s.oom(size_bytes, rounded, "no virtual range left");
+  const uintptr_t address = reinterpret_cast<uintptr_t>(*placed);
+  const uint64_t offset = address - s.base;
   State::Live buffer{offset, rounded};
   if (Status mapped = s.map_pages(offset, rounded, buffer); !mapped.ok()) {
+    (void)s.placement->deallocate(*placed);
     return s.oom(size_bytes, rounded, mapped.error().message());
   }
-  s.free_by_size.erase(fit);
-  s.free_by_offset.erase(offset);
-  if (hole_size > rounded) {
-    s.free_by_offset.emplace(offset + rounded, hole_size - rounded);
-    s.free_by_size.emplace(hole_size - rounded, offset + rounded);
-  }
-  const uintptr_t address = s.base + offset;
   uint32_t slot;
   if (!s.free_live_slots.empty()) {
     slot = s.free_live_slots.back();
@@ -294,8 +298,7 @@ Status VmmAllocator::deallocate(void* ptr) {
   s.free_live_slots.push_back(slot);
   s.stats.bytes_in_use -= l.size;
   s.unmap_pages(l);
-  s.insert_free(l.offset, l.size);
-  return ok_status();
+  return s.placement->deallocate(ptr);
 }
 
 AllocatorStats VmmAllocator::stats() const {
