@@ -5,25 +5,17 @@
 #include <set>
 #include <sstream>
 
-#include "cli.h"
+#include "cli_runner.h"
 #include "golden.h"
 
 namespace memfit::cli {
 namespace {
 
-struct CliRun {
-  int code;
-  std::string out;
-  std::string err;
-};
+using testing::CliRun;
 
 CliRun run_env(std::map<std::string, std::string, std::less<>> vars, std::vector<std::string> args) {
-  std::ostringstream out;
-  std::ostringstream err;
-  const Environment env(std::move(vars));
   args.insert(args.begin(), "env");
-  const int code = run(args, Io{out, err, env});
-  return {code, out.str(), err.str()};
+  return testing::run_cli(args, Environment(std::move(vars)));
 }
 
 struct Mode {

@@ -6,7 +6,7 @@
 
 #include <sstream>
 
-#include "cli.h"
+#include "../cli/cli_runner.h"
 #include "memfit/core/file_io.h"
 #include "memfit/diagnose/log_classifier.h"
 
@@ -205,19 +205,8 @@ TEST(Doctor, MissingProcessIsNotFound) {
   EXPECT_EQ(r.error().code(), ErrorCode::kNotFound);
 }
 
-struct CliRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-CliRun run_cli(std::vector<std::string> args) {
-  std::ostringstream out;
-  std::ostringstream err;
-  const Environment env;
-  const int code = cli::run(args, cli::Io{out, err, env});
-  return {code, out.str(), err.str()};
-}
+using testing::CliRun;
+using testing::run_cli;
 
 TEST(DoctorCommand, ExitCodesAndJson) {
   const std::string logs = std::string(MEMFIT_TEST_DATA_DIR) + "/logs/";

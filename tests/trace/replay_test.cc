@@ -6,8 +6,8 @@
 
 #include <sstream>
 
+#include "../cli/cli_runner.h"
 #include "../cli/golden.h"
-#include "cli.h"
 #include "trace_data.h"
 
 namespace memfit {
@@ -71,19 +71,8 @@ TEST(Replay, UnknownPolicyIsAnError) {
   EXPECT_NE(r.error().message().find("unknown policy 'magic'"), std::string::npos);
 }
 
-struct CliRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-CliRun run_cli(std::vector<std::string> args) {
-  std::ostringstream out;
-  std::ostringstream err;
-  const Environment env;
-  const int code = cli::run(args, cli::Io{out, err, env});
-  return {code, out.str(), err.str()};
-}
+using testing::CliRun;
+using testing::run_cli;
 
 TEST(ReplayCommand, GoldenTableForGpt2) {
   CliRun r = run_cli({"replay", testing::data_path("gpt2_train_fp32.trace.csv.gz")});
