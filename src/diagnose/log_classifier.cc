@@ -141,7 +141,6 @@ std::vector<Finding> classify_log(std::string_view text, std::string_view source
   uint64_t benign = 0;
   uint64_t benign_bytes = 0;
   std::string benign_where;
-  bool compile_oom_seen = false;
   bool host_kill_seen = false;
   bool pmap_seen = false;
   bool async_seen = false;
@@ -228,7 +227,6 @@ std::vector<Finding> classify_log(std::string_view text, std::string_view source
     }
 
     if (has(line, "exceeds the base limit")) {
-      compile_oom_seen = true;
       if (auto limit = size_after(line, "base limit (")) base_limit = *limit;
       const auto args = size_after(line, "arguments (");
       findings.push_back(
@@ -240,7 +238,6 @@ std::vector<Finding> classify_log(std::string_view text, std::string_view source
            "(NamedSharding), or use a smaller batch",
            where});
     } else if (has(line, "Can't reduce memory use below")) {
-      compile_oom_seen = true;
       findings.push_back(
           {Step::kShapes, "compile_time_oom", Severity::kWarning,
            fmt::format("XLA's rematerialization could not bring the program under its limit: {}",
@@ -249,7 +246,6 @@ std::vector<Finding> classify_log(std::string_view text, std::string_view source
            "jax.checkpoint_policies.dots_with_no_batch_dims_saveable, or lower the batch size",
            where});
     } else if (has(line, "BufferAssignment OOM Debugging")) {
-      compile_oom_seen = true;
       findings.push_back(
           {Step::kShapes, "compile_time_oom", Severity::kError,
            "XLA printed its buffer assignment for an OOM: the compiled program's peak does not fit",
@@ -430,7 +426,6 @@ std::vector<Finding> classify_log(std::string_view text, std::string_view source
                         "NamedSharding(mesh, PartitionSpec(...)) (FSDP or tensor parallel)",
                         std::string(source)});
   }
-  (void)compile_oom_seen;
   // The same finding from several lines (XLA repeats its warnings per attempt): keep the first, count them.
   std::vector<Finding> merged;
   std::vector<int> repeats;

@@ -10,34 +10,28 @@
 
 namespace memfit::testing {
 
+inline std::unique_ptr<Allocator> make_bfc(DeviceMemory& device, uint64_t limit_bytes, bool growth, bool gc) {
+  BfcOptions o;
+  o.memory_limit_bytes = limit_bytes;
+  o.allow_growth = growth;
+  o.garbage_collection = gc;
+  o.retry_wait = std::chrono::milliseconds(0);
+  return std::make_unique<BfcAllocator>(device, o);
+}
+
 struct BfcPreallocated {
-  static std::unique_ptr<Allocator> make(DeviceMemory& device, uint64_t limit_bytes) {
-    BfcOptions o;
-    o.memory_limit_bytes = limit_bytes;
-    o.allow_growth = false;
-    o.retry_wait = std::chrono::milliseconds(0);
-    return std::make_unique<BfcAllocator>(device, o);
+  static std::unique_ptr<Allocator> make(DeviceMemory& d, uint64_t limit) {
+    return make_bfc(d, limit, false, false);
   }
 };
-
 struct BfcGrowth {
-  static std::unique_ptr<Allocator> make(DeviceMemory& device, uint64_t limit_bytes) {
-    BfcOptions o;
-    o.memory_limit_bytes = limit_bytes;
-    o.allow_growth = true;
-    o.retry_wait = std::chrono::milliseconds(0);
-    return std::make_unique<BfcAllocator>(device, o);
+  static std::unique_ptr<Allocator> make(DeviceMemory& d, uint64_t limit) {
+    return make_bfc(d, limit, true, false);
   }
 };
-
 struct BfcGrowthGc {
-  static std::unique_ptr<Allocator> make(DeviceMemory& device, uint64_t limit_bytes) {
-    BfcOptions o;
-    o.memory_limit_bytes = limit_bytes;
-    o.allow_growth = true;
-    o.garbage_collection = true;
-    o.retry_wait = std::chrono::milliseconds(0);
-    return std::make_unique<BfcAllocator>(device, o);
+  static std::unique_ptr<Allocator> make(DeviceMemory& d, uint64_t limit) {
+    return make_bfc(d, limit, true, true);
   }
 };
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,7 +43,7 @@ struct PolicyResult {
 };
 
 struct ReplayOptions {
-  std::vector<std::string> policies = {"bfc", "bfc-growth", "platform", "vmm"};
+  std::vector<std::string> policies{std::begin(kReplayPolicies), std::end(kReplayPolicies)};
   std::optional<uint64_t> capacity_bytes;                    // none: a device large enough that nothing fails
   std::function<void(const std::string&, double)> progress;  // (policy, fraction done); may be empty
 };
