@@ -216,6 +216,37 @@ Expected<std::vector<HloAlias>> parse_aliases(std::string_view body, uint64_t li
   return aliases;
 }
 
+std::string_view unquote(std::string_view s) {
+  if (s.size() >= 2 && s.front() == '"' && s.back() == '"') return s.substr(1, s.size() - 2);
+  return s;
+}
+
+// output_to_operand_aliasing={{}: (0, {}), {1}: (2, {0})}
+Expected<std::vector<HloInstruction::OperandAlias>> parse_operand_aliases(std::string_view value,
+                                                                          uint64_t line) {
+  std::vector<HloInstruction::OperandAlias> out;
+  if (value.size() < 2 || value.front() != '{' || value.back() != '}')
+    return invalid_argument(fmt::format("line {}: output_to_operand_aliasing is not in braces", line));
+  Cursor c(value.substr(1, value.size() - 2), line);
+  while (!c.done()) {
+    if (!c.eat('{')) return c.error("'{' opening an output index");
+    MEMFIT_ASSIGN_OR_RETURN(std::string_view out_index, c.until_close('{', '}'));
+    if (!c.eat(':') || !c.eat('(')) return c.error("': (' after an output index");
+    MEMFIT_ASSIGN_OR_RETURN(std::string_view target, c.until_close('(', ')'));
+    const auto parts = split_top(target);
+    if (parts.size() != 2 || parts[1].size() < 2 || parts[1].front() != '{' || parts[1].back() != '}')
+      return c.error("(operand, {index})");
+    HloInstruction::OperandAlias a;
+    MEMFIT_ASSIGN_OR_RETURN(a.output_index, parse_index(out_index, line));
+    const auto [end, ec] = std::from_chars(parts[0].data(), parts[0].data() + parts[0].size(), a.operand);
+    if (ec != std::errc() || end != parts[0].data() + parts[0].size()) return c.error("an operand number");
+    MEMFIT_ASSIGN_OR_RETURN(a.operand_index, parse_index(parts[1].substr(1, parts[1].size() - 2), line));
+    out.push_back(std::move(a));
+    c.eat(',');
+  }
+  return out;
+}
+
 Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line) {
   HloInstruction inst;
   inst.line = line;
@@ -258,6 +289,12 @@ Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line)
       names_in(value, inst.called);
     } else if (key == "index") {
       std::from_chars(value.data(), value.data() + value.size(), inst.tuple_index);
+    } else if (key == "kind") {
+      inst.fusion_kind = std::string(value);
+    } else if (key == "custom_call_target") {
+      inst.custom_call_target = std::string(unquote(value));
+    } else if (key == "output_to_operand_aliasing") {
+      MEMFIT_ASSIGN_OR_RETURN(inst.operand_aliases, parse_operand_aliases(value, line));
     } else if (key == "metadata") {
       if (const size_t at = value.find("op_name=\""); at != std::string_view::npos) {
         const size_t end = value.find('"', at + 9);

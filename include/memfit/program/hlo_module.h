@@ -44,6 +44,15 @@ struct HloInstruction {
   std::string op_name;                // metadata={op_name="jit(step)/..."}
   int64_t parameter_number = -1;      // parameter(N)
   int64_t tuple_index = -1;           // get-tuple-element index=N
+  std::string fusion_kind;            // fusion kind=kLoop|kInput|kOutput|kCustom
+  std::string custom_call_target;     // custom-call custom_call_target="..."
+  // output_to_operand_aliasing={{out}: (operand, {index})}: outputs written in place over an operand.
+  struct OperandAlias {
+    std::vector<uint64_t> output_index;
+    uint64_t operand = 0;
+    std::vector<uint64_t> operand_index;
+  };
+  std::vector<OperandAlias> operand_aliases;
   bool is_root = false;
   uint64_t line = 0;
 };

@@ -1,0 +1,66 @@
+// memfit/plan/hlo_plan.h - what an XLA program needs on the device, from its HLO alone: XLA's
+// memory_analysis() figures (argument, output, alias, temp), the peak the device reaches, the
+// no-fragmentation lower bound, and the buffers live at the peak with the JAX op that made them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memfit/core/status.h"
+#include "memfit/plan/buffer_model.h"
+#include "memfit/plan/heap_simulator.h"
+#include "memfit/program/hlo_module.h"
+
+namespace memfit {
+
+struct HloPlanOptions {
+  uint64_t alignment_bytes = 256;  // XLA:GPU's buffer alignment (kXlaAllocatedBufferAlignBytes)
+  size_t top = 10;                 // groups of buffers listed at the peak
+};
+
+struct PlannedBuffer {
+  std::string name;     // the instruction that defines it
+  std::string shape;    // "f32[8,16,1024,1024]"
+  std::string op_name;  // metadata op_name: the JAX op
+  uint64_t bytes = 0;
+  BufferKind kind = BufferKind::kTemp;
+  uint64_t start = 0;  // flattened schedule times, inclusive
+  uint64_t end = 0;
+  uint64_t offset = 0;  // in the temp block (temps only)
+};
+
+// Buffers live at the peak that came from the same op with the same shape: "8 x f32[8,16,1024,1024]".
+struct BufferGroup {
+  std::string op_name;
+  std::string shape;
+  BufferKind kind = BufferKind::kTemp;
+  uint64_t count = 0;
+  uint64_t bytes_each = 0;  // the largest
+  uint64_t total_bytes = 0;
+  std::vector<std::string> names;
+};
+
+struct HloPlan {
+  std::string module;
+  uint64_t instructions = 0;            // in sequential computations (fusion bodies not counted)
+  uint64_t argument_bytes = 0;          // memory_analysis().argument_size_in_bytes
+  uint64_t output_bytes = 0;            // output_size_in_bytes
+  uint64_t alias_bytes = 0;             // alias_size_in_bytes
+  uint64_t temp_bytes = 0;              // temp_size_in_bytes: the packed temp block
+  uint64_t temp_lower_bound_bytes = 0;  // the temp block with no fragmentation
+  uint64_t constant_bytes = 0;
+  uint64_t peak_bytes = 0;         // argument + output - alias + temp: what the device measured
+  uint64_t lower_bound_bytes = 0;  // the same with the lower-bound temp
+  HeapPacking packing = HeapPacking::kSpatial;
+  uint64_t peak_time = 0;        // flattened schedule time where the most temp bytes are live
+  std::string peak_instruction;  // the instruction running then
+  std::string peak_op_name;
+  std::vector<PlannedBuffer> buffers;  // every buffer, by first definition
+  std::vector<uint32_t> live_at_peak;  // indices into buffers, largest first
+  std::vector<BufferGroup> groups;     // the live-at-peak buffers grouped, largest total first
+};
+
+Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& options = {});
+
+}  // namespace memfit

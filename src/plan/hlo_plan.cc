@@ -1,0 +1,118 @@
+#include "memfit/plan/hlo_plan.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "memfit/core/checked.h"
+
+namespace memfit {
+
+Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& options) {
+  MEMFIT_ASSIGN_OR_RETURN(EntrySizes sizes, entry_sizes(module));
+  MEMFIT_ASSIGN_OR_RETURN(BufferModel model, build_buffer_model(module));
+  HloPlan plan;
+  plan.module = module.name;
+  plan.instructions = model.schedule_length;
+  plan.argument_bytes = sizes.argument_bytes;
+  plan.output_bytes = sizes.output_bytes;
+  plan.alias_bytes = sizes.alias_bytes;
+
+  const HeapAssignment heap = best_heap(model.heap_intervals, options.alignment_bytes);
+  plan.temp_bytes = heap.heap_bytes;
+  plan.packing = heap.packing;
+  plan.temp_lower_bound_bytes = live_bytes_peak(model.heap_intervals).bytes;
+  // Sizes come from checked shapes; the sums are checked too (a module can claim petabytes).
+  const auto io = checked_add(plan.argument_bytes, plan.output_bytes);
+  const uint64_t fixed = io ? (*io >= plan.alias_bytes ? *io - plan.alias_bytes : 0) : 0;
+  const auto peak = checked_add(fixed, plan.temp_bytes);
+  const auto bound = checked_add(fixed, plan.temp_lower_bound_bytes);
+  if (!io || !peak || !bound) return invalid_argument("the module's sizes overflow 64 bits");
+  plan.peak_bytes = *peak;
+  plan.lower_bound_bytes = *bound;
+
+  // One row per buffer, named by its first value's instruction.
+  std::vector<uint64_t> temp_offset(model.buffers.size(), 0);
+  for (size_t k = 0; k < model.heap_values.size(); ++k)
+    temp_offset[model.values[model.heap_values[k]].buffer] = heap.offsets[k];
+  plan.buffers.reserve(model.buffers.size());
+  for (size_t b = 0; b < model.buffers.size(); ++b) {
+    const HloBuffer& buffer = model.buffers[b];
+    const HloValue& first = model.values[buffer.values.front()];
+    const HloInstruction& def = module.computations[first.computation].instructions[first.instruction];
+    const Shape* shape = def.shape.at(first.index);
+    PlannedBuffer row;
+    row.name = def.name;
+    if (!first.index.empty()) row.name += fmt::format("{{{}}}", fmt::join(first.index, ","));
+    row.shape = shape != nullptr ? shape->to_string() : "";
+    row.op_name = def.op_name;
+    row.bytes = buffer.size_bytes;
+    row.kind = buffer.kind;
+    row.start = buffer.start;
+    row.end = buffer.end;
+    row.offset = temp_offset[b];
+    if (buffer.kind == BufferKind::kConstant) plan.constant_bytes += buffer.size_bytes;
+    plan.buffers.push_back(std::move(row));
+  }
+
+  // The moment the most temp bytes are live (schedule time), and what is live then.
+  std::vector<std::tuple<uint64_t, int, uint64_t>> events;
+  for (const PlannedBuffer& row : plan.buffers) {
+    if (row.kind != BufferKind::kTemp) continue;
+    events.emplace_back(row.start, 0, row.bytes);
+    events.emplace_back(row.end, 1, row.bytes);
+  }
+  std::sort(events.begin(), events.end());
+  uint64_t live = 0, best = 0;
+  for (const auto& [t, kind, bytes] : events) {
+    if (kind == 0) {
+      live += bytes;
+      if (live > best) {
+        best = live;
+        plan.peak_time = t;
+      }
+    } else {
+      live -= bytes;
+    }
+  }
+  for (uint32_t b = 0; b < plan.buffers.size(); ++b) {
+    const PlannedBuffer& row = plan.buffers[b];
+    if (row.kind == BufferKind::kTemp && row.start <= plan.peak_time && plan.peak_time <= row.end)
+      plan.live_at_peak.push_back(b);
+  }
+  std::sort(plan.live_at_peak.begin(), plan.live_at_peak.end(), [&](uint32_t a, uint32_t b) {
+    return std::tie(plan.buffers[b].bytes, a) < std::tie(plan.buffers[a].bytes, b);
+  });
+  for (const HloValue& v : model.values) {
+    if (v.start == plan.peak_time) {
+      const HloInstruction& def = module.computations[v.computation].instructions[v.instruction];
+      plan.peak_instruction = def.name;
+      plan.peak_op_name = def.op_name;
+      break;
+    }
+  }
+
+  std::map<std::tuple<std::string, std::string>, BufferGroup> groups;
+  for (uint32_t b : plan.live_at_peak) {
+    const PlannedBuffer& row = plan.buffers[b];
+    BufferGroup& g = groups[{row.op_name, row.shape}];
+    g.op_name = row.op_name;
+    g.shape = row.shape;
+    g.kind = row.kind;
+    ++g.count;
+    g.bytes_each = std::max(g.bytes_each, row.bytes);
+    g.total_bytes += row.bytes;
+    g.names.push_back(row.name);
+  }
+  for (auto& [key, g] : groups) plan.groups.push_back(std::move(g));
+  std::sort(plan.groups.begin(), plan.groups.end(), [](const BufferGroup& a, const BufferGroup& b) {
+    return std::tie(b.total_bytes, a.op_name, a.shape) < std::tie(a.total_bytes, b.op_name, b.shape);
+  });
+  if (plan.groups.size() > options.top) plan.groups.resize(options.top);
+  return plan;
+}
+
+}  // namespace memfit

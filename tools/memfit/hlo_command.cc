@@ -1,0 +1,129 @@
+// memfit hlo: what an XLA program will need on the device, from its optimized HLO alone.
+#include <fmt/format.h>
+
+#include <ostream>
+
+#include "commands.h"
+#include "memfit/core/bytes.h"
+#include "memfit/core/json.h"
+#include "memfit/plan/hlo_plan.h"
+#include "memfit/program/hlo_source.h"
+#include "progress.h"
+
+namespace memfit::cli {
+namespace {
+
+Json to_json(const std::string& path, const HloPlan& plan, bool all_buffers) {
+  Json j;
+  j["file"] = path;
+  j["module"] = plan.module;
+  j["instructions"] = plan.instructions;
+  j["argument_bytes"] = plan.argument_bytes;
+  j["output_bytes"] = plan.output_bytes;
+  j["alias_bytes"] = plan.alias_bytes;
+  j["temp_bytes"] = plan.temp_bytes;
+  j["peak_bytes"] = plan.peak_bytes;
+  j["lower_bound_bytes"] = plan.lower_bound_bytes;
+  j["temp_lower_bound_bytes"] = plan.temp_lower_bound_bytes;
+  j["constant_bytes"] = plan.constant_bytes;
+  j["heap_packing"] = plan.packing == HeapPacking::kSpatial ? "spatial" : "temporal";
+  j["peak_instruction"] = plan.peak_instruction;
+  j["peak_op_name"] = plan.peak_op_name;
+  Json top = Json::array();
+  for (uint32_t b : plan.live_at_peak) {
+    const PlannedBuffer& row = plan.buffers[b];
+    top.push_back({{"name", row.name}, {"bytes", row.bytes}, {"shape", row.shape}, {"op_name", row.op_name}});
+    if (top.size() >= 2 * plan.groups.size() + 10) break;
+  }
+  j["top_buffers"] = top;
+  Json groups = Json::array();
+  for (const BufferGroup& g : plan.groups) {
+    groups.push_back({{"count", g.count},
+                      {"bytes_each", g.bytes_each},
+                      {"total_bytes", g.total_bytes},
+                      {"shape", g.shape},
+                      {"op_name", g.op_name},
+                      {"names", g.names}});
+  }
+  j["groups_at_peak"] = groups;
+  if (all_buffers) {
+    Json rows = Json::array();
+    for (const PlannedBuffer& row : plan.buffers) {
+      rows.push_back({row.name, buffer_kind_name(row.kind), row.bytes, row.start, row.end, row.offset,
+                      row.shape, row.op_name});
+    }
+    j["buffers"] = {{"columns", {"name", "kind", "bytes", "start", "end", "offset", "shape", "op_name"}},
+                    {"rows", rows}};
+  }
+  return j;
+}
+
+void print_table(std::ostream& out, const std::string& path, const HloPlan& plan) {
+  auto row = [&](const char* what, uint64_t bytes, const std::string& note) {
+    out << fmt::format("  {:<12} {:>10} {:>15} B  {}\n", what, format_bytes(bytes), bytes, note);
+  };
+  out << fmt::format("memfit hlo: {} (module {}, {} scheduled instructions)\n", path, plan.module,
+                     plan.instructions);
+  row("argument", plan.argument_bytes, "entry parameters");
+  row("output", plan.output_bytes, "results, with their tuple tables");
+  row("alias", plan.alias_bytes, "outputs written over donated arguments");
+  row("temp", plan.temp_bytes,
+      fmt::format("one block, {} best-fit packing",
+                  plan.packing == HeapPacking::kSpatial ? "spatial" : "temporal"));
+  row("peak", plan.peak_bytes, "argument + output - alias + temp: what the device will hold");
+  row("lower bound", plan.lower_bound_bytes,
+      fmt::format("with no fragmentation in temp (fragmentation is {} of the peak)",
+                  format_percent(plan.peak_bytes - plan.lower_bound_bytes, plan.peak_bytes)));
+  if (plan.groups.empty()) return;
+  out << fmt::format("\n  live in temp at its peak (while {} runs{}):\n", plan.peak_instruction,
+                     plan.peak_op_name.empty() ? "" : ", " + plan.peak_op_name);
+  out << fmt::format("  {:>5}   {:>10} {:>10}  {:<24} {}\n", "count", "each", "total", "shape", "op");
+  for (const BufferGroup& g : plan.groups) {
+    out << fmt::format("  {:>5} x {:>10} {:>10}  {:<24} {}\n", g.count, format_bytes(g.bytes_each),
+                       format_bytes(g.total_bytes), g.shape, g.op_name.empty() ? g.names.front() : g.op_name);
+  }
+}
+
+}  // namespace
+
+Action add_hlo_command(CLI::App& app, Io& io) {
+  struct Options {
+    std::string path;
+    std::string module;
+    size_t top = 10;
+    bool json = false;
+    bool buffers = false;
+  };
+  auto options = std::make_shared<Options>();
+  app.add_option("PATH", options->path,
+                 "Optimized HLO text (compiled.as_text(), gzip accepted) or an XLA dump folder")
+      ->required();
+  app.add_option("--module", options->module, "In a dump folder: the module whose file name contains this");
+  app.add_option("--top", options->top, "Groups of buffers listed at the peak (default 10)");
+  app.add_flag("--json", options->json, "Print one JSON object");
+  app.add_flag("--buffers", options->buffers,
+               "With --json: every buffer with its kind, live range (schedule steps) and temp offset");
+  return [options, &io]() -> int {
+    Progress progress(io.err, io.stderr_is_terminal);
+    progress.update("memfit hlo: reading " + options->path);
+    auto source = read_hlo_source(options->path, options->module);
+    if (!source.ok()) return fail(io, source.error());
+    progress.update("memfit hlo: parsing " + source->path);
+    auto module = parse_hlo_module(source->text);
+    if (!module.ok()) return fail(io, module.error().with_context(source->path));
+    progress.update("memfit hlo: planning " + module->name);
+    HloPlanOptions po;
+    po.top = options->top;
+    auto plan = plan_hlo(*module, po);
+    progress.done();
+    if (!plan.ok()) return fail(io, plan.error().with_context(source->path));
+    if (options->json) {
+      io.out << json_to_output(to_json(source->path, *plan, options->buffers));
+    } else {
+      print_table(io.out, source->path, *plan);
+    }
+    return kExitOk;
+  };
+}
+
+}  // namespace memfit::cli
