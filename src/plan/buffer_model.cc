@@ -1,6 +1,7 @@
 #include "memfit/plan/buffer_model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <functional>
@@ -242,6 +243,7 @@ class Builder {
         return error_at(comp.instructions[i], "its operands do not have the shape its result says");
     }
     span_[c] = {start, clock_time_ == start ? start : clock_time_ - 1};
+    computation_post_order_.push_back(c);
     return Status();
   }
 
@@ -562,6 +564,43 @@ class Builder {
     }
   }
 
+  // Post-order positions of every instruction in the sequential computations, callees first.
+  std::vector<std::vector<uint64_t>> post_order_positions() {
+    std::vector<std::vector<uint64_t>> pos(m_.computations.size());
+    uint64_t next = 0;
+    std::vector<uint8_t> state;
+    std::vector<uint32_t> stack;
+    for (uint32_t c : computation_post_order_) {
+      const auto& insts = m_.computations[c].instructions;
+      pos[c].assign(insts.size(), UINT64_MAX);
+      const auto& users = users_of(c);
+      state.assign(insts.size(), 0);  // 0 new, 1 visiting, 2 done
+      for (uint32_t r = 0; r < insts.size(); ++r) {
+        auto u = users.find(insts[r].name);
+        if (u != users.end() && !u->second.empty()) continue;  // walks start at instructions nothing uses
+        stack.assign(1, r);
+        while (!stack.empty()) {
+          const uint32_t x = stack.back();
+          if (state[x] == 2) {
+            stack.pop_back();
+          } else if (state[x] == 1) {
+            stack.pop_back();
+            state[x] = 2;
+            pos[c][x] = next++;
+          } else {
+            state[x] = 1;
+            const auto& ops = insts[x].operands;
+            for (size_t k = ops.size(); k-- > 0;) {
+              auto it = names_[c].find(ops[k]);
+              if (it != names_[c].end() && state[it->second] != 2) stack.push_back(it->second);
+            }
+          }
+        }
+      }
+    }
+    return pos;
+  }
+
   // BufferAssigner::AssignBuffersForComputations: buffers go largest first (live-out first on ties). Before a
   // temporary is left to the heap it tries the allocation of an operand it may share, then every allocation
   // made so far, smallest first, where it fits and meets nothing already there. Outputs get allocations of
@@ -584,12 +623,22 @@ class Builder {
     };
     std::vector<bool> is_live_out(model_.buffers.size());
     for (uint32_t b = 0; b < model_.buffers.size(); ++b) is_live_out[b] = live_out(b);
+    // Ties go to the buffer whose first defining instruction comes first in post order (a depth-first walk
+    // from each computation's results, operands in order): XLA's MakeInstructionPostOrder, not the schedule.
+    const auto post_order = post_order_positions();
+    std::vector<uint64_t> first_post_order(model_.buffers.size(), UINT64_MAX);
+    for (uint32_t b = 0; b < model_.buffers.size(); ++b) {
+      for (uint32_t v : model_.buffers[b].values) {
+        const HloValue& value = model_.values[v];
+        first_post_order[b] = std::min(first_post_order[b], post_order[value.computation][value.instruction]);
+      }
+    }
     std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
       const HloBuffer& x = model_.buffers[a];
       const HloBuffer& y = model_.buffers[b];
       if (x.size_bytes != y.size_bytes) return x.size_bytes > y.size_bytes;
       if (is_live_out[a] != is_live_out[b]) return static_cast<bool>(is_live_out[a]);
-      return std::tie(x.start, a) < std::tie(y.start, b);
+      return std::tie(first_post_order[a], a) < std::tie(first_post_order[b], b);
     });
     auto strictly_before = [&](uint32_t a, uint32_t b) {
       const HloValue& x = model_.values[a];
@@ -609,7 +658,9 @@ class Builder {
     auto try_assign = [&](uint32_t a, uint32_t b) {
       Allocation& alloc = allocs[a];
       const HloBuffer& buffer = model_.buffers[b];
-      if (!alloc.writable || buffer.size_bytes > alloc.size) return false;
+      // Pointer tables never move into another allocation (XLA keeps tuples out of reuse).
+      if (!alloc.writable || buffer.size_bytes > alloc.size || shape_of_[buffer.values.front()]->is_tuple())
+        return false;
       if (is_live_out[b] && buffer.size_bytes != alloc.size) return false;
       for (uint32_t other : alloc.buffers) {
         for (uint32_t x : model_.buffers[other].values) {
@@ -627,9 +678,12 @@ class Builder {
       const bool tuple = shape_of_[buffer.values.front()]->is_tuple();
       if (buffer.kind == BufferKind::kParameter || buffer.kind == BufferKind::kConstant) {
         // Arguments are read-only unless donated; constants always.
-        allocs.push_back(
-            {buffer.size_bytes, buffer.kind == BufferKind::kParameter && is_live_out[b] && !tuple, {b}});
+        const bool writable = buffer.kind == BufferKind::kParameter && is_live_out[b] && !tuple;
+        allocs.push_back({buffer.size_bytes, writable, {b}});
         alloc_of[b] = static_cast<uint32_t>(allocs.size() - 1);
+        // A donated argument's memory is free between its last read and the write of its new value;
+        // XLA's dump of gpt_fp32_donate shows small temporaries placed there.
+        if (writable) reusable.push_back(alloc_of[b]);
         continue;
       }
       bool placed = false;
@@ -671,14 +725,23 @@ class Builder {
     const Shape* us = user.shape.at(user_index);
     const Shape* os = shape_of_[operand_value];
     if (us == nullptr || us->is_tuple() || os->is_tuple()) return false;
-    const bool same = us->type == os->type && us->dims == os->dims;
+    const bool same_dims = us->type == os->type && us->dims == os->dims;
+    const bool same_layout =
+        us->minor_to_major.empty() || os->minor_to_major.empty() || us->minor_to_major == os->minor_to_major;
+    const bool equal = same_dims && same_layout;  // ShapeUtil::Equal
     if (user.opcode != "fusion") {
-      if (!same) return false;
+      if (!equal) return false;
       if ((user.opcode == "dynamic-update-slice" || user.opcode == "scatter") && k == 0) return true;
       return is_elementwise(user.opcode) && user.opcode != "copy";
     }
-    if (!same && (us->own_bytes() != os->own_bytes() ||
-                  element_storage_bits(us->type) != element_storage_bits(os->type)))
+    if (m_.platform == HloPlatform::kCpu) {
+      // HloDataflowAnalysis's default: the same shape and layout, and every transitive use of the fused
+      // parameter elementwise (or a tuple).
+      return equal && fused_uses_elementwise(user, k);
+    }
+    // XLA:GPU's FusionCanShareBufferHint: the same element count and width will do.
+    if (!equal && (us->own_bytes() != os->own_bytes() ||
+                   element_storage_bits(us->type) != element_storage_bits(os->type)))
       return false;
     if (user.called.empty()) return false;
     auto fc = comp_index_.find(user.called[0]);
@@ -717,6 +780,9 @@ class Builder {
       for (uint32_t ui : it->second) {
         const HloInstruction* u = &body.instructions[ui];
         if (visited.contains(u)) continue;
+        // Reaching the result tuple through another output is fine: the dump of mlp_fp32 shows Adam's
+        // multi-output update fusion writing a parameter's new value over the gradient it reads.
+        if (u == body.root() && u->opcode == "tuple") continue;
         const bool dus_in_place = u == non_bitcast_root && u->opcode == "dynamic-update-slice" &&
                                   !u->operands.empty() && u->operands[0] == x->name;
         if (!dus_in_place && u->opcode != "bitcast" && !(is_elementwise(u->opcode) && u->opcode != "copy"))
@@ -726,6 +792,33 @@ class Builder {
       }
     }
     return found;
+  }
+
+  bool fused_uses_elementwise(const HloInstruction& fusion, size_t k) {
+    if (fusion.called.empty()) return false;
+    auto fc = comp_index_.find(fusion.called[0]);
+    if (fc == comp_index_.end()) return false;
+    const HloComputation& body = m_.computations[fc->second];
+    const HloInstruction* param = nullptr;
+    for (const HloInstruction& x : body.instructions) {
+      if (x.opcode == "parameter" && x.parameter_number == static_cast<int64_t>(k)) param = &x;
+    }
+    if (param == nullptr) return false;
+    const auto& users = users_of(fc->second);
+    std::vector<const HloInstruction*> stack{param};
+    std::unordered_set<const HloInstruction*> visited{param};
+    while (!stack.empty()) {
+      const HloInstruction* x = stack.back();
+      stack.pop_back();
+      auto it = users.find(x->name);
+      if (it == users.end()) continue;
+      for (uint32_t ui : it->second) {
+        const HloInstruction* u = &body.instructions[ui];
+        if (u->opcode != "tuple" && !(is_elementwise(u->opcode) && u->opcode != "copy")) return false;
+        if (visited.insert(u).second) stack.push_back(u);
+      }
+    }
+    return true;
   }
 
   const std::unordered_map<std::string_view, std::vector<uint32_t>>& users_of(uint32_t c) {
@@ -834,9 +927,16 @@ class Builder {
   std::vector<const Shape*> shape_of_;
   std::vector<uint32_t> parent_;
   std::vector<bool> live_out_;
+  std::vector<uint32_t> computation_post_order_;  // sequential computations, callees before callers
 };
 
 }  // namespace
+
+std::string value_name(const HloModule& module, const HloValue& value) {
+  const HloInstruction& def = module.computations[value.computation].instructions[value.instruction];
+  if (!def.shape.is_tuple()) return def.name;
+  return fmt::format("{}{{{}}}", def.name, fmt::join(value.index, ","));
+}
 
 Expected<BufferModel> build_buffer_model(const HloModule& module) { return Builder(module).build(); }
 

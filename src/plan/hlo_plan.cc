@@ -45,8 +45,7 @@ Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& option
     const HloInstruction& def = module.computations[first.computation].instructions[first.instruction];
     const Shape* shape = def.shape.at(first.index);
     PlannedBuffer row;
-    row.name = def.name;
-    if (!first.index.empty()) row.name += fmt::format("{{{}}}", fmt::join(first.index, ","));
+    row.name = value_name(module, first);
     row.shape = shape != nullptr ? shape->to_string() : "";
     row.op_name = def.op_name;
     row.bytes = buffer.size_bytes;

@@ -122,6 +122,16 @@ Expected<Shape> parse_shape(Cursor& c, int depth = 0) {
   if (c.peek() == '{') {
     c.eat('{');
     MEMFIT_ASSIGN_OR_RETURN(std::string_view layout, c.until_close('{', '}'));
+    // minor_to_major comes first, up to ':' (tiling, element size, memory space follow).
+    const std::string_view order = layout.substr(0, layout.find(':'));
+    for (size_t at = 0; at < order.size();) {
+      uint32_t d = 0;
+      const auto [end, ec] = std::from_chars(order.data() + at, order.data() + order.size(), d);
+      if (ec != std::errc()) break;
+      shape.minor_to_major.push_back(d);
+      at = static_cast<size_t>(end - order.data());
+      while (at < order.size() && (order[at] == ',' || order[at] == ' ')) ++at;
+    }
     if (const size_t e = layout.find("E("); e != std::string_view::npos) {
       uint32_t bits = 0;
       std::from_chars(layout.data() + e + 2, layout.data() + layout.size(), bits);
@@ -295,6 +305,17 @@ Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line)
       inst.custom_call_target = std::string(unquote(value));
     } else if (key == "output_to_operand_aliasing") {
       MEMFIT_ASSIGN_OR_RETURN(inst.operand_aliases, parse_operand_aliases(value, line));
+    } else if (key == "backend_config") {
+      // Which compiler wrote it: XLA:CPU partitions loops and calls XNNPACK/oneDNN fusions; XLA:GPU
+      // configures fusions and operation queues.
+      if (value.find("outer_dimension_partitions") != std::string_view::npos ||
+          value.find("__ynn_fusion") != std::string_view::npos ||
+          value.find("__onednn") != std::string_view::npos) {
+        inst.platform = HloPlatform::kCpu;
+      } else if (value.find("fusion_backend_config") != std::string_view::npos ||
+                 value.find("operation_queue_id") != std::string_view::npos) {
+        inst.platform = HloPlatform::kGpu;
+      }
     } else if (key == "metadata") {
       if (const size_t at = value.find("op_name=\""); at != std::string_view::npos) {
         const size_t end = value.find('"', at + 9);
@@ -436,6 +457,7 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
       continue;
     }
     MEMFIT_ASSIGN_OR_RETURN(HloInstruction inst, parse_instruction(line, number));
+    if (module.platform == HloPlatform::kUnknown) module.platform = inst.platform;
     current->instructions.push_back(std::move(inst));
   }
   if (!saw_header) return invalid_argument("empty input: not an HLO module");

@@ -1,10 +1,14 @@
-// memfit hlo's planner against XLA on every shared program (tests/data/xla/programs.json).
+// memfit hlo's planner against XLA on every shared program (tests/data/xla/programs.json, recorded with
+// jax 0.11.2 on an H200) and against XLA's own buffer-assignment dump of gpt_fp32_donate.
 #include "memfit/plan/hlo_plan.h"
 
 #include <gtest/gtest.h>
 
-#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
 
 #include "memfit/core/file_io.h"
 #include "memfit/core/json.h"
@@ -14,45 +18,143 @@ namespace {
 
 std::string data(const std::string& name) { return std::string(MEMFIT_TEST_DATA_DIR) + "/xla/" + name; }
 
-TEST(HloPlan, TempMatchesXla) {
+HloModule load(const std::string& name) {
+  auto text = read_file(data(name + ".hlo.txt.gz"));
+  EXPECT_TRUE(text.ok()) << name;
+  auto module = parse_hlo_module(*text);
+  EXPECT_TRUE(module.ok()) << name << ": " << module.error().message();
+  return std::move(*module);
+}
+
+double relative(double ours, double theirs) { return (ours - theirs) / theirs; }
+
+TEST(HloPlan, MatchesXlaMemoryAnalysisOnEveryProgram) {
   auto text = read_file(data("programs.json"));
   ASSERT_TRUE(text.ok());
   auto programs = parse_json(*text, "programs.json");
   ASSERT_TRUE(programs.ok());
+  int checked = 0;
+  std::printf("%-28s %15s %15s %9s %15s %15s %9s %9s\n", "program", "xla temp", "our temp", "error",
+              "measured peak", "our peak", "error", "xla err");
   for (const Json& p : (*programs)["programs"]) {
     const std::string name = p["name"];
-    auto hlo = read_file(data(name + ".hlo.txt.gz"));
-    ASSERT_TRUE(hlo.ok());
-    const auto t0 = std::chrono::steady_clock::now();
-    auto module = parse_hlo_module(*hlo);
-    ASSERT_TRUE(module.ok());
-    auto plan = plan_hlo(*module);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    SCOPED_TRACE(name);
+    const HloModule module = load(name);
+    auto plan = plan_hlo(module);
     ASSERT_TRUE(plan.ok()) << plan.error().message();
-    const uint64_t xla_temp = p["xla_memory_analysis"]["temp_size_in_bytes"];
-    std::printf("%-28s xla %12llu ours %12llu (%+.3f%%) lb %12llu  %s %.3fs\n", name.c_str(),
-                (unsigned long long)xla_temp, (unsigned long long)plan->temp_bytes,
-                100.0 * ((double)plan->temp_bytes - (double)xla_temp) / (double)xla_temp,
-                (unsigned long long)plan->temp_lower_bound_bytes,
-                plan->packing == HeapPacking::kSpatial ? "spatial" : "temporal", s);
+    const Json& xla = p["xla_memory_analysis"];
+    EXPECT_EQ(plan->argument_bytes, xla["argument_size_in_bytes"].get<uint64_t>());
+    EXPECT_EQ(plan->output_bytes, xla["output_size_in_bytes"].get<uint64_t>());
+    EXPECT_EQ(plan->alias_bytes, xla["alias_size_in_bytes"].get<uint64_t>());
+    const double xla_temp = xla["temp_size_in_bytes"].get<double>();
+    const double temp_error = relative(static_cast<double>(plan->temp_bytes), xla_temp);
+    EXPECT_LE(std::abs(temp_error), 0.01) << "temp " << plan->temp_bytes << " vs XLA " << xla_temp;
+    // The packed block can never beat the no-fragmentation bound.
+    EXPECT_LE(plan->temp_lower_bound_bytes, plan->temp_bytes);
+    EXPECT_EQ(plan->peak_bytes,
+              plan->argument_bytes + plan->output_bytes - plan->alias_bytes + plan->temp_bytes);
+    double peak_error = 0, xla_error = 0;
+    if (!p["measured"].is_null()) {
+      const double measured = p["measured"]["peak_bytes_in_use_after_step"].get<double>();
+      const double xla_peak = xla["argument_size_in_bytes"].get<double>() +
+                              xla["output_size_in_bytes"].get<double>() -
+                              xla["alias_size_in_bytes"].get<double>() + xla_temp;
+      peak_error = relative(static_cast<double>(plan->peak_bytes), measured);
+      xla_error = relative(xla_peak, measured);
+      // Within 2% of what the H200 measured, and never further off than XLA's own figure (+0.01%): on
+      // mlp_fp32_donate_remat_full the device held 64 MiB beyond XLA's accounting (see the README).
+      EXPECT_LE(std::abs(peak_error), std::max(0.02, std::abs(xla_error) + 1e-4));
+    }
+    std::printf("%-28s %15.0f %15llu %+8.3f%% %15s %15llu %+8.3f%% %+8.3f%%\n", name.c_str(), xla_temp,
+                static_cast<unsigned long long>(plan->temp_bytes), 100 * temp_error,
+                p["measured"].is_null()
+                    ? "-"
+                    : std::to_string(p["measured"]["peak_bytes_in_use_after_step"].get<uint64_t>()).c_str(),
+                static_cast<unsigned long long>(plan->peak_bytes), 100 * peak_error, 100 * xla_error);
+    ++checked;
   }
+  EXPECT_EQ(checked, 8);
 }
 
-}  // namespace
-}  // namespace memfit
-namespace memfit {
-namespace {
-TEST(HloPlanDebug, Packings) {
-  for (const char* name : {"gpt_fp32_donate", "gpt_fp32", "mlp_fp32", "cpu8_gpt_fsdp8", "cpu8_gpt_single"}) {
-    auto hlo = read_file(data(std::string(name) + ".hlo.txt.gz"));
-    auto module = parse_hlo_module(*hlo);
-    auto model = build_buffer_model(*module);
-    ASSERT_TRUE(model.ok());
-    auto s = best_fit_heap(model->heap_intervals, 256, HeapPacking::kSpatial);
-    auto t = best_fit_heap(model->heap_intervals, 256, HeapPacking::kTemporal);
-    std::printf("%s spatial %llu temporal %llu\n", name, (unsigned long long)s.heap_bytes,
-                (unsigned long long)t.heap_bytes);
+// XLA's dump of gpt_fp32_donate: "allocation N: ..., parameter P | constant | preallocated-temp | ..." then
+// " value: <id name @0> (size=S,offset=O): shape".
+struct DumpValue {
+  int allocation;
+  uint64_t offset;
+  uint64_t size;
+};
+struct Dump {
+  std::map<std::string, DumpValue> values;
+  std::map<int, std::string>
+      kind;  // allocation -> "parameter" | "temp" | "output" | "constant" | "thread-local"
+};
+
+Dump read_dump() {
+  Dump dump;
+  auto text = read_file(data("gpt_fp32_donate.buffer-assignment.txt.gz"));
+  EXPECT_TRUE(text.ok());
+  std::istringstream in(*text);
+  std::string line;
+  int allocation = -1;
+  while (std::getline(in, line)) {
+    if (line.starts_with("allocation ")) {
+      allocation = std::stoi(line.substr(11));
+      std::string kind = "output";
+      if (line.find("thread-local") != std::string::npos) kind = "thread-local";
+      if (line.find("preallocated-temp") != std::string::npos) kind = "temp";
+      if (line.find(", parameter ") != std::string::npos) kind = "parameter";
+      if (line.find("constant") != std::string::npos) kind = "constant";
+      dump.kind[allocation] = kind;
+    } else if (line.starts_with(" value: <")) {
+      const size_t name_at = line.find(' ', 9) + 1;
+      const std::string name = line.substr(name_at, line.find(' ', name_at) - name_at);
+      const size_t s = line.find("size=") + 5;
+      const size_t o = line.find("offset=") + 7;
+      dump.values[name] = {allocation, std::stoull(line.substr(o)), std::stoull(line.substr(s))};
+    } else if (line.starts_with("Total bytes used")) {
+      break;
+    }
   }
+  return dump;
 }
+
+TEST(HloPlan, SharesAllocationsAsXlaDidForGptDonate) {
+  const Dump dump = read_dump();
+  ASSERT_GT(dump.values.size(), 1000u);
+  const HloModule module = load("gpt_fp32_donate");
+  auto model = build_buffer_model(module);
+  ASSERT_TRUE(model.ok()) << model.error().message();
+  // Our allocation of each value: the buffer that owns its memory (temps: the one temp block).
+  std::map<std::string, std::string> ours;
+  for (const HloValue& v : model->values) {
+    const HloBuffer& b = model->buffers[v.buffer];
+    uint32_t owner = v.buffer;
+    if (b.kind == BufferKind::kReusesAllocation) owner = b.allocation_of;
+    const BufferKind kind = model->buffers[owner].kind;
+    ours[value_name(module, v)] = kind == BufferKind::kTemp ? "temp" : "buffer " + std::to_string(owner);
+  }
+  // Every value XLA assigned outside thread-local memory is one we model, and two values share an
+  // allocation in XLA's dump exactly when they share one in ours.
+  std::map<int, std::set<std::string>> xla_groups;
+  std::map<std::string, std::set<int>> our_groups;
+  size_t compared = 0;
+  for (const auto& [name, v] : dump.values) {
+    if (dump.kind.at(v.allocation) == "thread-local") continue;
+    auto it = ours.find(name);
+    ASSERT_NE(it, ours.end()) << name << " (allocation " << v.allocation << ") is not a value of ours";
+    if (dump.kind.at(v.allocation) == "temp") {
+      EXPECT_EQ(it->second, "temp") << name;
+    }
+    xla_groups[v.allocation].insert(it->second);
+    our_groups[it->second].insert(v.allocation);
+    ++compared;
+  }
+  EXPECT_GT(compared, 800u);
+  for (const auto& [allocation, owners] : xla_groups)
+    EXPECT_EQ(owners.size(), 1u) << "XLA allocation " << allocation << " is split across our buffers";
+  for (const auto& [owner, allocations] : our_groups)
+    EXPECT_EQ(allocations.size(), 1u) << "our " << owner << " spans several XLA allocations";
+}
+
 }  // namespace
 }  // namespace memfit

@@ -62,6 +62,10 @@ struct BufferModel {
   std::vector<uint32_t> heap_values;  // the value of each interval
 };
 
+// A value's name as XLA's buffer-assignment dump prints it: "fusion.3", "fusion.3{1}", a tuple's table
+// "tuple.2{}".
+std::string value_name(const HloModule& module, const HloValue& value);
+
 // Errors name what is malformed (an operand that does not exist, a get-tuple-element past the tuple...).
 Expected<BufferModel> build_buffer_model(const HloModule& module);
 

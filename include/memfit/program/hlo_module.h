@@ -18,11 +18,15 @@
 
 namespace memfit {
 
+// The compiler that wrote the module, told by its backend_config attributes (the text names no platform).
+enum class HloPlatform { kUnknown, kGpu, kCpu };
+
 struct Shape {
   PrimitiveType type = PrimitiveType::kTuple;
   std::vector<uint64_t> dims;
-  uint32_t packed_element_bits = 0;  // the layout's E(n); 0 when absent
-  std::vector<Shape> elements;       // a tuple's elements
+  std::vector<uint32_t> minor_to_major;  // the layout's dimension order; empty when not printed
+  uint32_t packed_element_bits = 0;      // the layout's E(n); 0 when absent
+  std::vector<Shape> elements;           // a tuple's elements
 
   bool is_tuple() const { return type == PrimitiveType::kTuple; }
   // Bytes of this buffer alone: an array's data, or a tuple's pointer table.
@@ -53,6 +57,7 @@ struct HloInstruction {
     std::vector<uint64_t> operand_index;
   };
   std::vector<OperandAlias> operand_aliases;
+  HloPlatform platform = HloPlatform::kUnknown;  // what its backend_config says, if anything
   bool is_root = false;
   uint64_t line = 0;
 };
@@ -75,6 +80,7 @@ struct HloAlias {
 struct HloModule {
   std::string name;
   bool is_scheduled = false;
+  HloPlatform platform = HloPlatform::kUnknown;
   std::vector<HloAlias> aliases;
   std::vector<HloComputation> computations;
 
