@@ -132,6 +132,7 @@ class Builder {
       for (uint32_t i = 0; i < insts.size(); ++i) names.emplace(insts[i].name, i);
     }
     positions_.resize(nc);
+    operands_.resize(nc);
     time_.resize(nc);
     span_.assign(nc, {0, 0});
     processed_.assign(nc, false);
@@ -233,9 +234,17 @@ class Builder {
     }
     processed_[c] = true;
     positions_[c].resize(comp.instructions.size());
+    operands_[c].resize(comp.instructions.size());
     time_[c].assign(comp.instructions.size(), -1);
     const uint64_t start = clock_time_;
     for (uint32_t i = 0; i < comp.instructions.size(); ++i) {
+      for (size_t k = 0; k < comp.instructions[i].operands.size(); ++k) {
+        MEMFIT_ASSIGN_OR_RETURN(uint32_t o, operand(c, comp.instructions[i], k));
+        if (o >= i)
+          return error_at(comp.instructions[i],
+                          "an operand is used before it is defined (not in schedule order)");
+        operands_[c][i].push_back(o);
+      }
       MEMFIT_RETURN_IF_ERROR(define(c, i, bindings, depth));
       time_[c][i] = static_cast<int64_t>(clock_time_++);
       const size_t expected = node_count(comp.instructions[i].shape);
@@ -515,14 +524,11 @@ class Builder {
           if (is_root && c == entry_) live_out_[v] = true;
         }
         if (inst.opcode == "get-tuple-element") {  // reads only the pointer table
-          auto it = names_[c].find(inst.operands[0]);
-          extend(positions_[c][it->second][0], t);
+          extend(positions_[c][operands_[c][i][0]][0], t);
           continue;
         }
-        for (const std::string& name : inst.operands) {
-          auto it = names_[c].find(name);
-          if (it == names_[c].end()) continue;
-          for (uint32_t v : positions_[c][it->second]) extend(v, t);
+        for (uint32_t o : operands_[c][i]) {
+          for (uint32_t v : positions_[c][o]) extend(v, t);
         }
       }
     }
@@ -610,6 +616,16 @@ class Builder {
       uint64_t size = 0;
       bool writable = false;
       std::vector<uint32_t> buffers;
+      // (start, value) of every value placed here, by start. They never interfere, so their ranges follow
+      // one another and a query looks at the few around its own range.
+      std::vector<std::pair<uint64_t, uint32_t>> spans;
+      void add(const BufferModel& model, uint32_t b) {
+        buffers.push_back(b);
+        for (uint32_t v : model.buffers[b].values) {
+          const std::pair<uint64_t, uint32_t> span(model.values[v].start, v);
+          spans.insert(std::upper_bound(spans.begin(), spans.end(), span), span);
+        }
+      }
     };
     std::vector<Allocation> allocs;
     std::vector<uint32_t> alloc_of(model_.buffers.size(), UINT32_MAX);
@@ -646,12 +662,10 @@ class Builder {
       if (x.end < y.start) return true;
       if (x.end > y.start || live_out_[a]) return false;
       // a dies where b is defined: fine when b may take over a's memory.
-      const HloInstruction& user = m_.computations[y.computation].instructions[y.instruction];
-      for (size_t k = 0; k < user.operands.size(); ++k) {
-        auto it = names_[y.computation].find(user.operands[k]);
-        if (it != names_[y.computation].end() && !positions_[y.computation][it->second].empty() &&
-            positions_[y.computation][it->second][0] == a)
-          return can_share(a, y.computation, y.instruction, y.index, k);
+      const auto& ops = operands_[y.computation][y.instruction];
+      for (size_t k = 0; k < ops.size(); ++k) {
+        const Positions& p = positions_[y.computation][ops[k]];
+        if (!p.empty() && p[0] == a) return can_share(a, y.computation, y.instruction, y.index, k);
       }
       return false;
     };
@@ -662,14 +676,17 @@ class Builder {
       if (!alloc.writable || buffer.size_bytes > alloc.size || shape_of_[buffer.values.front()]->is_tuple())
         return false;
       if (is_live_out[b] && buffer.size_bytes != alloc.size) return false;
-      for (uint32_t other : alloc.buffers) {
-        for (uint32_t x : model_.buffers[other].values) {
-          for (uint32_t y : buffer.values) {
-            if (!strictly_before(x, y) && !strictly_before(y, x)) return false;
-          }
+      for (uint32_t y : buffer.values) {
+        const HloValue& value = model_.values[y];
+        auto it = std::upper_bound(alloc.spans.begin(), alloc.spans.end(),
+                                   std::pair<uint64_t, uint32_t>(value.end, UINT32_MAX));
+        while (it != alloc.spans.begin()) {
+          const uint32_t x = (--it)->second;
+          if (model_.values[x].end < value.start && !live_out_[x]) break;  // this and all before end earlier
+          if (!strictly_before(x, y) && !strictly_before(y, x)) return false;
         }
       }
-      alloc.buffers.push_back(b);
+      alloc.add(model_, b);
       alloc_of[b] = a;
       return true;
     };
@@ -679,7 +696,8 @@ class Builder {
       if (buffer.kind == BufferKind::kParameter || buffer.kind == BufferKind::kConstant) {
         // Arguments are read-only unless donated; constants always.
         const bool writable = buffer.kind == BufferKind::kParameter && is_live_out[b] && !tuple;
-        allocs.push_back({buffer.size_bytes, writable, {b}});
+        allocs.push_back({buffer.size_bytes, writable, {}, {}});
+        allocs.back().add(model_, b);
         alloc_of[b] = static_cast<uint32_t>(allocs.size() - 1);
         // A donated argument's memory is free between its last read and the write of its new value;
         // XLA's dump of gpt_fp32_donate shows small temporaries placed there.
@@ -689,11 +707,9 @@ class Builder {
       bool placed = false;
       for (uint32_t v : buffer.values) {
         const HloValue& value = model_.values[v];
-        const HloInstruction& def = m_.computations[value.computation].instructions[value.instruction];
-        for (size_t k = 0; k < def.operands.size() && !placed; ++k) {
-          auto it = names_[value.computation].find(def.operands[k]);
-          if (it == names_[value.computation].end()) continue;
-          const Positions& p = positions_[value.computation][it->second];
+        const auto& ops = operands_[value.computation][value.instruction];
+        for (size_t k = 0; k < ops.size() && !placed; ++k) {
+          const Positions& p = positions_[value.computation][ops[k]];
           if (p.empty()) continue;
           const uint32_t ob = model_.values[p[0]].buffer;
           if (alloc_of[ob] == UINT32_MAX || ob == b) continue;
@@ -711,7 +727,8 @@ class Builder {
         continue;
       }
       if (buffer.kind == BufferKind::kTemp) continue;  // to the heap
-      allocs.push_back({buffer.size_bytes, !tuple, {b}});
+      allocs.push_back({buffer.size_bytes, !tuple, {}, {}});
+      allocs.back().add(model_, b);
       alloc_of[b] = static_cast<uint32_t>(allocs.size() - 1);
       reusable.push_back(alloc_of[b]);
     }
@@ -892,10 +909,9 @@ class Builder {
     const HloInstruction& user = m_.computations[value.computation].instructions[value.instruction];
     if (user.opcode == "copy" || user.opcode == "parameter") return kNotColocated;
     std::vector<std::pair<uint32_t, size_t>> candidates;  // (operand value, operand number)
-    for (size_t k = 0; k < user.operands.size(); ++k) {
-      auto it = names_[value.computation].find(user.operands[k]);
-      if (it == names_[value.computation].end()) continue;
-      const Positions& p = positions_[value.computation][it->second];
+    const auto& ops = operands_[value.computation][value.instruction];
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const Positions& p = positions_[value.computation][ops[k]];
       if (!p.empty()) candidates.emplace_back(p[0], k);
     }
     std::stable_sort(candidates.begin(), candidates.end(),
@@ -920,6 +936,8 @@ class Builder {
   std::unordered_map<std::string_view, uint32_t> comp_index_;
   std::vector<std::unordered_map<std::string_view, uint32_t>> names_;
   std::vector<std::vector<Positions>> positions_;
+  std::vector<std::vector<std::vector<uint32_t>>>
+      operands_;  // resolved operand indices (sequential computations)
   std::vector<std::vector<int64_t>> time_;
   std::vector<std::pair<uint64_t, uint64_t>> span_;
   std::vector<bool> processed_;

@@ -80,6 +80,10 @@ uint32_t leader_of(const std::vector<HeapInterval>& intervals, uint32_t id) {
 
 }  // namespace
 
+uint32_t colocation_leader(const std::vector<HeapInterval>& intervals, uint32_t id) {
+  return leader_of(intervals, id);
+}
+
 HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_t alignment,
                              HeapPacking packing) {
   if (alignment == 0) alignment = 1;
@@ -167,21 +171,31 @@ HeapAssignment best_heap(const std::vector<HeapInterval>& intervals, uint64_t al
 }
 
 LiveBytesPeak live_bytes_peak(const std::vector<HeapInterval>& intervals) {
-  // A group occupies max(size) from its earliest start to its latest end.
+  // A chunk is live while any of the intervals sharing it is: merge each group's ranges, at its largest size.
   const uint32_t n = static_cast<uint32_t>(intervals.size());
-  std::vector<uint64_t> start(n, std::numeric_limits<uint64_t>::max()), end(n, 0), size(n, 0);
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> ranges(n);
+  std::vector<uint64_t> size(n, 0);
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t l = leader_of(intervals, i);
-    start[l] = std::min(start[l], intervals[i].start);
-    end[l] = std::max(end[l], intervals[i].end);
+    ranges[l].emplace_back(intervals[i].start, intervals[i].end);
     size[l] = std::max(size[l], intervals[i].size_bytes);
   }
-  // Events: +size at start, -size after end; at equal times additions first (inclusive ranges).
+  // Events: +size at a start, -size after an end; at equal times additions first (inclusive ranges).
   std::vector<std::tuple<uint64_t, int, uint64_t>> events;
-  for (uint32_t i = 0; i < n; ++i) {
-    if (size[i] == 0 && end[i] == 0 && start[i] == std::numeric_limits<uint64_t>::max()) continue;
-    events.emplace_back(start[i], 0, size[i]);
-    events.emplace_back(end[i], 1, size[i]);
+  for (uint32_t l = 0; l < n; ++l) {
+    auto& r = ranges[l];
+    if (r.empty()) continue;
+    std::sort(r.begin(), r.end());
+    uint64_t s = r[0].first, e = r[0].second;
+    for (size_t k = 1; k <= r.size(); ++k) {
+      if (k < r.size() && r[k].first <= e) {
+        e = std::max(e, r[k].second);
+        continue;
+      }
+      events.emplace_back(s, 0, size[l]);
+      events.emplace_back(e, 1, size[l]);
+      if (k < r.size()) std::tie(s, e) = r[k];
+    }
   }
   std::sort(events.begin(), events.end());
   LiveBytesPeak peak;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "memfit/core/checked.h"
@@ -57,42 +58,30 @@ Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& option
     plan.buffers.push_back(std::move(row));
   }
 
-  // The moment the most temp bytes are live (schedule time), and what is live then.
-  std::vector<std::tuple<uint64_t, int, uint64_t>> events;
-  for (const PlannedBuffer& row : plan.buffers) {
-    if (row.kind != BufferKind::kTemp) continue;
-    events.emplace_back(row.start, 0, row.bytes);
-    events.emplace_back(row.end, 1, row.bytes);
-  }
-  std::sort(events.begin(), events.end());
-  uint64_t live = 0, best = 0;
-  for (const auto& [t, kind, bytes] : events) {
-    if (kind == 0) {
-      live += bytes;
-      if (live > best) {
-        best = live;
-        plan.peak_time = t;
-      }
-    } else {
-      live -= bytes;
-    }
-  }
-  for (uint32_t b = 0; b < plan.buffers.size(); ++b) {
-    const PlannedBuffer& row = plan.buffers[b];
-    if (row.kind == BufferKind::kTemp && row.start <= plan.peak_time && plan.peak_time <= row.end)
-      plan.live_at_peak.push_back(b);
-  }
-  std::sort(plan.live_at_peak.begin(), plan.live_at_peak.end(), [&](uint32_t a, uint32_t b) {
-    return std::tie(plan.buffers[b].bytes, a) < std::tie(plan.buffers[a].bytes, b);
-  });
-  for (const HloValue& v : model.values) {
-    if (v.start == plan.peak_time) {
+  // The moment the most temp bytes are live (on the heap's clock, so a value that took over its operand's
+  // chunk is counted once), and what is live then: per chunk, its newest value.
+  const LiveBytesPeak temp_peak = live_bytes_peak(model.heap_intervals);
+  std::map<uint32_t, uint32_t> newest;  // leader interval -> live interval with the latest start
+  for (uint32_t k = 0; k < model.heap_intervals.size(); ++k) {
+    const HeapInterval& iv = model.heap_intervals[k];
+    if (iv.start > temp_peak.time || iv.end < temp_peak.time) continue;
+    const uint32_t leader = colocation_leader(model.heap_intervals, k);
+    auto [it, inserted] = newest.emplace(leader, k);
+    if (!inserted && model.heap_intervals[it->second].start < iv.start) it->second = k;
+    if (iv.start == temp_peak.time) {
+      const HloValue& v = model.values[model.heap_values[k]];
       const HloInstruction& def = module.computations[v.computation].instructions[v.instruction];
       plan.peak_instruction = def.name;
       plan.peak_op_name = def.op_name;
-      break;
+      plan.peak_time = v.start;
     }
   }
+  std::set<uint32_t> live_buffers;
+  for (const auto& [leader, k] : newest) live_buffers.insert(model.values[model.heap_values[k]].buffer);
+  plan.live_at_peak.assign(live_buffers.begin(), live_buffers.end());
+  std::sort(plan.live_at_peak.begin(), plan.live_at_peak.end(), [&](uint32_t a, uint32_t b) {
+    return std::tie(plan.buffers[b].bytes, a) < std::tie(plan.buffers[a].bytes, b);
+  });
 
   std::map<std::tuple<std::string, std::string>, BufferGroup> groups;
   for (uint32_t b : plan.live_at_peak) {

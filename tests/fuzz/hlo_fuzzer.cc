@@ -1,12 +1,16 @@
-// Fuzz target: the HLO text importer and the entry sizes on arbitrary text.
+// Fuzz target: the HLO text importer, then XLA's buffer model and heap on whatever it accepts.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "memfit/plan/hlo_plan.h"
 #include "memfit/program/hlo_module.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto module = memfit::parse_hlo_module(std::string_view(reinterpret_cast<const char*>(data), size));
-  if (module.ok()) (void)memfit::entry_sizes(*module);
+  if (module.ok()) {
+    (void)memfit::entry_sizes(*module);
+    (void)memfit::plan_hlo(*module);
+  }
   return 0;
 }

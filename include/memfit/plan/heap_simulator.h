@@ -46,6 +46,9 @@ struct LiveBytesPeak {
   uint64_t time = 0;   // the first clock at which it is reached
 };
 
+// The interval whose chunk `id` shares (itself when not colocated).
+uint32_t colocation_leader(const std::vector<HeapInterval>& intervals, uint32_t id);
+
 // The no-fragmentation lower bound: no placement of these intervals needs less than this.
 LiveBytesPeak live_bytes_peak(const std::vector<HeapInterval>& intervals);
 

@@ -1,0 +1,73 @@
+// memfit hlo's planner on the real GPT step (1.5 MB of HLO) and on that module ten times over (15 MB):
+// parse + buffer model + heap, side by side. Targets: 1x under 0.5 s, 10x under 5 s; the ratio line says
+// how the cost grows with the module (10 would be linear).
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <string>
+
+#include "memfit/core/file_io.h"
+#include "memfit/plan/hlo_plan.h"
+#include "scaled_hlo.h"
+
+namespace memfit {
+namespace {
+
+const std::string& gpt_text(int copies) {
+  static std::map<int, std::string> cache;
+  auto it = cache.find(copies);
+  if (it == cache.end()) {
+    auto real = read_file(std::string(MEMFIT_SOURCE_DIR) + "/tests/data/xla/gpt_fp32_donate.hlo.txt.gz");
+    if (!real.ok()) return cache[copies];
+    it = cache.emplace(copies, copies == 1 ? *real : testing::scaled_module(*real, copies)).first;
+  }
+  return it->second;
+}
+
+void BM_PlanGpt(benchmark::State& state) {
+  const std::string& text = gpt_text(static_cast<int>(state.range(0)));
+  if (text.empty()) {
+    state.SkipWithError("tests/data/xla/gpt_fp32_donate.hlo.txt.gz is missing");
+    return;
+  }
+  for (auto _ : state) {
+    auto module = parse_hlo_module(text);
+    auto plan = plan_hlo(*module);
+    benchmark::DoNotOptimize(plan->temp_bytes);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * text.size()));
+  state.counters["text_MB"] = static_cast<double>(text.size()) / 1e6;
+}
+BENCHMARK(BM_PlanGpt)->Arg(1)->Arg(10)->Unit(benchmark::kMillisecond);
+
+class ScalingReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs)
+      if (r.run_type == Run::RT_Iteration && !r.error_occurred)
+        times_[r.benchmark_name()] = r.GetAdjustedRealTime();
+  }
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    const auto one = times_.find("BM_PlanGpt/1");
+    const auto ten = times_.find("BM_PlanGpt/10");
+    if (one != times_.end() && ten != times_.end() && one->second > 0)
+      GetOutputStream() << "\n10x module / 1x module time: " << ten->second / one->second
+                        << "x (10 = linear)\n";
+  }
+
+ private:
+  std::map<std::string, double> times_;
+};
+
+}  // namespace
+}  // namespace memfit
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  memfit::ScalingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

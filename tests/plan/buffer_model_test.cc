@@ -1,0 +1,223 @@
+// XLA's buffer rules on small modules written for one rule each: operand reuse, while-loop carries,
+// async pairs, calls, and the errors a malformed module gets.
+#include "memfit/plan/buffer_model.h"
+
+#include <gtest/gtest.h>
+
+#include "memfit/plan/hlo_plan.h"
+
+namespace memfit {
+namespace {
+
+HloModule parse(const std::string& text) {
+  auto m = parse_hlo_module(text);
+  EXPECT_TRUE(m.ok()) << m.error().message();
+  return std::move(*m);
+}
+
+// The buffer holding the value `name` defines at `index`.
+const HloBuffer* buffer_of(const HloModule& m, const BufferModel& model, const std::string& name) {
+  for (const HloValue& v : model.values)
+    if (value_name(m, v) == name) return &model.buffers[v.buffer];
+  return nullptr;
+}
+
+TEST(BufferModel, ElementwiseChainReusesOneChunk) {
+  const HloModule m = parse(R"(HloModule chain, is_scheduled=true
+
+%sum (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+
+ENTRY %main (p: f32[1024]) -> f32[] {
+  %p = f32[1024]{0} parameter(0)
+  %a = f32[1024]{0} negate(%p)
+  %b = f32[1024]{0} exponential(%a)
+  %c = f32[1024]{0} sqrt(%b)
+  %z = f32[] constant(0)
+  ROOT %r = f32[] reduce(%c, %z), dimensions={0}, to_apply=%sum
+}
+)");
+  auto plan = plan_hlo(m);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  // a, b and c each die where the next is made, elementwise: one 4 KiB chunk.
+  EXPECT_EQ(plan->temp_bytes, 4096u);
+  EXPECT_EQ(plan->temp_lower_bound_bytes, 4096u);
+  EXPECT_EQ(plan->argument_bytes, 4096u);
+  EXPECT_EQ(plan->output_bytes, 4u);
+  EXPECT_EQ(plan->peak_bytes, 4096u + 4 + 4096);
+}
+
+TEST(BufferModel, TemporariesLiveInAnOutputsMemoryBeforeItIsWritten) {
+  const HloModule m = parse(R"(HloModule into_output, is_scheduled=true
+
+ENTRY %main (p: f32[1024]) -> f32[1024] {
+  %p = f32[1024]{0} parameter(0)
+  %a = f32[1024]{0} negate(%p)
+  %b = f32[1024]{0} exponential(%a)
+  ROOT %d = f32[1024]{0} add(%b, %b)
+}
+)");
+  auto model = build_buffer_model(m);
+  ASSERT_TRUE(model.ok());
+  // XLA's assigner puts a and b in d's allocation: the temp block is empty.
+  for (const char* name : {"a", "b"}) {
+    const HloBuffer* b = buffer_of(m, *model, name);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(b->kind, BufferKind::kReusesAllocation) << name;
+  }
+  auto plan = plan_hlo(m);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->temp_bytes, 0u);
+  EXPECT_EQ(plan->peak_bytes, 8192u);
+}
+
+TEST(BufferModel, TransposeCannotWriteOverItsOperand) {
+  const HloModule m = parse(R"(HloModule transpose, is_scheduled=true
+
+ENTRY %main (p: f32[32,32]) -> f32[] {
+  %p = f32[32,32]{1,0} parameter(0)
+  %a = f32[32,32]{1,0} negate(%p)
+  %b = f32[32,32]{1,0} transpose(%a), dimensions={1,0}
+  %z = f32[] constant(0)
+  ROOT %r = f32[] reduce(%b, %z), dimensions={0,1}, to_apply=%sum
+}
+
+%sum (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+)");
+  auto plan = plan_hlo(m);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  EXPECT_EQ(plan->temp_bytes, 4096u + 4096u);  // a and b are live together while the transpose runs
+}
+
+TEST(BufferModel, WhileCarryIsOneBufferLiveAcrossTheLoop) {
+  const HloModule m = parse(R"(HloModule loop, is_scheduled=true
+
+%fused_exp (fp: f32[256]) -> f32[256] {
+  %fp = f32[256]{0} parameter(0)
+  ROOT %e = f32[256]{0} exponential(%fp)
+}
+
+%cond (c: (s32[], f32[256])) -> pred[] {
+  %c = (s32[], f32[256]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%c), index=0
+  %n = s32[] constant(4)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (w: (s32[], f32[256])) -> (s32[], f32[256]) {
+  %w = (s32[], f32[256]{0}) parameter(0)
+  %j = s32[] get-tuple-element(%w), index=0
+  %one = s32[] constant(1)
+  %j1 = s32[] add(%j, %one)
+  %x = f32[256]{0} get-tuple-element(%w), index=1
+  %y = f32[256]{0} fusion(%x), kind=kLoop, calls=%fused_exp
+  ROOT %t = (s32[], f32[256]{0}) tuple(%j1, %y)
+}
+
+%sum (sx: f32[], sy: f32[]) -> f32[] {
+  %sx = f32[] parameter(0)
+  %sy = f32[] parameter(1)
+  ROOT %ss = f32[] add(%sx, %sy)
+}
+
+ENTRY %main (p: f32[256]) -> f32[] {
+  %p = f32[256]{0} parameter(0)
+  %pc = f32[256]{0} copy(%p)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[256]{0}) tuple(%zero, %pc)
+  %loop = (s32[], f32[256]{0}) while(%init), condition=%cond, body=%body
+  %out = f32[256]{0} get-tuple-element(%loop), index=1
+  %z = f32[] constant(0)
+  ROOT %r = f32[] reduce(%out, %z), dimensions={0}, to_apply=%sum
+}
+)");
+  auto model = build_buffer_model(m);
+  ASSERT_TRUE(model.ok()) << model.error().message();
+  const HloBuffer* carry = buffer_of(m, *model, "pc");
+  ASSERT_NE(carry, nullptr);
+  EXPECT_EQ(carry, buffer_of(m, *model, "y"));  // the body's new value is written over the carry
+  EXPECT_EQ(carry->kind, BufferKind::kTemp);
+  EXPECT_EQ(buffer_of(m, *model, "zero"),
+            buffer_of(m, *model, "j1"));  // constant counter: its own allocation
+  EXPECT_EQ(buffer_of(m, *model, "zero")->kind, BufferKind::kConstant);
+  // Flattened: main's first four, then cond (4) and body (7), then the rest of main: the carry spans them.
+  EXPECT_EQ(model->schedule_length, 8u + 4u + 7u);
+  EXPECT_EQ(carry->start, 1u);
+  EXPECT_GE(carry->end, 16u);
+}
+
+TEST(BufferModel, AsyncStartHoldsItsResultUntilDone) {
+  const HloModule m = parse(R"(HloModule async, is_scheduled=true
+
+%fused_exp (fp: f32[256]) -> f32[256] {
+  %fp = f32[256]{0} parameter(0)
+  ROOT %e = f32[256]{0} exponential(%fp)
+}
+
+ENTRY %main (p: f32[256]) -> f32[256] {
+  %p = f32[256]{0} parameter(0)
+  %a = f32[256]{0} negate(%p)
+  %s = ((f32[256]{0}), f32[256]{0}, u32[]) fusion-start(%a), kind=kLoop, calls=%fused_exp
+  %b = f32[256]{0} negate(%p)
+  %d = f32[256]{0} fusion-done(%s)
+  ROOT %r = f32[256]{0} add(%d, %b)
+}
+)");
+  auto model = build_buffer_model(m);
+  ASSERT_TRUE(model.ok()) << model.error().message();
+  EXPECT_EQ(buffer_of(m, *model, "s{0,0}"), nullptr);  // the operand, not a new buffer
+  const HloBuffer* result = buffer_of(m, *model, "s{1}");
+  ASSERT_NE(result, nullptr);
+  EXPECT_EQ(result->start, 2u);
+  EXPECT_EQ(result->end, 5u);                     // read by the add after the done
+  EXPECT_EQ(buffer_of(m, *model, "a")->end, 4u);  // an async operand lives until the done
+}
+
+TEST(BufferModel, MalformedModulesNameTheLine) {
+  auto undefined = parse_hlo_module(R"(HloModule bad
+
+ENTRY %main (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %a = f32[4]{0} add(%p, %q)
+}
+)");
+  ASSERT_TRUE(undefined.ok());
+  auto model = build_buffer_model(*undefined);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.error().message().find("line 5"), std::string::npos) << model.error().message();
+  EXPECT_NE(model.error().message().find("'q'"), std::string::npos) << model.error().message();
+
+  auto gte = parse_hlo_module(R"(HloModule bad
+
+ENTRY %main (p: (f32[4], f32[4])) -> f32[4] {
+  %p = (f32[4]{0}, f32[4]{0}) parameter(0)
+  ROOT %g = f32[4]{0} get-tuple-element(%p), index=2
+}
+)");
+  ASSERT_TRUE(gte.ok());
+  model = build_buffer_model(*gte);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.error().message().find("line 5"), std::string::npos) << model.error().message();
+
+  auto missing = parse_hlo_module(R"(HloModule bad
+
+ENTRY %main (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %c = f32[4]{0} call(%p), to_apply=%nowhere
+}
+)");
+  ASSERT_TRUE(missing.ok());
+  model = build_buffer_model(*missing);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.error().message().find("nowhere"), std::string::npos) << model.error().message();
+}
+
+}  // namespace
+}  // namespace memfit
