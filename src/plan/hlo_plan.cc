@@ -49,6 +49,7 @@ Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& option
     row.name = value_name(module, first);
     row.shape = shape != nullptr ? shape->to_string() : "";
     row.op_name = def.op_name;
+    row.category = def.category;
     row.bytes = buffer.size_bytes;
     row.kind = buffer.kind;
     row.start = buffer.start;

@@ -31,6 +31,8 @@ int run(const std::vector<std::string>& args, Io io) {
   add("env", "Print the allocator configuration the XLA variables in force would produce", add_env_command);
   add("replay", "Replay a recorded allocation trace through allocator policies", add_replay_command);
   add("hlo", "Plan an XLA program from its optimized HLO: temp, peak and who holds it", add_hlo_command);
+  add("plan", "Plan a model's training or inference step: peak per device, what holds it, fits or not",
+      add_plan_command);
   add("doctor", "Diagnose a machine, a process or a failed job's logs", add_doctor_command);
   add("bench", "Time every allocator against std::malloc on this machine", add_bench_command);
 

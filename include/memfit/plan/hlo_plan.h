@@ -20,9 +20,10 @@ struct HloPlanOptions {
 };
 
 struct PlannedBuffer {
-  std::string name;     // the instruction that defines it
-  std::string shape;    // "f32[8,16,1024,1024]"
-  std::string op_name;  // metadata op_name: the JAX op
+  std::string name;      // the instruction that defines it
+  std::string shape;     // "f32[8,16,1024,1024]"
+  std::string op_name;   // metadata op_name: the JAX op
+  std::string category;  // parameters, optimizer_state, gradients, activations, temporaries (model zoo)
   uint64_t bytes = 0;
   BufferKind kind = BufferKind::kTemp;
   uint64_t start = 0;  // flattened schedule times, inclusive

@@ -58,6 +58,9 @@ struct HloInstruction {
   };
   std::vector<OperandAlias> operand_aliases;
   HloPlatform platform = HloPlatform::kUnknown;  // what its backend_config says, if anything
+  // What the buffer is for, when memfit built the program (model zoo): parameters, optimizer_state,
+  // gradients, activations, temporaries. Empty for parsed modules.
+  std::string category;
   bool is_root = false;
   uint64_t line = 0;
 };

@@ -1,0 +1,99 @@
+// memfit plan: will a model's training (or inference) step fit, and what holds its peak.
+#include <fmt/format.h>
+
+#include <ostream>
+
+#include "commands.h"
+#include "memfit/core/bytes.h"
+#include "memfit/core/device_catalog.h"
+#include "memfit/core/file_io.h"
+#include "memfit/core/json.h"
+#include "memfit/plan/step_plan.h"
+#include "plan_options.h"
+
+namespace memfit::cli {
+namespace {
+
+Json to_json(const StepPlan& p) {
+  Json j;
+  j["spec"] = model_spec_to_json(p.spec);
+  j["parameter_count"] = p.arguments.parameter_count;
+  j["devices"] = p.spec.devices();
+  j["argument_bytes"] = p.hlo.argument_bytes;
+  j["output_bytes"] = p.hlo.output_bytes;
+  j["alias_bytes"] = p.hlo.alias_bytes;
+  j["temp_bytes"] = p.hlo.temp_bytes;
+  j["peak_bytes"] = p.peak_bytes;
+  j["breakdown"] = {{"parameters", p.breakdown.parameters},
+                    {"optimizer_state", p.breakdown.optimizer_state},
+                    {"gradients", p.breakdown.gradients},
+                    {"activations", p.breakdown.activations},
+                    {"temporaries", p.breakdown.temporaries}};
+  if (p.capacity_bytes) j["capacity_bytes"] = *p.capacity_bytes;
+  j["fits"] = p.fits;
+  Json groups = Json::array();
+  for (const BufferGroup& g : p.hlo.groups)
+    groups.push_back({{"count", g.count},
+                      {"bytes_each", g.bytes_each},
+                      {"total_bytes", g.total_bytes},
+                      {"shape", g.shape},
+                      {"op_name", g.op_name}});
+  j["groups_at_peak"] = groups;
+  return j;
+}
+
+void print(std::ostream& out, const StepPlan& p) {
+  const ModelSpec& s = p.spec;
+  out << fmt::format("memfit plan: {} {} step, {} precision, remat {}, {} parameters{}{}\n", s.model, s.step,
+                     s.precision, s.remat, p.arguments.parameter_count, s.donate ? ", donated" : "",
+                     s.devices() > 1 ? fmt::format(", {} over {} devices", s.sharding, s.devices()) : "");
+  auto row = [&](const char* what, uint64_t bytes) {
+    out << fmt::format("  {:<16} {:>10} {:>16} B  {:>6}\n", what, format_bytes(bytes), bytes,
+                       format_percent(bytes, p.peak_bytes));
+  };
+  out << "  per device, at the peak:\n";
+  row("parameters", p.breakdown.parameters);
+  row("optimizer state", p.breakdown.optimizer_state);
+  row("gradients", p.breakdown.gradients);
+  row("activations", p.breakdown.activations);
+  row("temporaries", p.breakdown.temporaries);
+  row("peak", p.peak_bytes);
+  out << fmt::format("  (XLA would report argument {}, output {}, alias {}, temp {})\n",
+                     format_bytes(p.hlo.argument_bytes), format_bytes(p.hlo.output_bytes),
+                     format_bytes(p.hlo.alias_bytes), format_bytes(p.hlo.temp_bytes));
+  if (p.capacity_bytes) {
+    out << fmt::format("  capacity {}: {}\n", format_bytes(*p.capacity_bytes),
+                       p.fits
+                           ? fmt::format("fits, {} to spare", format_bytes(*p.capacity_bytes - p.peak_bytes))
+                           : fmt::format("does NOT fit, {} over (memfit fit finds the smallest change)",
+                                         format_bytes(p.peak_bytes - *p.capacity_bytes)));
+  }
+  if (p.hlo.groups.empty()) return;
+  out << "\n  largest tensors live at the peak:\n";
+  for (const BufferGroup& g : p.hlo.groups)
+    out << fmt::format("  {:>5} x {:>10} {:>10}  {:<24} {}\n", g.count, format_bytes(g.bytes_each),
+                       format_bytes(g.total_bytes), g.shape, g.op_name);
+}
+
+}  // namespace
+
+Action add_plan_command(CLI::App& app, Io& io) {
+  auto options = std::make_shared<PlanOptions>();
+  add_plan_options(app, *options);
+  return [options, &io]() -> int {
+    auto spec = resolve_plan_spec(*options);
+    if (!spec.ok()) return fail(io, spec.error());
+    auto capacity = resolve_capacity(*options);
+    if (!capacity.ok()) return fail(io, capacity.error());
+    auto plan = plan_step(*spec, *capacity);
+    if (!plan.ok()) return fail(io, plan.error());
+    if (options->json) {
+      io.out << json_to_output(to_json(*plan));
+    } else {
+      print(io.out, *plan);
+    }
+    return plan->fits ? kExitOk : kExitFinding;
+  };
+}
+
+}  // namespace memfit::cli

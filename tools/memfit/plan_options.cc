@@ -1,0 +1,113 @@
+#include "plan_options.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "memfit/core/device_catalog.h"
+#include "memfit/core/file_io.h"
+
+namespace memfit::cli {
+
+void add_plan_options(CLI::App& app, PlanOptions& o) {
+  app.add_option("SPEC", o.spec_file,
+                 "A JSON spec with the config keys of programs.json (flags override it)");
+  auto integer = [&](const char* flag, const char* key, const char* help) {
+    app.add_option_function<int64_t>(
+        flag, [&o, key](const int64_t& v) { o.overrides[key] = v; }, help);
+  };
+  auto text = [&](const char* flag, const char* key, const char* help) {
+    app.add_option_function<std::string>(
+        flag, [&o, key](const std::string& v) { o.overrides[key] = v; }, help);
+  };
+  text("--model", "model", "gpt, mlp or vit");
+  integer("--vocab", "vocab", "GPT vocabulary");
+  integer("--d-model", "d_model", "width of a transformer");
+  integer("--heads", "heads", "attention heads");
+  integer("--layers", "layers", "transformer blocks");
+  integer("--seq", "seq", "sequence length");
+  integer("--batch", "batch", "global batch");
+  integer("--din", "din", "MLP input width");
+  integer("--width", "width", "MLP hidden width");
+  integer("--depth", "depth", "MLP hidden layers");
+  integer("--dout", "dout", "MLP output width");
+  integer("--image", "image", "ViT image side");
+  integer("--patch", "patch", "ViT patch side");
+  integer("--classes", "classes", "ViT classes");
+  integer("--accum", "accum", "gradient accumulation steps (optax.MultiSteps)");
+  text("--precision", "precision", "fp32, mixed or bf16");
+  text("--remat", "remat", "none, full (nothing_saveable), dots (dots_saveable), dots_no_batch");
+  text("--optimizer", "optimizer", "adam or sgd");
+  text("--step", "step", "train, infer or vmap_grads");
+  text("--sharding", "sharding", "replicated, fsdp or tp (with --mesh)");
+  text("--backend", "backend", "gpu or cpu");
+  app.add_option_function<std::string>(
+      "--mesh",
+      [&o](const std::string& v) {
+        // "data=8" or "data=2,model=4"
+        Json sizes = Json::array(), names = Json::array();
+        size_t at = 0;
+        while (at <= v.size()) {
+          const size_t end = std::min(v.find(',', at), v.size());
+          const std::string part = v.substr(at, end - at);
+          const size_t eq = part.find('=');
+          names.push_back(part.substr(0, eq));
+          sizes.push_back(eq == std::string::npos ? Json(part) : Json(part.substr(eq + 1)));
+          at = end + 1;
+        }
+        o.overrides["mesh_text"] = v;
+        o.overrides["mesh_axes"] = names;
+        o.overrides["mesh"] = sizes;
+      },
+      "device mesh, e.g. data=8 or data=2,model=4");
+  app.add_flag_function(
+      "--donate", [&o](int64_t) { o.overrides["donate"] = true; }, "donate parameters and optimizer state");
+  app.add_flag_function(
+      "--scan", [&o](int64_t) { o.overrides["scan"] = true; }, "jax.lax.scan over the layers");
+  app.add_option("--capacity", o.capacity, "device memory (bytes, 80GiB, h200)");
+  app.add_option("--device", o.device, "a device by name (h200)");
+  app.add_flag("--json", o.json, "Print one JSON object");
+}
+
+Expected<ModelSpec> resolve_plan_spec(const PlanOptions& o) {
+  Json config = Json::object();
+  if (!o.spec_file.empty()) {
+    MEMFIT_ASSIGN_OR_RETURN(std::string text, read_file(o.spec_file));
+    MEMFIT_ASSIGN_OR_RETURN(config, parse_json(text, o.spec_file));
+    if (config.contains("config") && config["config"].is_object()) config = Json(config["config"]);
+    if (!config.is_object())
+      return invalid_argument(fmt::format("{}: expected a JSON object of config keys", o.spec_file));
+  }
+  for (const auto& [key, value] : o.overrides.items()) {
+    if (key == "mesh_text") continue;
+    if (key == "mesh") {
+      Json sizes = Json::array();
+      for (const Json& v : value) {
+        const std::string t = v.get<std::string>();
+        int64_t n = 0;
+        const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+        if (ec != std::errc() || end != t.data() + t.size() || n <= 0)
+          return invalid_argument(
+              fmt::format("--mesh: '{}' is not name=size,...", o.overrides["mesh_text"].get<std::string>()));
+        sizes.push_back(n);
+      }
+      config["mesh"] = sizes;
+      continue;
+    }
+    config[key] = value;
+  }
+  if (config.contains("mesh") && !config.contains("sharding")) config["sharding"] = "replicated";
+  return model_spec_from_json(config);
+}
+
+Expected<std::optional<uint64_t>> resolve_capacity(const PlanOptions& o) {
+  if (!o.capacity.empty() && !o.device.empty())
+    return invalid_argument("give --capacity or --device, not both");
+  const std::string& c = o.capacity.empty() ? o.device : o.capacity;
+  if (c.empty()) return std::optional<uint64_t>();
+  auto bytes = parse_capacity(c);
+  if (!bytes.ok()) return bytes.error().with_context(o.capacity.empty() ? "--device" : "--capacity");
+  return std::optional<uint64_t>(*bytes);
+}
+
+}  // namespace memfit::cli

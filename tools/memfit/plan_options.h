@@ -1,0 +1,26 @@
+// tools/memfit/plan_options.h - the model options `memfit plan` and `memfit fit` share: a spec file with
+// programs.json's config keys, overridden by flags.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+
+#include "memfit/core/status.h"
+#include "memfit/program/model_zoo.h"
+
+namespace memfit::cli {
+
+struct PlanOptions {
+  std::string spec_file;
+  Json overrides = Json::object();  // flags given, by config key
+  std::string capacity;
+  std::string device;
+  bool json = false;
+};
+
+void add_plan_options(CLI::App& app, PlanOptions& options);
+Expected<ModelSpec> resolve_plan_spec(const PlanOptions& options);
+Expected<std::optional<uint64_t>> resolve_capacity(const PlanOptions& options);
+
+}  // namespace memfit::cli
