@@ -1,8 +1,16 @@
 #include "memfit/plan/step_plan.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "memfit/core/xla_env.h"
+
 namespace memfit {
 
-Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes) {
+Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
+                             double memory_fraction) {
   StepPlan plan;
   plan.spec = spec;
   MEMFIT_ASSIGN_OR_RETURN(HloModule module, build_step_module(spec, &plan.arguments));
@@ -40,8 +48,119 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
   const uint64_t sum = b.parameters + b.optimizer_state + b.gradients + b.activations + b.temporaries;
   if (sum > plan.peak_bytes) b.temporaries -= std::min(b.temporaries, sum - plan.peak_bytes);
   plan.capacity_bytes = capacity_bytes;
-  plan.fits = !capacity_bytes || plan.peak_bytes <= *capacity_bytes;
+  plan.memory_fraction = memory_fraction;
+  if (capacity_bytes) plan.limit_bytes = bfc_memory_limit(memory_fraction, *capacity_bytes);
+  plan.fits = !capacity_bytes || plan.peak_bytes <= plan.limit_bytes;
   return plan;
+}
+
+Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction) {
+  FitResult result;
+  MEMFIT_ASSIGN_OR_RETURN(result.baseline, plan_step(spec, capacity_bytes, memory_fraction));
+  // Returns whether the change fits (families stop at their first size that does).
+  bool last_fits = false;
+  auto try_change = [&](const char* step, std::string change, std::string code, double cost, std::string note,
+                        const ModelSpec& changed, double fraction) -> Status {
+    last_fits = false;
+    if (!validate_model_spec(changed).ok()) return Status();  // not applicable to this model
+    MEMFIT_ASSIGN_OR_RETURN(StepPlan p, plan_step(changed, capacity_bytes, fraction));
+    FitCandidate c{step,         std::move(change), std::move(code), cost, std::move(note),
+                   p.peak_bytes, p.limit_bytes,     p.fits};
+    result.candidates.push_back(std::move(c));
+    last_fits = p.fits;
+    return Status();
+  };
+  // 1. allocation: a larger pool, then donation.
+  if (memory_fraction < 0.95) {
+    MEMFIT_RETURN_IF_ERROR(try_change("allocation", "XLA_CLIENT_MEM_FRACTION=.95",
+                                      "os.environ['XLA_CLIENT_MEM_FRACTION'] = '.95'  # before importing jax",
+                                      0, "free, if nothing else shares the GPU", spec, 0.95));
+  }
+  if (!spec.donate && spec.step == "train") {
+    ModelSpec s = spec;
+    s.donate = true;
+    MEMFIT_RETURN_IF_ERROR(try_change("allocation", "donate parameters and optimizer state",
+                                      "jax.jit(step, donate_argnums=(0, 1))", 0.01,
+                                      "free; the old arrays are gone after the call", s, memory_fraction));
+  }
+  // 2. shapes: precision, rematerialization, accumulation, batch.
+  if (spec.precision == "fp32") {
+    ModelSpec s = spec;
+    s.precision = "mixed";
+    MEMFIT_RETURN_IF_ERROR(
+        try_change("shapes", "mixed precision (fp32 parameters, bf16 compute)",
+                   "x @ W.astype(jnp.bfloat16)  # compute in bfloat16, keep fp32 parameters", 0.02,
+                   "faster on tensor cores; check the loss curve", s, memory_fraction));
+  }
+  if (spec.step == "train") {
+    const struct {
+      const char* policy;
+      const char* jax;
+      double cost;
+      const char* note;
+    } remats[] = {
+        {"dots_no_batch",
+         "jax.checkpoint(block, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)", 0.2,
+         "~20% more compute: attention and elementwise ops run twice"},
+        {"dots", "jax.checkpoint(block, policy=jax.checkpoint_policies.dots_saveable)", 0.15,
+         "~15% more compute: elementwise ops run twice"},
+        {"full", "jax.checkpoint(block, policy=jax.checkpoint_policies.nothing_saveable)", 0.33,
+         "~33% more compute: the forward pass runs twice"},
+    };
+    for (const auto& r : remats) {
+      if (spec.remat == r.policy) continue;
+      ModelSpec s = spec;
+      s.remat = r.policy;
+      s.remat_layers.clear();
+      MEMFIT_RETURN_IF_ERROR(
+          try_change("shapes", fmt::format("remat {}", r.policy), r.jax, r.cost, r.note, s, memory_fraction));
+    }
+    for (uint64_t k : {2, 4, 8, 16}) {
+      ModelSpec s = spec;
+      s.accum = spec.accum * k;
+      MEMFIT_RETURN_IF_ERROR(try_change(
+          "shapes", fmt::format("gradient accumulation over {} microbatches", s.accum),
+          fmt::format("optax.MultiSteps(optimizer, every_k_schedule={})  # or scan over {} microbatches",
+                      s.accum, s.accum),
+          0.05 * static_cast<double>(k),
+          fmt::format("{} sequential microbatches: less parallel work per kernel", k), s, memory_fraction));
+      if (last_fits) break;
+    }
+  }
+  for (uint64_t div : {2, 4}) {
+    ModelSpec s = spec;
+    if (s.batch % div != 0) continue;
+    s.batch /= div;
+    MEMFIT_RETURN_IF_ERROR(try_change("shapes", fmt::format("batch {} instead of {}", s.batch, spec.batch),
+                                      fmt::format("batch_size = {}", s.batch), 0.5 * static_cast<double>(div),
+                                      "changes the optimization: retune the learning rate", s,
+                                      memory_fraction));
+    if (last_fits) break;
+  }
+  // 3. sharding: FSDP over more devices (parameters, gradients and optimizer state split; batch split).
+  if (spec.sharding == "replicated" && spec.devices() <= 1 && spec.step == "train") {
+    for (uint64_t n : {2, 4, 8, 16, 32, 64}) {
+      ModelSpec s = spec;
+      s.sharding = "fsdp";
+      s.mesh = {n};
+      s.mesh_axes = {"data"};
+      if (s.batch % n != 0) s.batch = (s.batch + n - 1) / n * n;  // the global batch must split
+      MEMFIT_RETURN_IF_ERROR(try_change(
+          "sharding", fmt::format("FSDP over {} devices", n),
+          fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
+                      "jax.device_put(params, NamedSharding(mesh, P('data')))  # largest axis of each array",
+                      n),
+          static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction));
+      if (last_fits) break;
+    }
+  }
+  for (size_t i = 0; i < result.candidates.size(); ++i)
+    if (result.candidates[i].fits) result.ranked.push_back(i);
+  std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](size_t a, size_t b) {
+    return std::tie(result.candidates[a].cost, result.candidates[a].peak_bytes) <
+           std::tie(result.candidates[b].cost, result.candidates[b].peak_bytes);
+  });
+  return result;
 }
 
 }  // namespace memfit

@@ -416,8 +416,16 @@ std::vector<uint64_t> local_dims(const Ctx& c, const std::string& name, const st
   std::vector<uint64_t> d = dims;
   if (d.empty()) return d;
   if (c.s.sharding == "fsdp") {
-    const size_t ax = static_cast<size_t>(std::max_element(d.begin(), d.end()) - d.begin());
-    if (d[ax] % c.data == 0) d[ax] /= c.data;
+    // The largest dimension that divides (the reference's rule when the largest one does).
+    std::vector<size_t> order(d.size());
+    for (size_t i = 0; i < d.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return d[a] > d[b]; });
+    for (size_t ax : order) {
+      if (d[ax] % c.data == 0) {
+        d[ax] /= c.data;
+        break;
+      }
+    }
   } else if (c.s.sharding == "tp" && d.size() >= 2) {
     if ((name.find("wqkv") != std::string::npos || name.find("w1") != std::string::npos) &&
         d.back() % c.tp == 0)

@@ -19,6 +19,7 @@ Action add_replay_command(CLI::App& app, Io& io);
 Action add_doctor_command(CLI::App& app, Io& io);
 Action add_hlo_command(CLI::App& app, Io& io);
 Action add_plan_command(CLI::App& app, Io& io);
+Action add_fit_command(CLI::App& app, Io& io);
 
 // Shared by the subcommands.
 int fail(Io& io, const Error& error);  // prints "memfit: <reason>" on stderr, returns 2 (or 1 for findings)

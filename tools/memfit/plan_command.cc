@@ -29,7 +29,11 @@ Json to_json(const StepPlan& p) {
                     {"gradients", p.breakdown.gradients},
                     {"activations", p.breakdown.activations},
                     {"temporaries", p.breakdown.temporaries}};
-  if (p.capacity_bytes) j["capacity_bytes"] = *p.capacity_bytes;
+  if (p.capacity_bytes) {
+    j["capacity_bytes"] = *p.capacity_bytes;
+    j["memory_fraction"] = p.memory_fraction;
+    j["limit_bytes"] = p.limit_bytes;
+  }
   j["fits"] = p.fits;
   Json groups = Json::array();
   for (const BufferGroup& g : p.hlo.groups)
@@ -62,11 +66,11 @@ void print(std::ostream& out, const StepPlan& p) {
                      format_bytes(p.hlo.argument_bytes), format_bytes(p.hlo.output_bytes),
                      format_bytes(p.hlo.alias_bytes), format_bytes(p.hlo.temp_bytes));
   if (p.capacity_bytes) {
-    out << fmt::format("  capacity {}: {}\n", format_bytes(*p.capacity_bytes),
-                       p.fits
-                           ? fmt::format("fits, {} to spare", format_bytes(*p.capacity_bytes - p.peak_bytes))
-                           : fmt::format("does NOT fit, {} over (memfit fit finds the smallest change)",
-                                         format_bytes(p.peak_bytes - *p.capacity_bytes)));
+    out << fmt::format("  device {}, XLA's pool {:.0f}% of it = {}: {}\n", format_bytes(*p.capacity_bytes),
+                       100 * p.memory_fraction, format_bytes(p.limit_bytes),
+                       p.fits ? fmt::format("fits, {} to spare", format_bytes(p.limit_bytes - p.peak_bytes))
+                              : fmt::format("does NOT fit, {} over (memfit fit finds the cheapest change)",
+                                            format_bytes(p.peak_bytes - p.limit_bytes)));
   }
   if (p.hlo.groups.empty()) return;
   out << "\n  largest tensors live at the peak:\n";
@@ -85,7 +89,7 @@ Action add_plan_command(CLI::App& app, Io& io) {
     if (!spec.ok()) return fail(io, spec.error());
     auto capacity = resolve_capacity(*options);
     if (!capacity.ok()) return fail(io, capacity.error());
-    auto plan = plan_step(*spec, *capacity);
+    auto plan = plan_step(*spec, *capacity, options->memory_fraction);
     if (!plan.ok()) return fail(io, plan.error());
     if (options->json) {
       io.out << json_to_output(to_json(*plan));
@@ -93,6 +97,60 @@ Action add_plan_command(CLI::App& app, Io& io) {
       print(io.out, *plan);
     }
     return plan->fits ? kExitOk : kExitFinding;
+  };
+}
+
+Action add_fit_command(CLI::App& app, Io& io) {
+  auto options = std::make_shared<PlanOptions>();
+  add_plan_options(app, *options);
+  return [options, &io]() -> int {
+    auto spec = resolve_plan_spec(*options);
+    if (!spec.ok()) return fail(io, spec.error());
+    auto capacity = resolve_capacity(*options);
+    if (!capacity.ok()) return fail(io, capacity.error());
+    if (!*capacity) return fail(io, invalid_argument("memfit fit needs --capacity or --device"));
+    auto fit = fit_step(*spec, **capacity, options->memory_fraction);
+    if (!fit.ok()) return fail(io, fit.error());
+    const StepPlan& b = fit->baseline;
+    if (options->json) {
+      Json j;
+      j["baseline"] = to_json(b);
+      Json all = Json::array();
+      for (const FitCandidate& c : fit->candidates)
+        all.push_back({{"step", c.step},
+                       {"change", c.change},
+                       {"code", c.code},
+                       {"cost", c.cost},
+                       {"cost_note", c.cost_note},
+                       {"peak_bytes", c.peak_bytes},
+                       {"limit_bytes", c.limit_bytes},
+                       {"fits", c.fits}});
+      j["candidates"] = all;
+      j["ranked"] = fit->ranked;
+      io.out << json_to_output(j);
+    } else {
+      io.out << fmt::format(
+          "memfit fit: peak {} in a pool of {} ({:.0f}% of {}): {}\n", format_bytes(b.peak_bytes),
+          format_bytes(b.limit_bytes), 100 * b.memory_fraction, format_bytes(*b.capacity_bytes),
+          b.fits ? "fits already" : fmt::format("{} over", format_bytes(b.peak_bytes - b.limit_bytes)));
+      io.out << "\n  tried, in the seed's order (allocation, shapes, sharding):\n";
+      for (const FitCandidate& c : fit->candidates)
+        io.out << fmt::format("  {:<10} {:<50} {:>10}  {}\n", c.step, c.change, format_bytes(c.peak_bytes),
+                              c.fits ? "fits" : "-");
+      if (fit->ranked.empty()) {
+        io.out
+            << "\n  no single change fits: combine them (e.g. remat and sharding) or use a larger device\n";
+      } else {
+        io.out << "\n  changes that fit, cheapest first:\n";
+        int n = 0;
+        for (size_t i : fit->ranked) {
+          const FitCandidate& c = fit->candidates[i];
+          io.out << fmt::format("  {}. {} -> peak {} ({})\n       {}\n", ++n, c.change,
+                                format_bytes(c.peak_bytes), c.cost_note, c.code);
+        }
+      }
+    }
+    return b.fits || !fit->ranked.empty() ? kExitOk : kExitFinding;
   };
 }
 

@@ -66,6 +66,9 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       "--scan", [&o](int64_t) { o.overrides["scan"] = true; }, "jax.lax.scan over the layers");
   app.add_option("--capacity", o.capacity, "device memory (bytes, 80GiB, h200)");
   app.add_option("--device", o.device, "a device by name (h200)");
+  app.add_option("--mem-fraction", o.memory_fraction,
+                 "the share of the device XLA's pool takes (default 0.75)")
+      ->check(CLI::Range(0.01, 1.0));
   app.add_flag("--json", o.json, "Print one JSON object");
 }
 

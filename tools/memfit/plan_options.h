@@ -16,6 +16,7 @@ struct PlanOptions {
   Json overrides = Json::object();  // flags given, by config key
   std::string capacity;
   std::string device;
+  double memory_fraction = 0.75;  // JAX's default pool: 75% of the device
   bool json = false;
 };
 

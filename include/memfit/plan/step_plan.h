@@ -27,10 +27,37 @@ struct StepPlan {
   HloPlan hlo;  // argument/output/alias/temp/peak as memory_analysis() would report for the step
   PeakBreakdown breakdown;
   uint64_t peak_bytes = 0;
-  std::optional<uint64_t> capacity_bytes;
+  std::optional<uint64_t> capacity_bytes;  // the device's memory
+  double memory_fraction = 0.75;           // of it, XLA's BFC pool (XLA_CLIENT_MEM_FRACTION)
+  uint64_t limit_bytes = 0;                // the pool: what the step must fit in
   bool fits = true;
 };
 
-Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes = std::nullopt);
+// `memory_fraction`: JAX preallocates 75% of the device unless XLA_CLIENT_MEM_FRACTION says otherwise.
+Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes = std::nullopt,
+                             double memory_fraction = 0.75);
+
+// One change the seed suggests, tried on the step.
+struct FitCandidate {
+  std::string step;    // allocation | shapes | sharding (the seed's order)
+  std::string change;  // "XLA_CLIENT_MEM_FRACTION=.95", "remat dots_saveable", ...
+  std::string code;    // the JAX that applies it
+  double cost = 0;     // extra compute, more steps, devices: lower is cheaper
+  std::string cost_note;
+  uint64_t peak_bytes = 0;
+  uint64_t limit_bytes = 0;
+  bool fits = false;
+};
+
+struct FitResult {
+  StepPlan baseline;
+  std::vector<FitCandidate> candidates;  // every change tried, in the seed's order
+  std::vector<size_t> ranked;            // the ones that fit, cheapest first
+};
+
+// Tries the seed's fixes in its order - allocation (a larger pool, donation), shapes (bf16, remat
+// policies, gradient accumulation, a smaller batch), sharding (FSDP over more devices) - and ranks
+// those that fit by their cost.
+Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction = 0.75);
 
 }  // namespace memfit
