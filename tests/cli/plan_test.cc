@@ -1,0 +1,76 @@
+// `memfit plan` and `memfit fit`: golden output, spec files, exit codes and refused specs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "golden.h"
+
+namespace memfit::cli {
+namespace {
+
+TEST(PlanCommand, GoldenTableAndJson) {
+  const auto table = testing::run_cli({"plan", "--model", "gpt", "--donate", "--device", "h200"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  testing::expect_golden("plan_gpt_donate_h200.txt", table.out);
+  const auto json = testing::run_cli({"plan", "--model", "mlp", "--remat", "full", "--donate", "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  testing::expect_golden("plan_mlp_remat_full.json", json.out);
+  const auto j = nlohmann::json::parse(json.out);
+  for (const char* key : {"peak_bytes", "breakdown", "fits"}) EXPECT_TRUE(j.contains(key)) << key;
+  for (const char* key : {"parameters", "optimizer_state", "gradients", "activations", "temporaries"})
+    EXPECT_TRUE(j["breakdown"].contains(key)) << key;
+}
+
+TEST(PlanCommand, SpecFileTakesProgramsJsonConfigsAndFlagsOverrideIt) {
+  const auto path =
+      std::filesystem::temp_directory_path() / ("memfit_spec_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path)
+      << R"({"name": "gpt_fp32_donate", "config": {"model": "gpt", "vocab": 32000, "d_model": 1024,
+      "heads": 16, "layers": 8, "seq": 1024, "batch": 8, "donate": true}})";
+  const auto as_is = testing::run_cli({"plan", path.string(), "--json"});
+  ASSERT_EQ(as_is.code, 0) << as_is.err;
+  const double peak = nlohmann::json::parse(as_is.out)["peak_bytes"].get<double>();
+  EXPECT_NEAR(peak, 17778860544.0, 0.05 * 17778860544.0);  // measured on the H200
+  const auto smaller = testing::run_cli({"plan", path.string(), "--batch", "4", "--json"});
+  ASSERT_EQ(smaller.code, 0) << smaller.err;
+  EXPECT_LT(nlohmann::json::parse(smaller.out)["peak_bytes"].get<double>(), peak);
+  std::filesystem::remove(path);
+}
+
+TEST(PlanCommand, DoesNotFitExitsOneAndFitFindsTheCheapestChange) {
+  const auto tight = testing::run_cli({"plan", "--model", "gpt", "--capacity", "16GiB"});
+  EXPECT_EQ(tight.code, 1);
+  EXPECT_NE(tight.out.find("does NOT fit"), std::string::npos);
+  const auto fit = testing::run_cli({"fit", "--model", "gpt", "--capacity", "16GiB"});
+  ASSERT_EQ(fit.code, 0) << fit.err;
+  testing::expect_golden("fit_gpt_16gib.txt", fit.out);
+  EXPECT_NE(fit.out.find("jax.checkpoint"), std::string::npos);
+  EXPECT_NE(fit.out.find("donate parameters"), std::string::npos);  // tried first, does not fit alone
+  EXPECT_NE(fit.out.find("optax.MultiSteps"), std::string::npos);
+  EXPECT_NE(fit.out.find("NamedSharding"), std::string::npos);
+}
+
+TEST(PlanCommand, NonsenseExitsTwoWithAReason) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"plan", "--model", "gpt", "--heads", "7"}, "heads"},
+      {{"plan", "--model", "gpt", "--remat", "sometimes"}, "remat"},
+      {{"plan", "--model", "gpt", "--layers", "-3"}, "layers"},
+      {{"plan", "--model", "gpt", "--mesh", "data=x"}, "mesh"},
+      {{"plan", "--model", "gpt", "--sharding", "fsdp"}, "mesh"},
+      {{"plan", "/nonexistent/spec.json"}, "spec.json"},
+      {{"fit", "--model", "gpt"}, "--capacity"},
+      {{"plan", "--model", "gpt", "--capacity", "lots"}, "--capacity"},
+  };
+  for (const auto& [args, reason] : cases) {
+    const auto run = testing::run_cli(args);
+    EXPECT_EQ(run.code, 2) << args[2];
+    EXPECT_TRUE(run.out.empty());
+    EXPECT_NE(run.err.find(reason), std::string::npos) << run.err;
+  }
+}
+
+}  // namespace
+}  // namespace memfit::cli

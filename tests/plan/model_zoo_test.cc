@@ -1,0 +1,146 @@
+// The model zoo's options move the peak the way the seed says they do, and nonsense specs are refused.
+#include <gtest/gtest.h>
+
+#include "memfit/plan/step_plan.h"
+#include "memfit/program/model_zoo.h"
+
+namespace memfit {
+namespace {
+
+StepPlan plan(const std::string& json) {
+  auto spec = model_spec_from_json(Json::parse(json));
+  EXPECT_TRUE(spec.ok()) << json << ": " << spec.error().message();
+  auto p = plan_step(*spec);
+  EXPECT_TRUE(p.ok()) << json << ": " << p.error().message();
+  return *p;
+}
+
+TEST(ModelZoo, EachFixLowersThePeakAsTheSeedSays) {
+  const StepPlan base = plan(R"({"model": "gpt", "donate": true})");
+  // bf16 compute: about half the activation memory.
+  const StepPlan mixed = plan(R"({"model": "gpt", "donate": true, "precision": "mixed"})");
+  EXPECT_LT(mixed.hlo.temp_bytes, 0.6 * static_cast<double>(base.hlo.temp_bytes));
+  EXPECT_GT(mixed.hlo.temp_bytes, 0.4 * static_cast<double>(base.hlo.temp_bytes));
+  // Rematerialization: full < dots_no_batch < dots < none.
+  const StepPlan full = plan(R"({"model": "gpt", "donate": true, "remat": "full"})");
+  const StepPlan nb = plan(R"({"model": "gpt", "donate": true, "remat": "dots_no_batch"})");
+  const StepPlan dots = plan(R"({"model": "gpt", "donate": true, "remat": "dots"})");
+  EXPECT_LT(full.peak_bytes, nb.peak_bytes);
+  EXPECT_LT(nb.peak_bytes, dots.peak_bytes);
+  EXPECT_LT(dots.peak_bytes, base.peak_bytes);
+  // JAX's own policy names mean the same.
+  EXPECT_EQ(plan(R"({"model": "gpt", "donate": true, "remat": "nothing_saveable"})").peak_bytes,
+            full.peak_bytes);
+  // Remat of some layers only lands between none and all.
+  const StepPlan half =
+      plan(R"({"model": "gpt", "donate": true, "remat": "full", "remat_layers": [0, 1, 2, 3]})");
+  EXPECT_LT(half.peak_bytes, base.peak_bytes);
+  EXPECT_GT(half.peak_bytes, full.peak_bytes);
+  // Accumulation over 4 microbatches of a 4x batch needs about what the 1x batch needs.
+  const StepPlan accum = plan(R"({"model": "gpt", "donate": true, "accum": 4, "batch": 32})");
+  EXPECT_LT(accum.peak_bytes, 1.3 * static_cast<double>(base.peak_bytes));
+  // Donation saves the new parameters and optimizer state.
+  const StepPlan kept = plan(R"({"model": "gpt"})");
+  EXPECT_GT(kept.peak_bytes, base.peak_bytes + base.arguments.parameter_bytes);
+  // Inference keeps nothing for a backward pass.
+  const StepPlan infer = plan(R"({"model": "gpt", "step": "infer"})");
+  EXPECT_LT(infer.hlo.temp_bytes, base.hlo.temp_bytes / 4);
+  EXPECT_EQ(infer.arguments.optimizer_state_bytes, 0u);
+}
+
+TEST(ModelZoo, ShardingSplitsWhatItShould) {
+  const StepPlan single = plan(R"({"model": "gpt", "donate": true, "vocab": 8192, "d_model": 512, "heads": 8,
+                                   "layers": 4, "seq": 512, "batch": 16})");
+  const StepPlan dp =
+      plan(R"({"model": "gpt", "donate": true, "vocab": 8192, "d_model": 512, "heads": 8, "layers": 4,
+                               "seq": 512, "batch": 16, "sharding": "replicated", "mesh": [8], "mesh_axes": ["data"]})");
+  const StepPlan fsdp = plan(R"({"model": "gpt", "donate": true, "vocab": 8192, "d_model": 512, "heads": 8,
+                                 "layers": 4, "seq": 512, "batch": 16, "sharding": "fsdp", "mesh": [8],
+                                 "mesh_axes": ["data"]})");
+  const StepPlan tp =
+      plan(R"({"model": "gpt", "donate": true, "vocab": 8192, "d_model": 512, "heads": 8, "layers": 4,
+                               "seq": 512, "batch": 16, "sharding": "tp", "mesh": [2, 4], "mesh_axes": ["data", "model"]})");
+  // Data parallel (pmap-style replication): every device holds every parameter and optimizer state.
+  EXPECT_EQ(dp.arguments.parameter_bytes, single.arguments.parameter_bytes);
+  EXPECT_EQ(dp.arguments.optimizer_state_bytes, single.arguments.optimizer_state_bytes);
+  EXPECT_EQ(dp.arguments.batch_bytes * 8, single.arguments.batch_bytes);
+  // FSDP: an eighth of every parameter whose largest axis divides by 8 (all of them here).
+  EXPECT_EQ(fsdp.arguments.parameter_bytes * 8, single.arguments.parameter_bytes);
+  // TP over 4: the big matrices split, the vectors replicated.
+  EXPECT_LT(tp.arguments.parameter_bytes, single.arguments.parameter_bytes / 2);
+  EXPECT_GT(tp.arguments.parameter_bytes, single.arguments.parameter_bytes / 4);
+  EXPECT_LT(tp.peak_bytes, single.peak_bytes);
+}
+
+TEST(ModelZoo, VitAndMlpFamiliesPlan) {
+  const StepPlan vit = plan(R"({"model": "vit", "layers": 12, "d_model": 768, "heads": 12, "batch": 64})");
+  EXPECT_GT(vit.arguments.parameter_count, 85000000u);  // ViT-B/16: 86M parameters
+  EXPECT_LT(vit.arguments.parameter_count, 88000000u);
+  const StepPlan vit2 = plan(R"({"model": "vit", "layers": 12, "d_model": 768, "heads": 12, "batch": 128})");
+  EXPECT_GT(vit2.hlo.temp_bytes, vit.hlo.temp_bytes * 3 / 2);
+  const StepPlan sgd = plan(R"({"model": "mlp", "optimizer": "sgd", "donate": true})");
+  const StepPlan adam = plan(R"({"model": "mlp", "donate": true})");
+  EXPECT_EQ(sgd.arguments.optimizer_state_bytes, 0u);
+  EXPECT_LT(sgd.peak_bytes, adam.peak_bytes);
+  // Per-example gradients by vmap hold a batch of weight-sized gradients.
+  const StepPlan vmap =
+      plan(R"({"model": "mlp", "din": 512, "width": 1024, "depth": 4, "dout": 512, "batch": 128,
+                                 "step": "vmap_grads", "donate": true})");
+  const StepPlan mean =
+      plan(R"({"model": "mlp", "din": 512, "width": 1024, "depth": 4, "dout": 512, "batch": 128,
+                                 "donate": true})");
+  EXPECT_GE(vmap.hlo.temp_bytes, 128ull * 1024 * 1024 * 4);  // 128 examples x the 1024x1024 weight
+  EXPECT_GT(vmap.hlo.temp_bytes, 16 * mean.hlo.temp_bytes);
+}
+
+TEST(ModelZoo, NonsenseSpecsAreRefusedWithAReason) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"model": "gpt", "layers": -2})", "layers"},
+      {R"({"model": "gpt", "batch": 0})", "batch"},
+      {R"({"model": "gpt", "d_model": 1000, "heads": 16})", "heads"},
+      {R"({"model": "gpt", "remat": "sometimes"})", "remat"},
+      {R"({"model": "resnet"})", "model"},
+      {R"({"model": "gpt", "precision": "fp8"})", "precision"},
+      {R"({"model": "gpt", "accum": 3})", "accum"},
+      {R"({"model": "gpt", "sharding": "fsdp"})", "mesh"},
+      {R"({"model": "gpt", "mesh": [2, 4], "mesh_axes": ["data"]})", "mesh"},
+      {R"({"model": "gpt", "batch": 8, "sharding": "fsdp", "mesh": [16], "mesh_axes": ["data"]})", "batch"},
+      {R"({"model": "gpt", "colour": "red"})", "colour"},
+      {R"({"model": "gpt", "layers": "eight"})", "layers"},
+      {R"({"model": "mlp", "remat_layers": [12]})", "remat_layers"},
+  };
+  for (const auto& [json, key] : cases) {
+    auto spec = model_spec_from_json(Json::parse(json));
+    ASSERT_FALSE(spec.ok()) << json;
+    EXPECT_NE(spec.error().message().find(key), std::string::npos) << json << ": " << spec.error().message();
+  }
+  // Sizes that overflow 64 bits are refused, not wrapped.
+  auto huge =
+      model_spec_from_json(Json::parse(R"({"model": "gpt", "vocab": 4000000000000, "d_model": 4000000000})"));
+  ASSERT_TRUE(huge.ok());
+  EXPECT_FALSE(build_step_module(*huge).ok());
+}
+
+TEST(ModelZoo, FitRanksTheChangesThatFit) {
+  auto spec = model_spec_from_json(Json::parse(R"({"model": "gpt"})"));
+  ASSERT_TRUE(spec.ok());
+  auto fit = fit_step(*spec, 16ull << 30);  // a 16 GiB card: a 12 GiB pool
+  ASSERT_TRUE(fit.ok()) << fit.error().message();
+  EXPECT_FALSE(fit->baseline.fits);
+  ASSERT_FALSE(fit->ranked.empty());
+  double last = -1;
+  for (size_t i : fit->ranked) {
+    const FitCandidate& c = fit->candidates[i];
+    EXPECT_TRUE(c.fits);
+    EXPECT_LE(c.peak_bytes, c.limit_bytes);
+    EXPECT_GE(c.cost, last);
+    last = c.cost;
+    EXPECT_FALSE(c.code.empty());
+  }
+  // The seed's order: allocation first, sharding last.
+  EXPECT_EQ(fit->candidates.front().step, "allocation");
+  EXPECT_EQ(fit->candidates.back().step, "sharding");
+}
+
+}  // namespace
+}  // namespace memfit
