@@ -756,8 +756,10 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, StepArgument
   } else {
     tokens = e.param(array(PrimitiveType::kS32, {B, S}), "batch[0]", "activations");
     step.count_batch(tokens);
-    labels = e.param(array(PrimitiveType::kS32, {B, S}), "batch[1]", "activations");
-    step.count_batch(labels);
+    if (step.train()) {  // jax.jit drops arguments the step never reads (keep_unused=False)
+      labels = e.param(array(PrimitiveType::kS32, {B, S}), "batch[1]", "activations");
+      step.count_batch(labels);
+    }
   }
   if (args) *args = step.arguments();
   const uint64_t k = s.accum, Bm = B / k;

@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "commands.h"
+#include "html_report.h"
 #include "memfit/core/bytes.h"
 #include "memfit/core/json.h"
 #include "memfit/plan/hlo_plan.h"
@@ -93,6 +94,7 @@ Action add_hlo_command(CLI::App& app, Io& io) {
     size_t top = 10;
     bool json = false;
     bool buffers = false;
+    std::string html;
   };
   auto options = std::make_shared<Options>();
   app.add_option("PATH", options->path,
@@ -103,6 +105,7 @@ Action add_hlo_command(CLI::App& app, Io& io) {
   app.add_flag("--json", options->json, "Print one JSON object");
   app.add_flag("--buffers", options->buffers,
                "With --json: every buffer with its kind, live range (schedule steps) and temp offset");
+  app.add_option("--html", options->html, "Also write a self-contained HTML memory timeline to this file");
   return [options, &io]() -> int {
     Progress progress(io.err, io.stderr_is_terminal);
     progress.update("memfit hlo: reading " + options->path);
@@ -117,6 +120,10 @@ Action add_hlo_command(CLI::App& app, Io& io) {
     auto plan = plan_hlo(*module, po);
     progress.done();
     if (!plan.ok()) return fail(io, plan.error().with_context(source->path));
+    if (!options->html.empty()) {
+      const Status written = write_html(options->html, chart_from_plan(*plan, "memfit hlo: " + source->path));
+      if (!written.ok()) return fail(io, written.error());
+    }
     if (options->json) {
       io.out << json_to_output(to_json(source->path, *plan, options->buffers));
     } else {

@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "commands.h"
+#include "html_report.h"
 #include "memfit/core/bytes.h"
 #include "memfit/core/device_catalog.h"
 #include "memfit/core/file_io.h"
@@ -55,6 +56,12 @@ void print(std::ostream& out, const StepPlan& p) {
     out << fmt::format("  {:<16} {:>10} {:>16} B  {:>6}\n", what, format_bytes(bytes), bytes,
                        format_percent(bytes, p.peak_bytes));
   };
+  if (s.devices() > 1 && s.sharding == "replicated") {
+    out << fmt::format(
+        "  data parallel: parameters and optimizer state replicated on each of the {} devices (as pmap "
+        "does), the batch split\n",
+        s.devices());
+  }
   out << "  per device, at the peak:\n";
   row("parameters", p.breakdown.parameters);
   row("optimizer state", p.breakdown.optimizer_state);
@@ -91,6 +98,17 @@ Action add_plan_command(CLI::App& app, Io& io) {
     if (!capacity.ok()) return fail(io, capacity.error());
     auto plan = plan_step(*spec, *capacity, options->memory_fraction);
     if (!plan.ok()) return fail(io, plan.error());
+    if (!options->html.empty()) {
+      MemoryChart chart =
+          chart_from_plan(plan->hlo, fmt::format("memfit plan: {} {} step", spec->model, spec->step));
+      if (plan->capacity_bytes) {
+        chart.lines.push_back({"capacity", *plan->capacity_bytes});
+        chart.lines.push_back(
+            {fmt::format("XLA pool ({:.0f}%)", 100 * plan->memory_fraction), plan->limit_bytes});
+      }
+      const Status written = write_html(options->html, chart);
+      if (!written.ok()) return fail(io, written.error());
+    }
     if (options->json) {
       io.out << json_to_output(to_json(*plan));
     } else {

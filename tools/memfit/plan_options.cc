@@ -70,6 +70,7 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
                  "the share of the device XLA's pool takes (default 0.75)")
       ->check(CLI::Range(0.01, 1.0));
   app.add_flag("--json", o.json, "Print one JSON object");
+  app.add_option("--html", o.html, "Also write a self-contained HTML memory timeline to this file");
 }
 
 Expected<ModelSpec> resolve_plan_spec(const PlanOptions& o) {

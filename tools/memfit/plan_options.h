@@ -18,6 +18,7 @@ struct PlanOptions {
   std::string device;
   double memory_fraction = 0.75;  // JAX's default pool: 75% of the device
   bool json = false;
+  std::string html;
 };
 
 void add_plan_options(CLI::App& app, PlanOptions& options);

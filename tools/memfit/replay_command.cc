@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "commands.h"
+#include "html_report.h"
 #include "memfit/core/bytes.h"
 #include "memfit/core/device_catalog.h"
 #include "memfit/core/json.h"
@@ -101,6 +102,7 @@ Action add_replay_command(CLI::App& app, Io& io) {
     std::string policy = "all";
     std::string capacity;
     bool json = false;
+    std::string html;
   };
   auto options = std::make_shared<Options>();
   app.add_option("TRACE", options->trace, "PyTorch snapshot pickle, PyTorch/RMM/memfit CSV (gzip accepted)")
@@ -109,6 +111,7 @@ Action add_replay_command(CLI::App& app, Io& io) {
   app.add_option("--capacity", options->capacity,
                  "Device capacity (bytes, 80GiB, h200); report the first OOM");
   app.add_flag("--json", options->json, "Print one JSON object");
+  app.add_option("--html", options->html, "Also write a self-contained HTML memory timeline to this file");
   return [options, &io]() -> int {
     ReplayOptions ro;
     if (options->policy != "all") ro.policies = {options->policy};
@@ -128,6 +131,18 @@ Action add_replay_command(CLI::App& app, Io& io) {
     progress.done();
     if (!result.ok()) return fail(io, result.error());
     const bool capacity_given = ro.capacity_bytes.has_value();
+    if (!options->html.empty()) {
+      MemoryChart chart = chart_from_timeline(*timeline, "memfit replay: " + options->trace);
+      chart.subtitle = fmt::format("{} events of a {} trace; peak live {}", result->events, timeline->source,
+                                   format_bytes(result->peak_live_bytes));
+      for (const PolicyResult& p : result->policies)
+        chart.lines.push_back({p.name + " reserved", p.peak_reserved_bytes});
+      if (timeline->recorded_peak_reserved_bytes)
+        chart.lines.push_back({"recorded reserved", *timeline->recorded_peak_reserved_bytes});
+      if (capacity_given) chart.lines.push_back({"capacity", *ro.capacity_bytes});
+      const Status written = write_html(options->html, chart);
+      if (!written.ok()) return fail(io, written.error());
+    }
     if (options->json) {
       io.out << json_to_output(to_json(*timeline, *result, capacity_given));
     } else {

@@ -1,0 +1,83 @@
+// The HTML timelines in a real browser: headless Chromium renders the pages `memfit hlo --html` and
+// `memfit replay --html` write for shared data, and the rendered DOM must hold the series, the peak marker
+// and the legend. Screenshots are saved under the build folder (report_*.png).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "cli_runner.h"
+
+namespace memfit {
+namespace {
+
+std::string chromium() {
+  for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"})
+    if (std::filesystem::exists(c)) return c;
+  return "";
+}
+
+std::string run(const std::string& command) {
+  std::string out;
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) return out;
+  std::array<char, 65536> buf{};
+  size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  ::pclose(p);
+  return out;
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+void check_page(const std::string& browser, const std::string& html, const std::string& name,
+                size_t categories, size_t lines) {
+  const std::string flags =
+      "--headless --no-sandbox --disable-gpu --hide-scrollbars --virtual-time-budget=10000";
+  const std::string dom = run(browser + " " + flags + " --dump-dom file://" + html + " 2>/dev/null");
+  ASSERT_NE(dom.find("data-rendered=\"yes\""), std::string::npos) << "the page's script did not finish";
+  EXPECT_EQ(count(dom, "class=\"series\""), categories);  // one stacked area per category
+  EXPECT_EQ(count(dom, "class=\"legend-item\""), categories);
+  EXPECT_EQ(count(dom, "id=\"peak-marker\""), 1u);
+  EXPECT_EQ(count(dom, "class=\"limit\""), lines);
+  EXPECT_GE(count(dom, "<tr><td class=\"num\">"), 1u);  // the peak's live set
+  EXPECT_EQ(dom.find(" d=\"Z\""), std::string::npos);   // no empty series
+  const size_t ms = dom.find("data-render-ms=\"");
+  ASSERT_NE(ms, std::string::npos);
+  EXPECT_LT(std::stol(dom.substr(ms + 16)), 2000) << "the page took 2 s or more to draw";
+  const std::string png = std::string(MEMFIT_BUILD_DIR) + "/report_" + name + ".png";
+  run(browser + " " + flags + " --window-size=1200,1000 --screenshot=" + png + " file://" + html +
+      " >/dev/null 2>&1");
+  EXPECT_TRUE(std::filesystem::exists(png));
+  EXPECT_GT(std::filesystem::file_size(png), 10000u);
+}
+
+TEST(Browser, HloAndReplayTimelinesRender) {
+  const std::string browser = chromium();
+  if (browser.empty())
+    GTEST_SKIP() << "chromium is not installed: scripts/test installs it (apt-get install chromium)";
+  const std::string data = MEMFIT_TEST_DATA_DIR;
+  const std::string hlo_html = std::string(MEMFIT_BUILD_DIR) + "/report_hlo.html";
+  auto hlo = testing::run_cli({"hlo", data + "/xla/gpt_fp32_donate.hlo.txt.gz", "--html", hlo_html});
+  ASSERT_EQ(hlo.code, 0) << hlo.err;
+  check_page(browser, hlo_html, "hlo", 6, 1);
+  const std::string replay_html = std::string(MEMFIT_BUILD_DIR) + "/report_replay.html";
+  auto replay = testing::run_cli({"replay", data + "/gpt2_train_fp32.trace.csv.gz", "--html", replay_html});
+  ASSERT_EQ(replay.code, 0) << replay.err;
+  check_page(browser, replay_html, "replay", 1, 5);  // four policies and the recorded run
+  const std::string plan_html = std::string(MEMFIT_BUILD_DIR) + "/report_plan.html";
+  auto plan =
+      testing::run_cli({"plan", "--model", "gpt", "--donate", "--device", "h200", "--html", plan_html});
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  check_page(browser, plan_html, "plan", 6, 3);
+}
+
+}  // namespace
+}  // namespace memfit
