@@ -16,10 +16,11 @@ std::atomic<size_t> g_live{0};
 std::atomic<size_t> g_peak{0};
 }  // namespace
 
-void* operator new(size_t n) {
+namespace {
+void* counted_new(size_t n) noexcept {
   // Each block carries its size in front so delete can subtract it.
   auto* p = static_cast<size_t*>(std::malloc(n + 16));
-  if (p == nullptr) throw std::bad_alloc();
+  if (p == nullptr) return nullptr;
   *p = n;
   const size_t live = g_live.fetch_add(n) + n;
   size_t peak = g_peak.load();
@@ -27,13 +28,31 @@ void* operator new(size_t n) {
   }
   return reinterpret_cast<char*>(p) + 16;
 }
-void operator delete(void* q) noexcept {
+void counted_delete(void* q) noexcept {
   if (q == nullptr) return;
   auto* p = reinterpret_cast<size_t*>(static_cast<char*>(q) - 16);
   g_live.fetch_sub(*p);
   std::free(p);
 }
-void operator delete(void* q, size_t) noexcept { operator delete(q); }
+void* counted_new_or_throw(size_t n) {
+  void* p = counted_new(n);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+// Every form the standard library uses, so no block is freed by a different allocator than made it
+// (std::stable_sort's buffer comes from the nothrow form).
+void* operator new(size_t n) { return counted_new_or_throw(n); }
+void* operator new[](size_t n) { return counted_new_or_throw(n); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept { return counted_new(n); }
+void* operator new[](size_t n, const std::nothrow_t&) noexcept { return counted_new(n); }
+void operator delete(void* q) noexcept { counted_delete(q); }
+void operator delete[](void* q) noexcept { counted_delete(q); }
+void operator delete(void* q, size_t) noexcept { counted_delete(q); }
+void operator delete[](void* q, size_t) noexcept { counted_delete(q); }
+void operator delete(void* q, const std::nothrow_t&) noexcept { counted_delete(q); }
+void operator delete[](void* q, const std::nothrow_t&) noexcept { counted_delete(q); }
 
 namespace memfit {
 namespace {

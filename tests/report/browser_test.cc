@@ -10,6 +10,8 @@
 #include <string>
 
 #include "cli_runner.h"
+#include "memfit/core/file_io.h"
+#include "memfit/report/memory_chart.h"
 
 namespace memfit {
 namespace {
@@ -77,6 +79,24 @@ TEST(Browser, HloAndReplayTimelinesRender) {
       testing::run_cli({"plan", "--model", "gpt", "--donate", "--device", "h200", "--html", plan_html});
   ASSERT_EQ(plan.code, 0) << plan.err;
   check_page(browser, plan_html, "plan", 6, 3);
+}
+
+TEST(Browser, AMillionEventTraceOpensInUnderTwoSeconds) {
+  const std::string browser = chromium();
+  if (browser.empty())
+    GTEST_SKIP() << "chromium is not installed: scripts/test installs it (apt-get install chromium)";
+  TimelineBuilder b("memfit");
+  for (uint64_t i = 0; i < 500000; ++i) {  // 10^6 events: a sawtooth of allocations
+    ASSERT_TRUE(b.alloc(0x1000 + 0x100 * (i % 4096), 1024 + (i % 97) * 4096, 0, i, 2 * i + 1).ok());
+    if (i >= 4095) {
+      ASSERT_TRUE(b.free(0x1000 + 0x100 * ((i + 1) % 4096), i, 2 * i + 2).ok());
+    }
+  }
+  const Timeline t = std::move(b).finish();
+  ASSERT_GE(t.events.size(), 995000u);
+  const std::string html = std::string(MEMFIT_BUILD_DIR) + "/report_million.html";
+  ASSERT_TRUE(write_file_atomic(html, render_html(chart_from_timeline(t, "10^6 events"))).ok());
+  check_page(browser, html, "million", 1, 0);
 }
 
 }  // namespace
