@@ -200,9 +200,17 @@ Expected<std::vector<uint64_t>> parse_index(std::string_view braces, uint64_t li
   return index;
 }
 
-// input_output_alias={ {0}: (0, {}, may-alias), {1, 2}: (1, {0}, must-alias) }
-Expected<std::vector<HloAlias>> parse_aliases(std::string_view body, uint64_t line) {
-  std::vector<HloAlias> aliases;
+// "{out}: (number, {index}[, kind])" entries: input_output_alias (number = parameter, kind = may-/must-alias)
+// and output_to_operand_aliasing (number = operand) print them alike.
+struct AliasEntry {
+  std::vector<uint64_t> output_index;
+  uint64_t number = 0;
+  std::vector<uint64_t> index;
+  std::string_view kind;
+};
+
+Expected<std::vector<AliasEntry>> parse_alias_entries(std::string_view body, uint64_t line) {
+  std::vector<AliasEntry> entries;
   Cursor c(body, line);
   while (!c.done()) {
     if (!c.eat('{')) return c.error("'{' opening an output index");
@@ -210,18 +218,32 @@ Expected<std::vector<HloAlias>> parse_aliases(std::string_view body, uint64_t li
     if (!c.eat(':') || !c.eat('(')) return c.error("': (' after an output index");
     MEMFIT_ASSIGN_OR_RETURN(std::string_view target, c.until_close('(', ')'));
     const auto parts = split_top(target);
-    if (parts.size() < 2) return c.error("(parameter, {index}, kind)");
-    HloAlias a;
-    MEMFIT_ASSIGN_OR_RETURN(a.output_index, parse_index(out_index, line));
-    const auto [end, ec] = std::from_chars(parts[0].data(), parts[0].data() + parts[0].size(), a.parameter);
-    if (ec != std::errc() || a.parameter < 0) return c.error("a parameter number");
-    std::string_view p_index = parts[1];
-    if (p_index.size() < 2 || p_index.front() != '{' || p_index.back() != '}')
-      return c.error("a parameter index");
-    MEMFIT_ASSIGN_OR_RETURN(a.parameter_index, parse_index(p_index.substr(1, p_index.size() - 2), line));
-    a.must_alias = parts.size() > 2 && parts[2] == "must-alias";
-    aliases.push_back(std::move(a));
+    if (parts.size() < 2) return c.error("(number, {index}[, kind])");
+    AliasEntry e;
+    MEMFIT_ASSIGN_OR_RETURN(e.output_index, parse_index(out_index, line));
+    const auto [end, ec] = std::from_chars(parts[0].data(), parts[0].data() + parts[0].size(), e.number);
+    if (ec != std::errc() || end != parts[0].data() + parts[0].size())
+      return c.error("a parameter or operand number");
+    const std::string_view index = parts[1];
+    if (index.size() < 2 || index.front() != '{' || index.back() != '}')
+      return c.error("a shape index in braces");
+    MEMFIT_ASSIGN_OR_RETURN(e.index, parse_index(index.substr(1, index.size() - 2), line));
+    if (parts.size() > 2) e.kind = parts[2];
+    entries.push_back(std::move(e));
     c.eat(',');
+  }
+  return entries;
+}
+
+// input_output_alias={ {0}: (0, {}, may-alias), {1, 2}: (1, {0}, must-alias) }
+Expected<std::vector<HloAlias>> parse_aliases(std::string_view body, uint64_t line) {
+  MEMFIT_ASSIGN_OR_RETURN(std::vector<AliasEntry> entries, parse_alias_entries(body, line));
+  std::vector<HloAlias> aliases;
+  for (AliasEntry& e : entries) {
+    if (e.number > static_cast<uint64_t>(INT64_MAX))
+      return invalid_argument(fmt::format("line {}: parameter number {} is out of range", line, e.number));
+    aliases.push_back({std::move(e.output_index), static_cast<int64_t>(e.number), std::move(e.index),
+                       e.kind == "must-alias"});
   }
   return aliases;
 }
@@ -234,26 +256,12 @@ std::string_view unquote(std::string_view s) {
 // output_to_operand_aliasing={{}: (0, {}), {1}: (2, {0})}
 Expected<std::vector<HloInstruction::OperandAlias>> parse_operand_aliases(std::string_view value,
                                                                           uint64_t line) {
-  std::vector<HloInstruction::OperandAlias> out;
   if (value.size() < 2 || value.front() != '{' || value.back() != '}')
     return invalid_argument(fmt::format("line {}: output_to_operand_aliasing is not in braces", line));
-  Cursor c(value.substr(1, value.size() - 2), line);
-  while (!c.done()) {
-    if (!c.eat('{')) return c.error("'{' opening an output index");
-    MEMFIT_ASSIGN_OR_RETURN(std::string_view out_index, c.until_close('{', '}'));
-    if (!c.eat(':') || !c.eat('(')) return c.error("': (' after an output index");
-    MEMFIT_ASSIGN_OR_RETURN(std::string_view target, c.until_close('(', ')'));
-    const auto parts = split_top(target);
-    if (parts.size() != 2 || parts[1].size() < 2 || parts[1].front() != '{' || parts[1].back() != '}')
-      return c.error("(operand, {index})");
-    HloInstruction::OperandAlias a;
-    MEMFIT_ASSIGN_OR_RETURN(a.output_index, parse_index(out_index, line));
-    const auto [end, ec] = std::from_chars(parts[0].data(), parts[0].data() + parts[0].size(), a.operand);
-    if (ec != std::errc() || end != parts[0].data() + parts[0].size()) return c.error("an operand number");
-    MEMFIT_ASSIGN_OR_RETURN(a.operand_index, parse_index(parts[1].substr(1, parts[1].size() - 2), line));
-    out.push_back(std::move(a));
-    c.eat(',');
-  }
+  MEMFIT_ASSIGN_OR_RETURN(std::vector<AliasEntry> entries,
+                          parse_alias_entries(value.substr(1, value.size() - 2), line));
+  std::vector<HloInstruction::OperandAlias> out;
+  for (AliasEntry& e : entries) out.push_back({std::move(e.output_index), e.number, std::move(e.index)});
   return out;
 }
 
