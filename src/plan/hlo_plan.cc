@@ -25,7 +25,9 @@ Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& option
   const HeapAssignment heap = best_heap(model.heap_intervals, options.alignment_bytes);
   plan.temp_bytes = heap.heap_bytes;
   plan.packing = heap.packing;
-  plan.temp_lower_bound_bytes = live_bytes_peak(model.heap_intervals).bytes;
+  // The fullest moment of the temp block, on the heap's clock: its bytes are the no-fragmentation bound.
+  const LiveBytesPeak temp_peak = live_bytes_peak(model.heap_intervals);
+  plan.temp_lower_bound_bytes = temp_peak.bytes;
   // Sizes come from checked shapes; the sums are checked too (a module can claim petabytes).
   const auto io = checked_add(plan.argument_bytes, plan.output_bytes);
   const uint64_t fixed = io ? (*io >= plan.alias_bytes ? *io - plan.alias_bytes : 0) : 0;
@@ -61,7 +63,6 @@ Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& option
 
   // The moment the most temp bytes are live (on the heap's clock, so a value that took over its operand's
   // chunk is counted once), and what is live then: per chunk, its newest value.
-  const LiveBytesPeak temp_peak = live_bytes_peak(model.heap_intervals);
   std::map<uint32_t, uint32_t> newest;  // leader interval -> live interval with the latest start
   for (uint32_t k = 0; k < model.heap_intervals.size(); ++k) {
     const HeapInterval& iv = model.heap_intervals[k];
@@ -90,7 +91,6 @@ Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& option
     BufferGroup& g = groups[{row.op_name, row.shape}];
     g.op_name = row.op_name;
     g.shape = row.shape;
-    g.kind = row.kind;
     ++g.count;
     g.bytes_each = std::max(g.bytes_each, row.bytes);
     g.total_bytes += row.bytes;

@@ -74,7 +74,6 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
   MEMFIT_ASSIGN_OR_RETURN(s.heads, positive(config, "heads", s.heads));
   MEMFIT_ASSIGN_OR_RETURN(s.layers, positive(config, "layers", s.layers));
   MEMFIT_ASSIGN_OR_RETURN(s.seq, positive(config, "seq", s.seq));
-  MEMFIT_RETURN_IF_ERROR(str("model", s.model));
   // The reference programs' batch: 8 sequences for the GPT, 2048 rows for the MLP, 64 images for the ViT.
   s.batch = s.model == "mlp" ? 2048 : s.model == "vit" ? 64 : 8;
   MEMFIT_ASSIGN_OR_RETURN(s.batch, positive(config, "batch", s.batch));
@@ -454,7 +453,7 @@ class Step {
   }
 
   // Entry parameters in the order jax flattens (params, m, v, count, batch).
-  void declare_arguments(StepArguments* args) {
+  void declare_arguments() {
     for (Param& p : params_) {
       p.value = e_.param(array(c_.pdt, p.local), fmt::format("params{}", p.name), "parameters");
       uint64_t n = 1;
@@ -476,7 +475,6 @@ class Step {
       count_ = e_.param(array(PrimitiveType::kS32, {}), "opt[2]", "optimizer_state");
       args_.optimizer_state_bytes += 4;
     }
-    if (args != nullptr) *args = args_;
   }
   void count_batch(const T& t) { args_.batch_bytes += t.shape.own_bytes(); }
   const StepArguments& arguments() const { return args_; }
@@ -572,7 +570,7 @@ class Step {
 
 // ----------------------------------------------------------------------------------------------- MLP
 
-void build_mlp(const Ctx& c, Step& step, HloModule& module, StepArguments* args) {
+void build_mlp(const Ctx& c, Step& step, HloModule& module) {
   const ModelSpec& s = c.s;
   Emitter& e = c.e;
   std::vector<uint64_t> sizes{s.din};
@@ -583,7 +581,7 @@ void build_mlp(const Ctx& c, Step& step, HloModule& module, StepArguments* args)
     step.add_param(fmt::format("[{}][0]", l), {sizes[l], sizes[l + 1]});
     step.add_param(fmt::format("[{}][1]", l), {sizes[l + 1]});
   }
-  step.declare_arguments(args);
+  step.declare_arguments();
   auto& P = step.params();
   const uint64_t B = s.batch / c.data;
   const T x_in = e.param(array(PrimitiveType::kF32, {B, s.din}), "batch[0]", "activations");
@@ -593,7 +591,6 @@ void build_mlp(const Ctx& c, Step& step, HloModule& module, StepArguments* args)
     y_in = e.param(array(PrimitiveType::kF32, {B, s.dout}), "batch[1]", "activations");
     step.count_batch(y_in);
   }
-  if (args) *args = step.arguments();
   const uint64_t k = s.accum;
   const uint64_t mb = B / k;
   step.accumulating_ = k > 1;
@@ -689,7 +686,7 @@ struct Block {
   std::map<std::string, T> t;
 };
 
-void build_transformer(const Ctx& c, Step& step, HloModule& module, StepArguments* args) {
+void build_transformer(const Ctx& c, Step& step, HloModule& module) {
   const ModelSpec& s = c.s;
   Emitter& e = c.e;
   const bool vit = s.model == "vit";
@@ -720,7 +717,7 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, StepArgument
   step.add_param("['lnf_b']", {D});
   step.add_param("['lnf_g']", {D});
   step.add_param("['pos']", {S, D});
-  step.declare_arguments(args);
+  step.declare_arguments();
   auto& P = step.params();
   // scan: each layer's view of the stacked parameters (sliced where used, gradients written back).
   std::map<std::string, Param> views;
@@ -761,7 +758,6 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, StepArgument
       step.count_batch(labels);
     }
   }
-  if (args) *args = step.arguments();
   const uint64_t k = s.accum, Bm = B / k;
   step.accumulating_ = k > 1;
   const PrimitiveType f32 = PrimitiveType::kF32, cd = c.cdt;
@@ -1115,10 +1111,11 @@ Expected<HloModule> build_step_module(const ModelSpec& spec, StepArguments* argu
         normalized_remat(spec.remat)};
   Step step(c);
   if (spec.model == "mlp") {
-    build_mlp(c, step, module, arguments);
+    build_mlp(c, step, module);
   } else {
-    build_transformer(c, step, module, arguments);
+    build_transformer(c, step, module);
   }
+  if (arguments != nullptr) *arguments = step.arguments();
   HloModule built = e.finish();
   // Every shape is checked like a parsed one: a spec can ask for more than 64 bits of bytes.
   for (const HloComputation& comp : built.computations)

@@ -35,7 +35,6 @@ struct PlannedBuffer {
 struct BufferGroup {
   std::string op_name;
   std::string shape;
-  BufferKind kind = BufferKind::kTemp;
   uint64_t count = 0;
   uint64_t bytes_each = 0;  // the largest
   uint64_t total_bytes = 0;
