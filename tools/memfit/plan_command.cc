@@ -90,23 +90,23 @@ void print(std::ostream& out, const StepPlan& p) {
 
 Action add_plan_command(CLI::App& app, Io& io) {
   auto options = std::make_shared<PlanOptions>();
+  auto html = std::make_shared<std::string>();
   add_plan_options(app, *options);
-  return [options, &io]() -> int {
-    auto spec = resolve_plan_spec(*options);
-    if (!spec.ok()) return fail(io, spec.error());
-    auto capacity = resolve_capacity(*options);
-    if (!capacity.ok()) return fail(io, capacity.error());
-    auto plan = plan_step(*spec, *capacity, options->memory_fraction);
+  app.add_option("--html", *html, "Also write a self-contained HTML memory timeline to this file");
+  return [options, html, &io]() -> int {
+    auto in = resolve_plan_inputs(*options);
+    if (!in.ok()) return fail(io, in.error());
+    auto plan = plan_step(in->spec, in->capacity_bytes, options->memory_fraction);
     if (!plan.ok()) return fail(io, plan.error());
-    if (!options->html.empty()) {
+    if (!html->empty()) {
       MemoryChart chart =
-          chart_from_plan(plan->hlo, fmt::format("memfit plan: {} {} step", spec->model, spec->step));
+          chart_from_plan(plan->hlo, fmt::format("memfit plan: {} {} step", in->spec.model, in->spec.step));
       if (plan->capacity_bytes) {
         chart.lines.push_back({"capacity", *plan->capacity_bytes});
         chart.lines.push_back(
             {fmt::format("XLA pool ({:.0f}%)", 100 * plan->memory_fraction), plan->limit_bytes});
       }
-      const Status written = write_html(options->html, chart);
+      const Status written = write_html(*html, chart);
       if (!written.ok()) return fail(io, written.error());
     }
     if (options->json) {
@@ -122,12 +122,10 @@ Action add_fit_command(CLI::App& app, Io& io) {
   auto options = std::make_shared<PlanOptions>();
   add_plan_options(app, *options);
   return [options, &io]() -> int {
-    auto spec = resolve_plan_spec(*options);
-    if (!spec.ok()) return fail(io, spec.error());
-    auto capacity = resolve_capacity(*options);
-    if (!capacity.ok()) return fail(io, capacity.error());
-    if (!*capacity) return fail(io, invalid_argument("memfit fit needs --capacity or --device"));
-    auto fit = fit_step(*spec, **capacity, options->memory_fraction);
+    auto in = resolve_plan_inputs(*options);
+    if (!in.ok()) return fail(io, in.error());
+    if (!in->capacity_bytes) return fail(io, invalid_argument("memfit fit needs --capacity or --device"));
+    auto fit = fit_step(in->spec, *in->capacity_bytes, options->memory_fraction);
     if (!fit.ok()) return fail(io, fit.error());
     const StepPlan& b = fit->baseline;
     if (options->json) {

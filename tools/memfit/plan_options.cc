@@ -70,10 +70,11 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
                  "the share of the device XLA's pool takes (default 0.75)")
       ->check(CLI::Range(0.01, 1.0));
   app.add_flag("--json", o.json, "Print one JSON object");
-  app.add_option("--html", o.html, "Also write a self-contained HTML memory timeline to this file");
 }
 
-Expected<ModelSpec> resolve_plan_spec(const PlanOptions& o) {
+namespace {
+
+Expected<ModelSpec> resolve_spec(const PlanOptions& o) {
   Json config = Json::object();
   if (!o.spec_file.empty()) {
     MEMFIT_ASSIGN_OR_RETURN(std::string text, read_file(o.spec_file));
@@ -112,6 +113,15 @@ Expected<std::optional<uint64_t>> resolve_capacity(const PlanOptions& o) {
   auto bytes = parse_capacity(c);
   if (!bytes.ok()) return bytes.error().with_context(o.capacity.empty() ? "--device" : "--capacity");
   return std::optional<uint64_t>(*bytes);
+}
+
+}  // namespace
+
+Expected<PlanInputs> resolve_plan_inputs(const PlanOptions& o) {
+  PlanInputs in;
+  MEMFIT_ASSIGN_OR_RETURN(in.spec, resolve_spec(o));
+  MEMFIT_ASSIGN_OR_RETURN(in.capacity_bytes, resolve_capacity(o));
+  return in;
 }
 
 }  // namespace memfit::cli

@@ -18,11 +18,15 @@ struct PlanOptions {
   std::string device;
   double memory_fraction = 0.75;  // JAX's default pool: 75% of the device
   bool json = false;
-  std::string html;
 };
 
 void add_plan_options(CLI::App& app, PlanOptions& options);
-Expected<ModelSpec> resolve_plan_spec(const PlanOptions& options);
-Expected<std::optional<uint64_t>> resolve_capacity(const PlanOptions& options);
+
+// What the flags and the spec file say: the model, and the device's memory when given.
+struct PlanInputs {
+  ModelSpec spec;
+  std::optional<uint64_t> capacity_bytes;
+};
+Expected<PlanInputs> resolve_plan_inputs(const PlanOptions& options);
 
 }  // namespace memfit::cli
