@@ -13,6 +13,7 @@
 #include "memfit/alloc/bfc_allocator.h"
 #include "memfit/alloc/platform_allocator.h"
 #include "memfit/device/simulated_device.h"
+#include "timing_reporter.h"
 
 namespace memfit {
 namespace {
@@ -112,39 +113,20 @@ void BM_BfcReplay(benchmark::State& state) {
 BENCHMARK(BM_BfcReplay)->Unit(benchmark::kMillisecond);
 
 // Prints the usual table, then each allocator as a multiple of malloc at the same size.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs) {
-      if (r.run_type == Run::RT_Iteration && !r.error_occurred)
-        times_[r.benchmark_name()] = r.GetAdjustedRealTime();
-    }
-  }
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    auto& out = GetOutputStream();
+class RatioReporter : public TimingReporter {
+  void summarize(std::ostream& out, const std::map<std::string, double>& times) override {
     out << "\nratio to std::malloc at the same size (lower is faster):\n";
-    for (const auto& [name, ns] : times_) {
+    for (const auto& [name, ns] : times) {
       if (name.rfind("BM_Malloc", 0) == 0 || name.find('/') == std::string::npos) continue;
       const std::string malloc_name = "BM_Malloc" + name.substr(name.find('/'));
-      auto m = times_.find(malloc_name);
-      if (m == times_.end() || m->second <= 0) continue;
+      auto m = times.find(malloc_name);
+      if (m == times.end() || m->second <= 0) continue;
       out << "  " << name << ": " << ns / m->second << "x\n";
     }
   }
-
- private:
-  std::map<std::string, double> times_;
 };
 
 }  // namespace
 }  // namespace memfit
 
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  memfit::RatioReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return memfit::run_benchmarks<memfit::RatioReporter>(argc, argv); }

@@ -10,6 +10,7 @@
 #include "memfit/plan/hlo_plan.h"
 #include "memfit/plan/step_plan.h"
 #include "scaled_hlo.h"
+#include "timing_reporter.h"
 
 namespace memfit {
 namespace {
@@ -70,34 +71,16 @@ void BM_PlanGpt96LayersOver4096Devices(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanGpt96LayersOver4096Devices)->Unit(benchmark::kMillisecond);
 
-class ScalingReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs)
-      if (r.run_type == Run::RT_Iteration && !r.error_occurred)
-        times_[r.benchmark_name()] = r.GetAdjustedRealTime();
+class ScalingReporter : public TimingReporter {
+  void summarize(std::ostream& out, const std::map<std::string, double>& times) override {
+    const auto one = times.find("BM_PlanGpt/1");
+    const auto ten = times.find("BM_PlanGpt/10");
+    if (one != times.end() && ten != times.end() && one->second > 0)
+      out << "\n10x module / 1x module time: " << ten->second / one->second << "x (10 = linear)\n";
   }
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    const auto one = times_.find("BM_PlanGpt/1");
-    const auto ten = times_.find("BM_PlanGpt/10");
-    if (one != times_.end() && ten != times_.end() && one->second > 0)
-      GetOutputStream() << "\n10x module / 1x module time: " << ten->second / one->second
-                        << "x (10 = linear)\n";
-  }
-
- private:
-  std::map<std::string, double> times_;
 };
 
 }  // namespace
 }  // namespace memfit
 
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  memfit::ScalingReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return memfit::run_benchmarks<memfit::ScalingReporter>(argc, argv); }
