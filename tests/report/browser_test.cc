@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli_runner.h"
@@ -39,8 +40,9 @@ size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
+// The page marks its peak within [peak_low, peak_high]: what the command itself reported.
 void check_page(const std::string& browser, const std::string& html, const std::string& name,
-                size_t categories, size_t lines) {
+                size_t categories, size_t lines, uint64_t peak_low, uint64_t peak_high) {
   const std::string flags =
       "--headless --no-sandbox --disable-gpu --hide-scrollbars --virtual-time-budget=10000";
   const std::string dom = run(browser + " " + flags + " --dump-dom file://" + html + " 2>/dev/null");
@@ -50,7 +52,12 @@ void check_page(const std::string& browser, const std::string& html, const std::
   EXPECT_EQ(count(dom, "id=\"peak-marker\""), 1u);
   EXPECT_EQ(count(dom, "class=\"limit\""), lines);
   EXPECT_GE(count(dom, "<tr><td class=\"num\">"), 1u);  // the peak's live set
-  EXPECT_EQ(dom.find(" d=\"Z\""), std::string::npos);   // no empty series
+  const std::string marker = "id=\"peak-marker\" data-bytes=\"";
+  const size_t at = dom.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  const uint64_t page_peak = std::stoull(dom.substr(at + marker.size()));
+  EXPECT_GE(page_peak, peak_low);
+  EXPECT_LE(page_peak, peak_high);
   const size_t ms = dom.find("data-render-ms=\"");
   ASSERT_NE(ms, std::string::npos);
   EXPECT_LT(std::stol(dom.substr(ms + 16)), 2000) << "the page took 2 s or more to draw";
@@ -67,18 +74,25 @@ TEST(Browser, HloAndReplayTimelinesRender) {
     GTEST_SKIP() << "chromium is not installed: scripts/test installs it (apt-get install chromium)";
   const std::string data = MEMFIT_TEST_DATA_DIR;
   const std::string hlo_html = std::string(MEMFIT_BUILD_DIR) + "/report_hlo.html";
-  auto hlo = testing::run_cli({"hlo", data + "/xla/gpt_fp32_donate.hlo.txt.gz", "--html", hlo_html});
+  auto hlo =
+      testing::run_cli({"hlo", data + "/xla/gpt_fp32_donate.hlo.txt.gz", "--json", "--html", hlo_html});
   ASSERT_EQ(hlo.code, 0) << hlo.err;
-  check_page(browser, hlo_html, "hlo", 6, 1);
+  // Live bytes over the schedule reach the device's peak, less the temp block's alignment and packing gaps.
+  const uint64_t hlo_peak = nlohmann::json::parse(hlo.out)["peak_bytes"];
+  check_page(browser, hlo_html, "hlo", 6, 1, hlo_peak - hlo_peak / 1000, hlo_peak);
   const std::string replay_html = std::string(MEMFIT_BUILD_DIR) + "/report_replay.html";
-  auto replay = testing::run_cli({"replay", data + "/gpt2_train_fp32.trace.csv.gz", "--html", replay_html});
+  auto replay =
+      testing::run_cli({"replay", data + "/gpt2_train_fp32.trace.csv.gz", "--json", "--html", replay_html});
   ASSERT_EQ(replay.code, 0) << replay.err;
-  check_page(browser, replay_html, "replay", 1, 5);  // four policies and the recorded run
+  // four policies and the recorded run
+  const uint64_t live_peak = nlohmann::json::parse(replay.out)["peak_live_bytes"];
+  check_page(browser, replay_html, "replay", 1, 5, live_peak, live_peak);
   const std::string plan_html = std::string(MEMFIT_BUILD_DIR) + "/report_plan.html";
-  auto plan =
-      testing::run_cli({"plan", "--model", "gpt", "--donate", "--device", "h200", "--html", plan_html});
+  auto plan = testing::run_cli(
+      {"plan", "--model", "gpt", "--donate", "--device", "h200", "--json", "--html", plan_html});
   ASSERT_EQ(plan.code, 0) << plan.err;
-  check_page(browser, plan_html, "plan", 6, 3);
+  const uint64_t plan_peak = nlohmann::json::parse(plan.out)["peak_bytes"];
+  check_page(browser, plan_html, "plan", 6, 3, plan_peak - plan_peak / 1000, plan_peak);
 }
 
 TEST(Browser, AMillionEventTraceOpensInUnderTwoSeconds) {
@@ -96,7 +110,7 @@ TEST(Browser, AMillionEventTraceOpensInUnderTwoSeconds) {
   ASSERT_GE(t.events.size(), 995000u);
   const std::string html = std::string(MEMFIT_BUILD_DIR) + "/report_million.html";
   ASSERT_TRUE(write_file_atomic(html, render_html(chart_from_timeline(t, "10^6 events"))).ok());
-  check_page(browser, html, "million", 1, 0);
+  check_page(browser, html, "million", 1, 0, peak_live_bytes(t), peak_live_bytes(t));
 }
 
 }  // namespace
