@@ -137,6 +137,7 @@ class Builder {
     span_.assign(nc, {0, 0});
     processed_.assign(nc, false);
     users_.resize(nc);
+    users_built_.assign(nc, false);
     const HloComputation* entry = m_.entry();
     if (entry == nullptr) return invalid_argument("the module has no ENTRY computation");
     entry_ = static_cast<uint32_t>(entry - m_.computations.data());
@@ -840,7 +841,8 @@ class Builder {
 
   const std::unordered_map<std::string_view, std::vector<uint32_t>>& users_of(uint32_t c) {
     auto& u = users_[c];
-    if (u.empty()) {
+    if (!users_built_[c]) {  // built once per computation, on first need
+      users_built_[c] = true;
       const auto& insts = m_.computations[c].instructions;
       for (uint32_t i = 0; i < insts.size(); ++i) {
         for (const std::string& o : insts[i].operands) {
@@ -848,7 +850,6 @@ class Builder {
           if (list.empty() || list.back() != i) list.push_back(i);
         }
       }
-      u[""];  // computed, even when nothing uses anything
     }
     return u;
   }
@@ -942,6 +943,7 @@ class Builder {
   std::vector<std::pair<uint64_t, uint64_t>> span_;
   std::vector<bool> processed_;
   std::vector<std::unordered_map<std::string_view, std::vector<uint32_t>>> users_;
+  std::vector<bool> users_built_;
   std::vector<const Shape*> shape_of_;
   std::vector<uint32_t> parent_;
   std::vector<bool> live_out_;
