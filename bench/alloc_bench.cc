@@ -2,7 +2,8 @@
 //   - alloc+free pair, pool hit, 256 B - 64 MiB, 1 thread: BFC (preallocated, growing), platform, std::malloc
 //   - 2 threads contending on one allocator
 //   - replay: a recorded-like stream of alloc/free events through the BFC pool (events per second)
-// After the run a table gives each allocator's time as a multiple of std::malloc's at the same size.
+// After the run a table gives each allocator's time as a multiple of std::malloc's at the same size (medians
+// of repetitions run interleaved in random order).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -129,4 +130,11 @@ class RatioReporter : public TimingReporter {
 }  // namespace
 }  // namespace memfit
 
-int main(int argc, char** argv) { return memfit::run_benchmarks<memfit::RatioReporter>(argc, argv); }
+// Each ratio compares medians of 5 repetitions, run interleaved in random order, so drift on a shared
+// machine falls on both sides of a ratio alike.
+int main(int argc, char** argv) {
+  return memfit::run_benchmarks<memfit::RatioReporter>(
+      argc, argv,
+      {"--benchmark_repetitions=5", "--benchmark_enable_random_interleaving=true",
+       "--benchmark_display_aggregates_only=true"});
+}

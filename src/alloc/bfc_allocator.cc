@@ -14,6 +14,7 @@
 #include "memfit/core/xla_env.h"
 #include "node_pool.h"
 #include "ptr_map.h"
+#include "spin_lock.h"
 
 namespace memfit {
 namespace {
@@ -22,6 +23,21 @@ constexpr uint32_t kNone = ~uint32_t{0};
 constexpr int8_t kNoBin = -1;
 // Requests above this are refused before any rounding arithmetic (no device has 4 EiB).
 constexpr uint64_t kMaxRequestBytes = uint64_t{1} << 62;
+
+struct Chunk;
+
+// Orders a bin by (size, address); a bare size finds the first chunk at least that large.
+struct SizeKey {
+  uint64_t size;
+};
+struct ChunkOrder {
+  using is_transparent = void;
+  const std::vector<Chunk>* chunks;
+  bool operator()(uint32_t a, uint32_t b) const;
+  bool operator()(uint32_t a, SizeKey k) const;
+  bool operator()(SizeKey k, uint32_t b) const;
+};
+using Bin = std::set<uint32_t, ChunkOrder, detail::PoolAllocator<uint32_t>>;
 
 struct Chunk {
   uintptr_t ptr = 0;
@@ -33,6 +49,7 @@ struct Chunk {
   uint32_t tag = 0;  // index into tags; 0 = untagged
   bool in_use = false;
   int8_t bin = kNoBin;
+  Bin::iterator bin_entry;  // valid while bin != kNoBin: a free chunk leaves its bin in O(1), no search
 };
 
 struct Region {
@@ -42,30 +59,20 @@ struct Region {
   bool live = true;
 };
 
-// Orders a bin by (size, address); a bare size finds the first chunk at least that large.
-struct SizeKey {
-  uint64_t size;
-};
-struct ChunkOrder {
-  using is_transparent = void;
-  const std::vector<Chunk>* chunks;
-  bool operator()(uint32_t a, uint32_t b) const {
-    const Chunk& ca = (*chunks)[a];
-    const Chunk& cb = (*chunks)[b];
-    return ca.size != cb.size ? ca.size < cb.size : ca.ptr < cb.ptr;
-  }
-  bool operator()(uint32_t a, SizeKey k) const { return (*chunks)[a].size < k.size; }
-  bool operator()(SizeKey k, uint32_t b) const { return k.size < (*chunks)[b].size; }
-};
-using Bin = std::set<uint32_t, ChunkOrder, detail::PoolAllocator<uint32_t>>;
+inline bool ChunkOrder::operator()(uint32_t a, uint32_t b) const {
+  const Chunk& ca = (*chunks)[a];
+  const Chunk& cb = (*chunks)[b];
+  return ca.size != cb.size ? ca.size < cb.size : ca.ptr < cb.ptr;
+}
+inline bool ChunkOrder::operator()(uint32_t a, SizeKey k) const { return (*chunks)[a].size < k.size; }
+inline bool ChunkOrder::operator()(SizeKey k, uint32_t b) const { return k.size < (*chunks)[b].size; }
 
 }  // namespace
 
 struct BfcAllocator::State {
   State(DeviceMemory& d, BfcOptions o) : device(d), options(std::move(o)) {
-    bins.reserve(kNumBins);
-    for (int i = 0; i < kNumBins; ++i)
-      bins.emplace_back(ChunkOrder{&chunks}, detail::PoolAllocator<uint32_t>(&arena));
+    for (auto& b : bins)
+      b = std::make_unique<Bin>(ChunkOrder{&chunks}, detail::PoolAllocator<uint32_t>(&arena));
     tags.push_back("(untagged)");
     const uint64_t limit = options.memory_limit_bytes;
     next_region_bytes = options.allow_growth ? bfc_round_bytes(std::min(limit, kBfcFirstRegionBytes))
@@ -75,13 +82,19 @@ struct BfcAllocator::State {
   DeviceMemory& device;
   const BfcOptions options;
 
-  mutable std::mutex mu;  // guards everything below; held for tens of nanoseconds
+  mutable detail::SpinLock mu;  // guards everything below; held for tens of nanoseconds, never blocks
   detail::NodeArena arena;
   std::vector<Chunk> chunks;
   std::vector<uint32_t> free_handles;
-  std::vector<Bin> bins;
+  // Each tree behind a pointer, so a lone entry changes bins by swapping two pointers (hand_over_bin_entry).
+  std::array<std::unique_ptr<Bin>, kNumBins> bins;
   uint32_t nonempty_bins = 0;  // bit b set when bins[b] is not empty
-  detail::PtrMap in_use;       // address -> chunk handle of live allocations
+  // Live allocations: address -> chunk handle. The newest one waits outside the table until the next
+  // allocation, so the most common pattern - a buffer freed before the next is made (LIFO temporaries,
+  // every pool-hit pair) - never touches the table.
+  detail::PtrMap in_use;
+  uintptr_t newest_ptr = 0;  // 0: none waiting
+  uint32_t newest_handle = kNone;
   std::vector<Region> regions;
   std::vector<std::string> tags;
   std::map<std::string, uint32_t, std::less<>> tag_ids;
@@ -91,60 +104,86 @@ struct BfcAllocator::State {
   uint64_t peak_pool_bytes = 0;
   std::string last_device_error;
 
-  std::condition_variable freed;  // signalled on deallocate while someone waits to retry
+  std::condition_variable_any freed;  // signalled on deallocate while someone waits to retry
   int waiters = 0;
   std::mutex growth_mu;  // one thread grows the pool at a time; never held with `mu` across a device call
 
   // --- chunk and bin bookkeeping (mu held) ---
-  uint32_t new_chunk() {
+  Bin& bin(int b) { return *bins[static_cast<size_t>(b)]; }
+  const Bin& bin(int b) const { return *bins[static_cast<size_t>(b)]; }
+
+  // A free, binless chunk [ptr, ptr + size) of `region` between `prev` and `next`.
+  uint32_t new_chunk(uintptr_t ptr, uint64_t size, uint32_t region, uint32_t prev, uint32_t next) {
+    uint32_t h;
     if (!free_handles.empty()) {
-      const uint32_t h = free_handles.back();
+      h = free_handles.back();
       free_handles.pop_back();
-      chunks[h] = Chunk{};
-      return h;
+    } else {
+      h = static_cast<uint32_t>(chunks.size());
+      chunks.emplace_back();
     }
-    chunks.emplace_back();
-    return static_cast<uint32_t>(chunks.size() - 1);
+    Chunk& c = chunks[h];
+    c.ptr = ptr;
+    c.size = size;
+    c.requested = 0;
+    c.prev = prev;
+    c.next = next;
+    c.region = region;
+    c.tag = 0;
+    c.in_use = false;
+    c.bin = kNoBin;
+    return h;
   }
   void delete_chunk(uint32_t h) { free_handles.push_back(h); }
 
   void insert_into_bin(uint32_t h) {
     Chunk& c = chunks[h];
     c.bin = static_cast<int8_t>(bin_for_size(c.size));
-    bins[static_cast<size_t>(c.bin)].insert(h);
+    c.bin_entry = bin(c.bin).insert(h).first;
     nonempty_bins |= 1u << c.bin;
   }
   void remove_from_bin(uint32_t h) {
     Chunk& c = chunks[h];
-    Bin& bin = bins[static_cast<size_t>(c.bin)];
-    bin.erase(h);
-    if (bin.empty()) nonempty_bins &= ~(1u << c.bin);
+    Bin& b = bin(c.bin);
+    b.erase(c.bin_entry);
+    if (b.empty()) nonempty_bins &= ~(1u << c.bin);
     c.bin = kNoBin;
   }
 
-  // Whether the bin entry at `it` may take the key (size, ptr) without moving: same bin, and still ordered
-  // between its neighbours. Then the tree is left untouched (no rebalancing) - the common case of a pool
-  // hit, where one large free chunk shrinks by a split and grows back by a merge.
-  bool fits_in_place(const Bin& bin, Bin::const_iterator it, int bin_index, uint64_t size,
-                     uintptr_t ptr) const {
-    if (bin_for_size(size) != bin_index) return false;
+  // The common pool hit: one large free chunk shrinks by a split and grows back by a merge. Its bin entry
+  // can then be kept for the new key (size, ptr) with no rebalancing when the key still sorts between the
+  // entry's neighbours in the same bin, or when the entry is alone and the key's bin is empty (the whole
+  // one-node tree moves: what happens at every power-of-two region of a growing pool, which sits on a bin
+  // boundary). Returns the bin the entry of free chunk `holder` can serve from, or -1 (erase and insert).
+  int reusable_bin(const Chunk& holder, uint64_t size, uintptr_t ptr) const {
+    const int target = bin_for_size(size);
+    const Bin& holder_bin = bin(holder.bin);
+    if (target != holder.bin)
+      return holder_bin.size() == 1 && (nonempty_bins >> target & 1u) == 0 ? target : -1;
+    if (holder_bin.size() == 1) return target;
     auto before = [&](uint32_t other) {
       const Chunk& o = chunks[other];
       return o.size != size ? o.size < size : o.ptr < ptr;
     };
-    if (it != bin.begin() && !before(*std::prev(it))) return false;
+    const auto it = holder.bin_entry;
+    if (it != holder_bin.begin() && !before(*std::prev(it))) return -1;
     const auto next = std::next(it);
-    return next == bin.end() || !before(*next);
+    return next == holder_bin.end() || !before(*next) ? target : -1;
   }
 
-  // Points whatever referred to `from` as its physical predecessor's successor (or as its region's first
-  // chunk) at `to`.
-  void relink_prev(const Chunk& from, uint32_t old_handle, uint32_t to) {
-    if (from.prev != kNone) {
-      chunks[from.prev].next = to;
-    } else if (regions[from.region].first_chunk == old_handle) {
-      regions[from.region].first_chunk = to;
+  // Hands the bin entry of free chunk `from` to chunk `to`, which has the key reusable_bin() accepted, in
+  // bin `target`. (Set elements are const only to stop reordering, which the check above rules out.)
+  void hand_over_bin_entry(uint32_t from, uint32_t to, int target) {
+    Chunk& f = chunks[from];
+    Chunk& t = chunks[to];
+    const_cast<uint32_t&>(*f.bin_entry) = to;
+    if (target != f.bin) {  // a lone entry: swap its tree with the empty one (iterators stay valid)
+      bins[static_cast<size_t>(f.bin)].swap(bins[static_cast<size_t>(target)]);
+      nonempty_bins ^= (1u << f.bin) | (1u << target);
     }
+    t.bin = static_cast<int8_t>(target);
+    t.bin_entry = f.bin_entry;
+    f.bin = kNoBin;
   }
 
   bool should_split(uint64_t chunk_size, uint64_t rounded) const {
@@ -153,14 +192,9 @@ struct BfcAllocator::State {
 
   // Splits chunk h so it keeps `size` bytes; the remainder becomes a free chunk after it.
   void split(uint32_t h, uint64_t size) {
-    const uint32_t rest = new_chunk();
+    const Chunk& old = chunks[h];
+    const uint32_t rest = new_chunk(old.ptr + size, old.size - size, old.region, h, old.next);
     Chunk& c = chunks[h];  // (re-read after new_chunk: the vector may have grown)
-    Chunk& r = chunks[rest];
-    r.ptr = c.ptr + size;
-    r.size = c.size - size;
-    r.region = c.region;
-    r.prev = h;
-    r.next = c.next;
     if (c.next != kNone) chunks[c.next].prev = rest;
     c.next = rest;
     c.size = size;
@@ -178,43 +212,41 @@ struct BfcAllocator::State {
   }
 
   // XLA's FindChunkPtr: best fit from the request's bin upward. Returns 0 when nothing fits.
-  uintptr_t find_chunk(uint64_t rounded, uint64_t requested, uint32_t tag) {
-    int b = bin_for_size(rounded);
-    uint32_t candidates = nonempty_bins & (~0u << b);
+  [[gnu::always_inline]] uintptr_t find_chunk(uint64_t rounded, uint64_t requested, uint32_t tag) {
+    const int request_bin = bin_for_size(rounded);
+    uint32_t candidates = nonempty_bins & (~0u << request_bin);
     while (candidates != 0) {
-      b = __builtin_ctz(candidates);
+      const int b = __builtin_ctz(candidates);
       candidates &= candidates - 1;
-      Bin& bin = bins[static_cast<size_t>(b)];
-      auto it = bin.lower_bound(SizeKey{rounded});
+      Bin& bin = this->bin(b);
+      // Every chunk in a higher bin is larger than the request: its smallest is the tree's cached first.
+      auto it = b == request_bin ? bin.lower_bound(SizeKey{rounded}) : bin.begin();
       if (it == bin.end()) continue;
       uint32_t h = *it;
-      const uint64_t rest = chunks[h].size - rounded;
-      if (should_split(chunks[h].size, rounded) && fits_in_place(bin, it, b, rest, chunks[h].ptr + rounded)) {
-        // The free remainder keeps the bin entry (and handle); the allocated front gets a new handle.
-        const uint32_t front = new_chunk();
-        Chunk& f = chunks[front];
-        Chunk& r = chunks[h];
-        f.ptr = r.ptr;
+      const Chunk& found = chunks[h];
+      const uint64_t rest = found.size - rounded;
+      const int target =
+          should_split(found.size, rounded) ? reusable_bin(found, rest, found.ptr + rounded) : -1;
+      if (target >= 0) {
+        // The allocated front keeps the handle (so neighbours and the region's first chunk stay linked);
+        // the free remainder is a new chunk that takes over the bin entry.
+        const uint32_t remainder = new_chunk(found.ptr + rounded, rest, found.region, h, found.next);
+        Chunk& f = chunks[h];  // (re-read after new_chunk: the vector may have grown)
+        if (f.next != kNone) chunks[f.next].prev = remainder;
+        f.next = remainder;
         f.size = rounded;
-        f.region = r.region;
-        f.prev = r.prev;
-        f.next = h;
-        relink_prev(r, h, front);
-        r.ptr += rounded;
-        r.size = rest;
-        r.prev = front;
-        h = front;
+        // The remainder's key (rest, ptr + rounded) has just been checked to sit where the entry is.
+        hand_over_bin_entry(h, remainder, target);
       } else {
-        bin.erase(it);
-        if (bin.empty()) nonempty_bins &= ~(1u << b);
-        chunks[h].bin = kNoBin;
-        if (should_split(chunks[h].size, rounded)) split(h, rounded);
+        take_from_bin(b, h, rounded);
       }
       Chunk& c = chunks[h];
       c.in_use = true;
       c.requested = requested;
       c.tag = tag;
-      in_use.insert(c.ptr, h);
+      if (newest_ptr != 0) in_use.insert(newest_ptr, newest_handle);
+      newest_ptr = c.ptr;
+      newest_handle = h;
       ++stats.num_allocs;
       stats.bytes_in_use += c.size;
       stats.peak_bytes_in_use = std::max(stats.peak_bytes_in_use, stats.bytes_in_use);
@@ -224,20 +256,46 @@ struct BfcAllocator::State {
     return 0;
   }
 
+  // The chunk leaves its bin, and a remainder worth splitting off goes to its own (out of line: the pool
+  // hit's path above keeps its bin entry instead).
+  [[gnu::noinline]] void take_from_bin(int b, uint32_t h, uint64_t rounded) {
+    Bin& from = bin(b);
+    from.erase(chunks[h].bin_entry);
+    if (from.empty()) nonempty_bins &= ~(1u << b);
+    chunks[h].bin = kNoBin;
+    if (should_split(chunks[h].size, rounded)) split(h, rounded);
+  }
+
+  // Coalesces free chunk h with its free neighbours and bins the result (the general case of a free).
+  [[gnu::noinline]] void coalesce_and_bin(uint32_t h) {
+    if (const uint32_t next = chunks[h].next; next != kNone && !chunks[next].in_use) {
+      remove_from_bin(next);
+      merge(h, next);
+    }
+    if (const uint32_t prev = chunks[h].prev; prev != kNone && !chunks[prev].in_use) {
+      remove_from_bin(prev);
+      merge(prev, h);
+      h = prev;
+    }
+    insert_into_bin(h);
+  }
+
+  [[gnu::noinline]] Error unknown_pointer(void* ptr) const {
+    return failed_precondition(fmt::format(
+        "{}: deallocate({}) of a pointer it did not allocate or already freed", options.name, ptr));
+  }
+
   void add_region(uintptr_t base, uint64_t size) {
-    const uint32_t h = new_chunk();
-    Chunk& c = chunks[h];
-    c.ptr = base;
-    c.size = size;
-    c.region = static_cast<uint32_t>(regions.size());
+    const auto region = static_cast<uint32_t>(regions.size());
+    const uint32_t h = new_chunk(base, size, region, kNone, kNone);
     regions.push_back(Region{base, size, h, true});
     insert_into_bin(h);
     pool_bytes += size;
     peak_pool_bytes = std::max(peak_pool_bytes, pool_bytes);
   }
 
-  uint32_t intern_tag(std::string_view tag) {
-    if (tag.empty()) return 0;
+  uint32_t intern_tag(std::string_view tag) { return tag.empty() ? 0 : intern_named_tag(tag); }
+  [[gnu::noinline]] uint32_t intern_named_tag(std::string_view tag) {
     auto it = tag_ids.find(tag);
     if (it != tag_ids.end()) return it->second;
     const auto id = static_cast<uint32_t>(tags.size());
@@ -249,7 +307,7 @@ struct BfcAllocator::State {
   uint64_t largest_free() const {
     if (nonempty_bins == 0) return 0;
     const int top = 31 - __builtin_clz(nonempty_bins);
-    return chunks[*bins[static_cast<size_t>(top)].rbegin()].size;
+    return chunks[*bin(top).rbegin()].size;
   }
 
   // Fully free regions leave the pool (garbage collection); returns them for release outside the lock.
@@ -282,17 +340,18 @@ struct BfcAllocator::State {
     return out;
   }
 
-  OomReport report(uint64_t requested, uint64_t rounded) const {
+  // `device_total`/`device_free` are read by the caller before it takes `mu` (they are device calls).
+  OomReport report(uint64_t requested, uint64_t rounded, uint64_t device_total, uint64_t device_free) const {
     OomReport r;
     r.allocator_name = options.name;
     r.requested_bytes = requested;
     r.rounded_bytes = rounded;
     r.bytes_in_use = stats.bytes_in_use;
-    r.live_allocations = in_use.size();
+    r.live_allocations = in_use.size() + (newest_ptr != 0 ? 1 : 0);
     r.pool_bytes = pool_bytes;
     r.bytes_limit = options.memory_limit_bytes;
-    r.device_total_bytes = device.total_bytes();
-    r.device_free_bytes = device.free_bytes();
+    r.device_total_bytes = device_total;
+    r.device_free_bytes = device_free;
     r.free_in_pool_bytes = pool_bytes - stats.bytes_in_use;
     r.largest_free_bytes = largest_free();
     r.growth = options.allow_growth;
@@ -342,23 +401,32 @@ std::string BfcAllocator::name() const { return state_->options.name; }
 Expected<void*> BfcAllocator::allocate(uint64_t size_bytes, std::string_view tag) {
   if (size_bytes == 0) return static_cast<void*>(nullptr);
   State& s = *state_;
-  const uint64_t rounded = size_bytes > kMaxRequestBytes ? size_bytes : bfc_round_bytes(size_bytes);
+  // Rounded up to 256 B (bfc_round_bytes, inlined here: this is the pool hit's path).
+  const uint64_t rounded = size_bytes > kMaxRequestBytes
+                               ? size_bytes
+                               : (size_bytes + kBfcMinAllocationBytes - 1) & ~(kBfcMinAllocationBytes - 1);
   uint32_t tag_id = 0;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    std::lock_guard<detail::SpinLock> lock(s.mu);
     tag_id = s.intern_tag(tag);
     if (rounded <= kMaxRequestBytes) {
       if (uintptr_t p = s.find_chunk(rounded, size_bytes, tag_id)) return reinterpret_cast<void*>(p);
     }
   }
+  return allocate_slow(size_bytes, rounded, tag_id);
+}
 
-  // Slow path: grow the pool (device calls without `mu`), collect free regions, wait for frees.
+// Growth, garbage collection, waiting for frees, the OOM report: kept out of line so the pool hit stays
+// small.
+Expected<void*> BfcAllocator::allocate_slow(uint64_t size_bytes, uint64_t rounded, uint32_t tag_id) {
+  State& s = *state_;
+  // Grows the pool (device calls without `mu`).
   auto try_grow = [&]() -> uintptr_t {
     std::lock_guard<std::mutex> growth(s.growth_mu);
     uint64_t bytes = 0;
     bool increased = false;
     {
-      std::lock_guard<std::mutex> lock(s.mu);
+      std::lock_guard<detail::SpinLock> lock(s.mu);
       if (uintptr_t p = s.find_chunk(rounded, size_bytes, tag_id)) return p;  // someone else grew it
       const uint64_t available =
           (s.options.memory_limit_bytes - std::min(s.options.memory_limit_bytes, s.pool_bytes)) /
@@ -377,7 +445,7 @@ Expected<void*> BfcAllocator::allocate(uint64_t size_bytes, std::string_view tag
       bytes = smaller;
       region = s.device.reserve(bytes);
     }
-    std::lock_guard<std::mutex> lock(s.mu);
+    std::lock_guard<detail::SpinLock> lock(s.mu);
     if (!region.ok()) {
       s.last_device_error = region.error().message();
       return 0;
@@ -394,7 +462,7 @@ Expected<void*> BfcAllocator::allocate(uint64_t size_bytes, std::string_view tag
       if (s.options.garbage_collection) {
         std::vector<Region> released;
         {
-          std::lock_guard<std::mutex> lock(s.mu);
+          std::lock_guard<detail::SpinLock> lock(s.mu);
           released = s.take_free_regions();
         }
         for (const Region& r : released) (void)s.device.release(reinterpret_cast<void*>(r.base), r.size);
@@ -402,7 +470,7 @@ Expected<void*> BfcAllocator::allocate(uint64_t size_bytes, std::string_view tag
           if (uintptr_t p = try_grow()) return reinterpret_cast<void*>(p);
         }
       }
-      std::unique_lock<std::mutex> lock(s.mu);
+      std::unique_lock<detail::SpinLock> lock(s.mu);
       if (uintptr_t p = s.find_chunk(rounded, size_bytes, tag_id)) return reinterpret_cast<void*>(p);
       if (std::chrono::steady_clock::now() >= deadline) break;
       // XLA's AllocatorRetry: wait for another thread to free memory, then try again.
@@ -413,8 +481,10 @@ Expected<void*> BfcAllocator::allocate(uint64_t size_bytes, std::string_view tag
       if (!woke) break;
     }
   }
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto report = std::make_shared<OomReport>(s.report(size_bytes, rounded));
+  const uint64_t device_total = s.device.total_bytes();
+  const uint64_t device_free = s.device.free_bytes();
+  std::lock_guard<detail::SpinLock> lock(s.mu);
+  auto report = std::make_shared<OomReport>(s.report(size_bytes, rounded, device_total, device_free));
   std::string message = report->summary();
   return resource_exhausted(std::move(message), std::move(report));
 }
@@ -422,50 +492,44 @@ Expected<void*> BfcAllocator::allocate(uint64_t size_bytes, std::string_view tag
 Status BfcAllocator::deallocate(void* ptr) {
   if (ptr == nullptr) return ok_status();
   State& s = *state_;
-  std::lock_guard<std::mutex> lock(s.mu);
-  uint32_t h = s.in_use.erase(reinterpret_cast<uintptr_t>(ptr));
-  if (h == detail::PtrMap::kNotFound) {
-    return failed_precondition(fmt::format(
-        "{}: deallocate({}) of a pointer it did not allocate or already freed", s.options.name, ptr));
+  std::lock_guard<detail::SpinLock> lock(s.mu);
+  uint32_t h;
+  if (reinterpret_cast<uintptr_t>(ptr) == s.newest_ptr) {
+    h = s.newest_handle;
+    s.newest_ptr = 0;
+  } else {
+    h = s.in_use.erase(reinterpret_cast<uintptr_t>(ptr));
   }
-  Chunk& c = s.chunks[h];
+  if (h == detail::PtrMap::kNotFound) return s.unknown_pointer(ptr);
+  Chunk* const all = s.chunks.data();  // (no chunk is created before the fast path returns)
+  Chunk& c = all[h];
   c.in_use = false;
   c.requested = 0;
   s.stats.bytes_in_use -= c.size;
   // Coalesce with free neighbours (never across regions: the device gives no adjacency guarantee).
   // Fast path: only the next chunk is free and the merged chunk can take its bin entry in place.
   if (const uint32_t next = c.next;
-      next != kNone && !s.chunks[next].in_use && (c.prev == kNone || s.chunks[c.prev].in_use)) {
-    Chunk& n = s.chunks[next];
-    Bin& bin = s.bins[static_cast<size_t>(n.bin)];
-    const auto it = bin.find(next);
-    if (s.fits_in_place(bin, it, n.bin, n.size + c.size, c.ptr)) {
-      s.relink_prev(c, h, next);
-      n.prev = c.prev;
-      n.ptr = c.ptr;
-      n.size += c.size;
-      s.delete_chunk(h);
+      next != kNone && !all[next].in_use && (c.prev == kNone || all[c.prev].in_use)) {
+    Chunk& n = all[next];
+    if (const int target = s.reusable_bin(n, n.size + c.size, c.ptr); target >= 0) {
+      // c absorbs n and takes over its bin entry: c's handle, links and its region's first chunk stay.
+      c.size += n.size;
+      c.next = n.next;
+      if (n.next != kNone) all[n.next].prev = h;
+      s.hand_over_bin_entry(next, h, target);
+      s.delete_chunk(next);
       if (s.waiters > 0) s.freed.notify_all();
       return ok_status();
     }
   }
-  if (const uint32_t next = c.next; next != kNone && !s.chunks[next].in_use) {
-    s.remove_from_bin(next);
-    s.merge(h, next);
-  }
-  if (const uint32_t prev = s.chunks[h].prev; prev != kNone && !s.chunks[prev].in_use) {
-    s.remove_from_bin(prev);
-    s.merge(prev, h);
-    h = prev;
-  }
-  s.insert_into_bin(h);
+  s.coalesce_and_bin(h);
   if (s.waiters > 0) s.freed.notify_all();
   return ok_status();
 }
 
 AllocatorStats BfcAllocator::stats() const {
   const State& s = *state_;
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard<detail::SpinLock> lock(s.mu);
   AllocatorStats out = s.stats;
   out.bytes_limit = s.options.memory_limit_bytes;
   out.largest_free_block_bytes = s.largest_free();
@@ -476,25 +540,28 @@ AllocatorStats BfcAllocator::stats() const {
 
 void BfcAllocator::reset_peak() {
   State& s = *state_;
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::lock_guard<detail::SpinLock> lock(s.mu);
   s.stats.peak_bytes_in_use = s.stats.bytes_in_use;
   s.peak_pool_bytes = s.pool_bytes;
 }
 
 std::vector<ChunkExtent> BfcAllocator::chunks() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  std::lock_guard<detail::SpinLock> lock(state_->mu);
   return state_->extents();
 }
 
 uint64_t BfcAllocator::region_count() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  std::lock_guard<detail::SpinLock> lock(state_->mu);
   return static_cast<uint64_t>(
       std::count_if(state_->regions.begin(), state_->regions.end(), [](const Region& r) { return r.live; }));
 }
 
 OomReport BfcAllocator::oom_report(uint64_t size_bytes) const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->report(size_bytes, bfc_round_bytes(std::min(size_bytes, kMaxRequestBytes)));
+  const uint64_t device_total = state_->device.total_bytes();
+  const uint64_t device_free = state_->device.free_bytes();
+  std::lock_guard<detail::SpinLock> lock(state_->mu);
+  return state_->report(size_bytes, bfc_round_bytes(std::min(size_bytes, kMaxRequestBytes)), device_total,
+                        device_free);
 }
 
 }  // namespace memfit

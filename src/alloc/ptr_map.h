@@ -1,7 +1,8 @@
 // src/alloc/ptr_map.h - open-addressing hash map from a device address to a 32-bit handle.
 //
 // Why not std::unordered_map: one malloc per insert on the allocator's hot path. Linear probing with
-// backward-shift deletion (no tombstones); the table doubles at 50% load. Address 0 marks an empty slot
+// backward-shift deletion (no tombstones); the table doubles at 50% load. Key and value share a slot, so a
+// probe touches one cache line. Address 0 marks an empty slot
 // (allocators never hand out address 0). Not thread-safe: used under the owning allocator's lock.
 #pragma once
 
@@ -18,42 +19,40 @@ class PtrMap {
 
   uint32_t find(uintptr_t key) const {
     for (size_t i = slot_for(key);; i = (i + 1) & mask_) {
-      if (keys_[i] == key) return values_[i];
-      if (keys_[i] == 0) return kNotFound;
+      if (slots_[i].key == key) return slots_[i].value;
+      if (slots_[i].key == 0) return kNotFound;
     }
   }
 
   // Inserts or overwrites.
   void insert(uintptr_t key, uint32_t value) {
-    if ((size_ + 1) * 2 > keys_.size()) rehash(keys_.size() * 2);
+    if ((size_ + 1) * 2 > mask_ + 1) rehash((mask_ + 1) * 2);
     size_t i = slot_for(key);
-    while (keys_[i] != 0 && keys_[i] != key) i = (i + 1) & mask_;
-    if (keys_[i] == 0) ++size_;
-    keys_[i] = key;
-    values_[i] = value;
+    while (slots_[i].key != 0 && slots_[i].key != key) i = (i + 1) & mask_;
+    if (slots_[i].key == 0) ++size_;
+    slots_[i] = Slot{key, value};
   }
 
   // Returns the value erased, or kNotFound.
   uint32_t erase(uintptr_t key) {
     size_t i = slot_for(key);
-    while (keys_[i] != key) {
-      if (keys_[i] == 0) return kNotFound;
+    while (slots_[i].key != key) {
+      if (slots_[i].key == 0) return kNotFound;
       i = (i + 1) & mask_;
     }
-    const uint32_t value = values_[i];
+    const uint32_t value = slots_[i].value;
     // Backward shift: pull later entries of the probe run into the hole.
     size_t hole = i;
-    for (size_t j = (i + 1) & mask_; keys_[j] != 0; j = (j + 1) & mask_) {
-      const size_t home = slot_for(keys_[j]);
+    for (size_t j = (i + 1) & mask_; slots_[j].key != 0; j = (j + 1) & mask_) {
+      const size_t home = slot_for(slots_[j].key);
       // Move j into the hole unless its home lies cyclically in (hole, j].
       const bool home_after_hole = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
       if (!home_after_hole) {
-        keys_[hole] = keys_[j];
-        values_[hole] = values_[j];
+        slots_[hole] = slots_[j];
         hole = j;
       }
     }
-    keys_[hole] = 0;
+    slots_[hole].key = 0;
     --size_;
     return value;
   }
@@ -67,20 +66,21 @@ class PtrMap {
   }
 
   void rehash(size_t capacity) {
-    std::vector<uintptr_t> old_keys = std::move(keys_);
-    std::vector<uint32_t> old_values = std::move(values_);
-    keys_.assign(capacity, 0);
-    values_.assign(capacity, 0);
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(capacity, Slot{});
     mask_ = capacity - 1;
     shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(capacity));
     size_ = 0;
-    for (size_t i = 0; i < old_keys.size(); ++i) {
-      if (old_keys[i] != 0) insert(old_keys[i], old_values[i]);
+    for (const Slot& slot : old) {
+      if (slot.key != 0) insert(slot.key, slot.value);
     }
   }
 
-  std::vector<uintptr_t> keys_;
-  std::vector<uint32_t> values_;
+  struct Slot {
+    uintptr_t key = 0;
+    uint32_t value = 0;
+  };
+  std::vector<Slot> slots_;
   size_t mask_ = 0;
   unsigned shift_ = 64;
   size_t size_ = 0;

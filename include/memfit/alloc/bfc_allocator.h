@@ -60,6 +60,8 @@ class BfcAllocator final : public Allocator {
   OomReport oom_report(uint64_t size_bytes) const;
 
  private:
+  [[gnu::noinline]] Expected<void*> allocate_slow(uint64_t size_bytes, uint64_t rounded, uint32_t tag_id);
+
   struct State;
   std::unique_ptr<State> state_;
 };
