@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks of issue #4, as one script for the device tool (an H200: one call, about 15 minutes):
 #   run(command="bash gpu/run.sh", timeout_s=540)
-# Builds with the CUDA toolkit for sm_90, runs the GPU tests (the conformance suite on the real device), the
-# allocator benchmarks, and the GPT-2 loop with PyTorch's allocator and memfit's BFC (preallocated and
-# growing) through CUDAPluggableAllocator. Everything lands in $OUT (or build/gpu/out).
+# Builds with the CUDA toolkit for sm_90, runs the GPU tests (the conformance suite on the real device, the
+# CUDA VMM page mapper), the GPU benchmarks (BFC hit vs warm cudaMallocAsync, VMM growth vs cudaMalloc), the
+# CPU allocator benchmarks, and the GPT-2 loop with PyTorch's allocator and memfit's BFC (preallocated and
+# growing) and VMM through CUDAPluggableAllocator. Everything lands in $OUT (or build/gpu/out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu/out}
@@ -11,18 +12,22 @@ mkdir -p "$OUT"
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1
 cmake --build build/gpu -j "$(nproc)" >"$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
-(cd build/gpu && ctest -R 'CudaDevice|CApi' --output-on-failure) >"$OUT/gpu_tests.txt" 2>&1
-build/gpu/bench/memfit_bench --benchmark_format=json >"$OUT/alloc_bench.json" 2>"$OUT/alloc_bench.err"
+(cd build/gpu && ctest -R 'CudaDevice|CudaPageMapper|GpuConformance|AsyncAllocator|CApi' --output-on-failure) \
+  >"$OUT/gpu_tests.txt" 2>&1
+build/gpu/bench/memfit_gpu_bench >"$OUT/gpu_bench.txt" 2>&1
+build/gpu/bench/memfit_bench --benchmark_repetitions=3 >"$OUT/alloc_bench.txt" 2>&1
 lib=$(ls build/gpu/src/libmemfit_alloc.so)
 timeout 120 python3 gpu/pytorch_gpt2.py torch >"$OUT/gpt2_torch.json" 2>"$OUT/gpt2_torch.err"
 XLA_PYTHON_CLIENT_MEM_FRACTION=.9 timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib" \
   >"$OUT/gpt2_memfit_bfc.json" 2>"$OUT/gpt2_memfit_bfc.err"
 XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib" \
   >"$OUT/gpt2_memfit_bfc_growth.json" 2>"$OUT/gpt2_memfit_bfc_growth.err"
+XLA_PYTHON_CLIENT_ALLOCATOR=vmm timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib" \
+  >"$OUT/gpt2_memfit_vmm.json" 2>"$OUT/gpt2_memfit_vmm.err"
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-for name in ("gpt2_torch", "gpt2_memfit_bfc", "gpt2_memfit_bfc_growth"):
+for name in ("gpt2_torch", "gpt2_memfit_bfc", "gpt2_memfit_bfc_growth", "gpt2_memfit_vmm"):
     try:
         r = json.loads(open(os.path.join(out, name + ".json")).read().splitlines()[-1])
         print(name, "losses", r["losses"], "step_s", [round(t, 3) for t in r["step_s"]],

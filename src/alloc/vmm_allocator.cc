@@ -1,7 +1,6 @@
 #include "memfit/alloc/vmm_allocator.h"
 
 #include <fmt/format.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
@@ -16,7 +15,6 @@
 
 namespace memfit {
 namespace {
-constexpr uintptr_t kFakeVirtualBase = uintptr_t{0x7c0000000000};
 constexpr uint64_t kMaxRequestBytes = uint64_t{1} << 62;
 
 // The virtual range as a "device" of one reservation, so that XLA's BFC (best fit, coalescing, binned, with
@@ -56,38 +54,36 @@ BfcOptions virtual_placement(uint64_t virtual_bytes) {
 }  // namespace
 
 struct VmmAllocator::State {
-  State(DeviceMemory& d, VmmOptions o) : device(d), options(std::move(o)) {
-    if (options.limit_bytes == 0) options.limit_bytes = device.total_bytes();
-    if (options.virtual_bytes == 0) options.virtual_bytes = 4 * device.total_bytes();
+  State(std::unique_ptr<PageMapper> m, VmmOptions o) : mapper(std::move(m)), options(std::move(o)) {
+    const uint64_t granularity = std::max<uint64_t>(mapper->granularity_bytes(), 1);
+    options.page_bytes = round_up(std::max(options.page_bytes, granularity), granularity);
+    if (options.limit_bytes == 0) options.limit_bytes = mapper->total_bytes();
+    if (options.virtual_bytes == 0) options.virtual_bytes = 4 * mapper->total_bytes();
     options.virtual_bytes = round_up(options.virtual_bytes, options.page_bytes);
-    base = kFakeVirtualBase;
-    if (device.is_host_accessible()) {
-      void* p = ::mmap(nullptr, options.virtual_bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (p != MAP_FAILED) {
-        base = reinterpret_cast<uintptr_t>(p);
-        host_mapped = true;
-      }
+    Expected<uintptr_t> reserved = mapper->reserve_range(options.virtual_bytes);
+    if (!reserved.ok()) {
+      unusable = reserved.error().message();
+      return;
     }
+    base = *reserved;
     range = std::make_unique<VirtualRange>(base, options.virtual_bytes);
     placement = std::make_unique<BfcAllocator>(*range, virtual_placement(options.virtual_bytes));
   }
 
   struct Page {
-    uint32_t users = 0;        // live buffers touching this page
-    void* physical = nullptr;  // the device reservation backing it
+    uint64_t index = 0;  // page number in the virtual range
+    uint32_t users = 0;  // live buffers touching this page
   };
   struct Live {
     uint64_t offset;
-    uint64_t size;        // rounded
-    void* run = nullptr;  // one physical range backing the buffer's interior pages (none may share them)
-    uint64_t run_pages = 0;
+    uint64_t size;           // rounded
+    uint64_t run_pages = 0;  // interior pages, mapped as one range (no other buffer may share them)
   };
 
-  DeviceMemory& device;
+  std::unique_ptr<PageMapper> mapper;
   VmmOptions options;
   uintptr_t base = 0;
-  bool host_mapped = false;
+  std::string unusable;  // why the virtual range could not be reserved (every allocation then fails)
 
   mutable std::mutex mu;  // held across page mapping: mapping is part of the placement decision
   // Where buffers go in the virtual range: XLA's best fit with coalescing (see bfc_allocator.h).
@@ -107,6 +103,7 @@ struct VmmAllocator::State {
     const uint32_t slot = page_slots.find(page_key(p));
     return slot == detail::PtrMap::kNotFound ? nullptr : &page_pool[slot];
   }
+  uintptr_t page_address(uint64_t p) const { return base + p * options.page_bytes; }
   void add_page(uint64_t p, Page page) {
     uint32_t slot;
     if (!free_page_slots.empty()) {
@@ -153,9 +150,7 @@ struct VmmAllocator::State {
       return resource_exhausted(fmt::format("{} more pages would pass the limit", new_pages));
     }
     if (run_pages > 0) {
-      auto physical = device.reserve(run_pages * options.page_bytes);
-      if (!physical.ok()) return physical.error();
-      buffer.run = *physical;
+      MEMFIT_RETURN_IF_ERROR(mapper->map(page_address(run_first), run_pages * options.page_bytes));
       buffer.run_pages = run_pages;
       mapped_bytes += run_pages * options.page_bytes;
     }
@@ -165,13 +160,12 @@ struct VmmAllocator::State {
         ++page->users;
         continue;
       }
-      auto physical = device.reserve(options.page_bytes);
-      if (!physical.ok()) {
+      if (Status mapped = mapper->map(page_address(p), options.page_bytes); !mapped.ok()) {
         for (size_t k = 0; k < i; ++k) unuse_page(edges[k]);
         unmap_run(buffer);
-        return physical.error();
+        return mapped.error();
       }
-      add_page(p, Page{1, *physical});
+      add_page(p, Page{p, 1});
       mapped_bytes += options.page_bytes;
     }
     peak_mapped_bytes = std::max(peak_mapped_bytes, mapped_bytes);
@@ -180,14 +174,9 @@ struct VmmAllocator::State {
 
   void unmap_run(Live& buffer) {
     if (buffer.run_pages == 0) return;
-    (void)device.release(buffer.run, buffer.run_pages * options.page_bytes);
+    const uint64_t run_first = interior(buffer.offset, buffer.size).first;
+    (void)mapper->unmap(page_address(run_first), buffer.run_pages * options.page_bytes);
     mapped_bytes -= buffer.run_pages * options.page_bytes;
-    if (host_mapped) {
-      const auto [run_first, run_pages] = interior(buffer.offset, buffer.size);
-      ::madvise(reinterpret_cast<void*>(base + run_first * options.page_bytes),
-                run_pages * options.page_bytes, MADV_DONTNEED);
-    }
-    buffer.run = nullptr;
     buffer.run_pages = 0;
   }
 
@@ -207,12 +196,10 @@ struct VmmAllocator::State {
     const uint32_t slot = page_slots.find(page_key(p));
     Page& page = page_pool[slot];
     if (--page.users > 0) return;
-    (void)device.release(page.physical, options.page_bytes);
+    (void)mapper->unmap(page_address(p), options.page_bytes);
     page_slots.erase(page_key(p));
     free_page_slots.push_back(slot);
     mapped_bytes -= options.page_bytes;
-    if (host_mapped)
-      ::madvise(reinterpret_cast<void*>(base + p * options.page_bytes), options.page_bytes, MADV_DONTNEED);
   }
 
   Error oom(uint64_t requested, uint64_t rounded, const std::string& why) const {
@@ -224,8 +211,8 @@ struct VmmAllocator::State {
     r->live_allocations = live_slots.size();
     r->pool_bytes = mapped_bytes;
     r->bytes_limit = options.limit_bytes;
-    r->device_total_bytes = device.total_bytes();
-    r->device_free_bytes = device.free_bytes();
+    r->device_total_bytes = mapper->total_bytes();
+    r->device_free_bytes = mapper->free_bytes();
     r->growth = true;
     explain_oom(*r);
     r->cause += " (" + why + ")";
@@ -234,21 +221,23 @@ struct VmmAllocator::State {
   }
 };
 
+VmmAllocator::VmmAllocator(std::unique_ptr<PageMapper> mapper, VmmOptions options)
+    : state_(std::make_unique<State>(std::move(mapper), std::move(options))) {}
+
 VmmAllocator::VmmAllocator(DeviceMemory& device, VmmOptions options)
-    : state_(std::make_unique<State>(device, std::move(options))) {}
+    : VmmAllocator(make_device_page_mapper(device, options.page_bytes), std::move(options)) {}
 
 VmmAllocator::~VmmAllocator() {
   State& s = *state_;
-  // Free slots hold stale entries: mark them, then release what the live ones hold.
-  for (uint32_t slot : s.free_page_slots) s.page_pool[slot].users = 0;
-  for (const auto& page : s.page_pool) {
-    if (page.users > 0) (void)s.device.release(page.physical, s.options.page_bytes);
-  }
+  if (!s.unusable.empty()) return;
+  // Unmap what live buffers still hold (free slots hold stale entries: skip them), then the range.
   for (uint32_t slot : s.free_live_slots) s.live_pool[slot].run_pages = 0;
-  for (const auto& buffer : s.live_pool) {
-    if (buffer.run_pages > 0) (void)s.device.release(buffer.run, buffer.run_pages * s.options.page_bytes);
+  for (State::Live& buffer : s.live_pool) s.unmap_run(buffer);
+  for (uint32_t slot : s.free_page_slots) s.page_pool[slot].users = 0;
+  for (const State::Page& page : s.page_pool) {
+    if (page.users > 0) (void)s.mapper->unmap(s.page_address(page.index), s.options.page_bytes);
   }
-  if (s.host_mapped) ::munmap(reinterpret_cast<void*>(s.base), s.options.virtual_bytes);
+  (void)s.mapper->free_range(s.base, s.options.virtual_bytes);
 }
 
 std::string VmmAllocator::name() const { return state_->options.name; }
@@ -257,6 +246,7 @@ Expected<void*> VmmAllocator::allocate(uint64_t size_bytes, std::string_view /*t
   if (size_bytes == 0) return static_cast<void*>(nullptr);
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.unusable.empty()) return unavailable(fmt::format("{}: {}", s.options.name, s.unusable));
   if (size_bytes > kMaxRequestBytes) return s.oom(size_bytes, size_bytes, "larger than any device");
   const uint64_t rounded = round_up(size_bytes, kAllocationAlignment);
   auto placed = s.placement->allocate(rounded);

@@ -17,6 +17,7 @@
 #include "memfit/core/json.h"
 #include "memfit/core/xla_env.h"
 #include "memfit/device/cuda_device.h"
+#include "memfit/device/cuda_page_mapper.h"
 #include "memfit/device/simulated_device.h"
 
 namespace {
@@ -64,13 +65,17 @@ Expected<Allocator*> allocator_for(int device) {
     d.device = std::move(gpu);
   }
   if (config.kind == memfit::XlaAllocatorKind::kVmm) {
-    if (!env.get("MEMFIT_SIMULATED_BYTES"))
-      return memfit::unavailable(
-          "the vmm allocator maps pages of the simulated device only (the CUDA VMM backend is not built "
-          "yet)");
+    // Capped at the fraction, as XLA's vmm mode is (plan_xla_allocator); nothing is reserved up front.
     memfit::VmmOptions o;
     o.name = fmt::format("GPU_{}_vmm", device);
-    d.allocator = std::make_unique<memfit::VmmAllocator>(*d.device, o);
+    o.limit_bytes =
+        static_cast<uint64_t>(config.memory_fraction * static_cast<double>(d.device->total_bytes()));
+    if (env.get("MEMFIT_SIMULATED_BYTES")) {
+      d.allocator = std::make_unique<memfit::VmmAllocator>(*d.device, o);
+    } else {  // cuMemCreate/cuMemMap pages of the real GPU
+      MEMFIT_ASSIGN_OR_RETURN(auto mapper, memfit::CudaPageMapper::create(device));
+      d.allocator = std::make_unique<memfit::VmmAllocator>(std::move(mapper), o);
+    }
   } else {
     MEMFIT_ASSIGN_OR_RETURN(d.allocator,
                             memfit::make_xla_allocator(config, *d.device, std::chrono::milliseconds(0)));

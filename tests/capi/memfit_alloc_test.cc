@@ -98,4 +98,22 @@ TEST(CApi, EachDeviceHasItsOwnAllocator) {
   lib.free(p, 4096, 1, nullptr);
 }
 
+TEST(CApi, VmmMapsPagesOnlyWhileBuffersLive) {
+  const Lib lib = load();
+  ::setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "vmm", 1);  // read at device 3's first allocation
+  void* p = lib.alloc(3 << 20, 3, nullptr);
+  ::unsetenv("XLA_PYTHON_CLIENT_ALLOCATOR");
+  ASSERT_NE(p, nullptr) << last_error(lib);
+  auto s = stats(lib, 3);
+  EXPECT_EQ(s["bytes_in_use"], 3 << 20);
+  EXPECT_EQ(s["pool_bytes"], 4 << 20);      // two 2 MiB pages behind 3 MiB
+  EXPECT_EQ(s["bytes_limit"], 4294967296);  // the fraction caps what may be mapped
+  EXPECT_EQ(lib.alloc(int64_t{5} << 30, 3, nullptr), nullptr);
+  EXPECT_NE(last_error(lib).find("GPU_3_vmm"), std::string::npos) << last_error(lib);
+  lib.free(p, 3 << 20, 3, nullptr);
+  s = stats(lib, 3);
+  EXPECT_EQ(s["pool_bytes"], 0);
+  EXPECT_EQ(s["peak_pool_bytes"], 4 << 20);
+}
+
 }  // namespace

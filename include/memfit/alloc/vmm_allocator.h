@@ -5,8 +5,8 @@
 // anywhere can serve a new buffer; a physical page is mapped while at least one live buffer touches it and
 // unmapped when none does. Reserved memory (pool_bytes) is mapped pages only, so it stays within a page
 // or two per hole of the bytes in use: the policy for traces that fragment other pools.
-// Here the pages come from a `DeviceMemory` (one reservation per page), so it runs on the simulated device
-// too; the CUDA backend maps real pages.
+// Pages come from a `PageMapper` (memfit/device/page_mapper.h): CUDA's cuMemCreate/cuMemMap on a GPU
+// (CudaPageMapper), or reservations of any DeviceMemory, so it runs on the simulated device too.
 #pragma once
 
 #include <cstdint>
@@ -15,18 +15,22 @@
 
 #include "memfit/alloc/allocator.h"
 #include "memfit/device/device_memory.h"
+#include "memfit/device/page_mapper.h"
 
 namespace memfit {
 
 struct VmmOptions {
   std::string name = "GPU_0_vmm";
-  uint64_t page_bytes = 2ull << 20;
-  uint64_t limit_bytes = 0;    // most physical bytes mapped at once; 0 = the device's capacity
-  uint64_t virtual_bytes = 0;  // virtual range; 0 = four times the device's capacity
+  uint64_t page_bytes = 2ull << 20;  // rounded up to a multiple of the mapper's granularity
+  uint64_t limit_bytes = 0;          // most physical bytes mapped at once; 0 = the device's capacity
+  uint64_t virtual_bytes = 0;        // virtual range; 0 = four times the device's capacity
 };
 
 class VmmAllocator final : public Allocator {
  public:
+  // Pages from `mapper` (a CudaPageMapper on a GPU).
+  VmmAllocator(std::unique_ptr<PageMapper> mapper, VmmOptions options = {});
+  // Pages as reservations of `device` (which must outlive the allocator): the simulated device's way.
   VmmAllocator(DeviceMemory& device, VmmOptions options = {});
   ~VmmAllocator() override;
   VmmAllocator(const VmmAllocator&) = delete;
