@@ -1,8 +1,9 @@
 #include <fmt/format.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <mutex>
-#include <unordered_map>
+#include <vector>
 
 #include "memfit/device/page_mapper.h"
 
@@ -11,6 +12,8 @@ namespace {
 
 // Where ranges start when nothing backs them: high, page-aligned, and never dereferenced.
 constexpr uintptr_t kFakeRangeBase = uintptr_t{0x7c0000000000};
+// Marks a page a mapping covers after its first (whose slot holds the reservation).
+void* const kContinuation = reinterpret_cast<void*>(uintptr_t{1});
 
 class DevicePageMapper final : public PageMapper {
  public:
@@ -20,30 +23,53 @@ class DevicePageMapper final : public PageMapper {
   uint64_t granularity_bytes() const override { return granularity_bytes_; }
 
   Expected<uintptr_t> reserve_range(uint64_t size_bytes) override {
+    if (size_bytes == 0 || size_bytes % granularity_bytes_ != 0)
+      return invalid_argument(
+          fmt::format("a range of {} B is not a multiple of the {}-B page", size_bytes, granularity_bytes_));
     std::lock_guard<std::mutex> lock(mu_);
+    Range r;
+    r.size_bytes = size_bytes;
     if (device_.is_host_accessible()) {
       void* p = ::mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (p == MAP_FAILED)
         return resource_exhausted(fmt::format("mmap of a {}-byte range failed", size_bytes));
-      host_ranges_.emplace(reinterpret_cast<uintptr_t>(p), size_bytes);
-      return reinterpret_cast<uintptr_t>(p);
+      r.base = reinterpret_cast<uintptr_t>(p);
+      r.host = true;
+    } else {
+      r.base = next_fake_;
+      next_fake_ += size_bytes;
     }
-    const uintptr_t base = next_fake_;
-    next_fake_ += size_bytes;
-    return base;
+    // One slot per page for the reservation mapped there (8 B per 2 MiB page: 4 MiB for a 1 TiB range).
+    r.backing.assign(size_bytes / granularity_bytes_, nullptr);
+    ranges_.push_back(std::move(r));
+    return ranges_.back().base;
   }
 
   Status free_range(uintptr_t base, uint64_t size_bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (host_ranges_.erase(base) > 0) ::munmap(reinterpret_cast<void*>(base), size_bytes);
-    return ok_status();
+    for (auto it = ranges_.begin(); it != ranges_.end(); ++it) {
+      if (it->base != base) continue;
+      if (it->host) ::munmap(reinterpret_cast<void*>(base), size_bytes);
+      ranges_.erase(it);
+      return ok_status();
+    }
+    return failed_precondition(fmt::format("free_range of {:#x}, which is not a reserved range", base));
   }
 
   Status map(uintptr_t address, uint64_t size_bytes) override {
     MEMFIT_ASSIGN_OR_RETURN(void* physical, device_.reserve(size_bytes));
     std::lock_guard<std::mutex> lock(mu_);
-    backing_[address] = physical;
+    void** slot = slot_for(address, size_bytes);
+    const uint64_t pages = size_bytes / granularity_bytes_;
+    if (slot == nullptr || std::any_of(slot, slot + pages, [](void* p) { return p != nullptr; })) {
+      (void)device_.release(physical, size_bytes);
+      return failed_precondition(
+          fmt::format("map of {:#x} (+{} B): not page-aligned inside a reserved range, or already mapped",
+                      address, size_bytes));
+    }
+    slot[0] = physical;
+    std::fill(slot + 1, slot + pages, kContinuation);
     return ok_status();
   }
 
@@ -52,12 +78,14 @@ class DevicePageMapper final : public PageMapper {
     bool host = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = backing_.find(address);
-      if (it == backing_.end())
-        return failed_precondition(fmt::format("unmap of {:#x}, which is not mapped", address));
-      physical = it->second;
-      backing_.erase(it);
-      host = !host_ranges_.empty();
+      void** slot = slot_for(address, size_bytes);
+      const uint64_t pages = size_bytes / granularity_bytes_;
+      if (slot == nullptr || !is_one_mapping(*range_of(address), slot, pages))
+        return failed_precondition(
+            fmt::format("unmap of {:#x} (+{} B), which is not one mapping made by map", address, size_bytes));
+      physical = slot[0];
+      std::fill(slot, slot + pages, nullptr);
+      host = range_of(address)->host;
     }
     // Drop the host pages too, so a host-backed test sees zeros, as a fresh mapping would give.
     if (host) ::madvise(reinterpret_cast<void*>(address), size_bytes, MADV_DONTNEED);
@@ -69,12 +97,41 @@ class DevicePageMapper final : public PageMapper {
   std::string name() const override { return device_.name(); }
 
  private:
+  struct Range {
+    uintptr_t base = 0;
+    uint64_t size_bytes = 0;
+    bool host = false;           // mmap'd host memory
+    std::vector<void*> backing;  // per page: the reservation mapped from it (on a mapping's first page)
+  };
+
+  Range* range_of(uintptr_t address) {
+    for (Range& r : ranges_) {
+      if (address >= r.base && address - r.base < r.size_bytes) return &r;
+    }
+    return nullptr;
+  }
+  // The slot of the page at `address`; null unless [address, +size) is whole pages inside one reserved range.
+  void** slot_for(uintptr_t address, uint64_t size_bytes) {
+    Range* r = range_of(address);
+    if (r == nullptr || size_bytes == 0 || size_bytes % granularity_bytes_ != 0 ||
+        (address - r->base) % granularity_bytes_ != 0 || size_bytes > r->size_bytes - (address - r->base))
+      return nullptr;
+    return &r->backing[(address - r->base) / granularity_bytes_];
+  }
+
+  // Whether `pages` slots from `slot` are exactly one mapping: its first page, then all of its others.
+  static bool is_one_mapping(const Range& r, void* const* slot, uint64_t pages) {
+    if (slot[0] == nullptr || slot[0] == kContinuation) return false;
+    if (!std::all_of(slot + 1, slot + pages, [](void* p) { return p == kContinuation; })) return false;
+    const void* const* end = r.backing.data() + r.backing.size();
+    return slot + pages == end || slot[pages] != kContinuation;
+  }
+
   DeviceMemory& device_;
   const uint64_t granularity_bytes_;
   std::mutex mu_;
   uintptr_t next_fake_;
-  std::unordered_map<uintptr_t, uint64_t> host_ranges_;  // mmap'd ranges: base -> bytes
-  std::unordered_map<uintptr_t, void*> backing_;         // mapped address -> the device reservation behind it
+  std::vector<Range> ranges_;  // a VMM pool reserves one
 };
 
 }  // namespace

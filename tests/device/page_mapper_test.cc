@@ -22,6 +22,13 @@ TEST(DevicePageMapper, MapsDeviceReservationsAndGivesThemBack) {
   EXPECT_EQ(*range % kPage, 0u);
   ASSERT_TRUE(mapper->map(*range + 3 * kPage, 2 * kPage).ok());
   EXPECT_EQ(device->free_bytes(), 62 * kPage);
+  const Status misaligned = mapper->map(*range + kPage / 2, kPage);
+  ASSERT_FALSE(misaligned.ok());
+  EXPECT_EQ(misaligned.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(device->free_bytes(), 62 * kPage);                // the refused mapping gave its reservation back
+  EXPECT_FALSE(mapper->map(*range + 4 * kPage, kPage).ok());  // inside a mapping already there
+  EXPECT_FALSE(mapper->unmap(*range + 3 * kPage, kPage).ok());  // only part of one
+  EXPECT_FALSE(mapper->unmap(*range + 4 * kPage, kPage).ok());
   const Status over = mapper->map(*range + 10 * kPage, 63 * kPage);  // more than the device has left
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.error().code(), ErrorCode::kResourceExhausted);
