@@ -130,11 +130,7 @@ class RatioReporter : public TimingReporter {
 }  // namespace
 }  // namespace memfit
 
-// Each ratio compares medians of 5 repetitions, run interleaved in random order, so drift on a shared
-// machine falls on both sides of a ratio alike.
 int main(int argc, char** argv) {
-  return memfit::run_benchmarks<memfit::RatioReporter>(
-      argc, argv,
-      {"--benchmark_repetitions=5", "--benchmark_enable_random_interleaving=true",
-       "--benchmark_display_aggregates_only=true"});
+  return memfit::run_benchmarks<memfit::RatioReporter>(argc, argv,
+                                                       memfit::Repetitions::kMedianOfFiveInterleaved);
 }

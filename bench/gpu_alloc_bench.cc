@@ -73,7 +73,6 @@ void pair_loop(benchmark::State& state, Allocator& a) {
     benchmark::DoNotOptimize(p);
     if (!p.ok() || !a.deallocate(*p).ok()) state.SkipWithError("allocation failed");
   }
-  state.counters["MiB"] = static_cast<double>(size) / (1 << 20);
 }
 
 void BM_GpuBfcHit(benchmark::State& state) {
@@ -141,8 +140,6 @@ class GpuReporter : public TimingReporter {
 }  // namespace memfit
 
 int main(int argc, char** argv) {
-  return memfit::run_benchmarks<memfit::GpuReporter>(
-      argc, argv,
-      {"--benchmark_repetitions=5", "--benchmark_enable_random_interleaving=true",
-       "--benchmark_display_aggregates_only=true"});
+  return memfit::run_benchmarks<memfit::GpuReporter>(argc, argv,
+                                                     memfit::Repetitions::kMedianOfFiveInterleaved);
 }

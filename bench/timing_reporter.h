@@ -6,7 +6,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <initializer_list>
 #include <map>
 #include <ostream>
 #include <string>
@@ -46,13 +45,26 @@ class TimingReporter : public benchmark::ConsoleReporter {
   std::map<std::string, double> medians_;
 };
 
-// The usual main, with `Reporter`; `defaults` are flags the command line may override (later flags win).
+// How a suite runs unless its command line says otherwise (later flags win).
+enum class Repetitions {
+  kOnce,
+  // Medians of 5 repetitions run interleaved in random order, only the aggregates shown: drift on a shared
+  // machine then falls on both sides of a ratio alike.
+  kMedianOfFiveInterleaved,
+};
+
+// The usual main, with `Reporter`.
 template <typename Reporter>
-int run_benchmarks(int argc, char** argv, std::initializer_list<const char*> defaults = {}) {
+int run_benchmarks(int argc, char** argv, Repetitions repetitions = Repetitions::kOnce) {
+  static const char* const kMedianOfFive[] = {"--benchmark_repetitions=5",
+                                              "--benchmark_enable_random_interleaving=true",
+                                              "--benchmark_display_aggregates_only=true"};
   std::vector<char*> args(argv, argv + argc);
-  args.insert(args.begin() + (argc > 0 ? 1 : 0), defaults.size(), nullptr);
-  size_t i = argc > 0 ? 1 : 0;
-  for (const char* flag : defaults) args[i++] = const_cast<char*>(flag);  // Initialize only reads them
+  if (repetitions == Repetitions::kMedianOfFiveInterleaved && argc > 0) {
+    for (const char* flag : kMedianOfFive) {
+      args.insert(args.begin() + 1, const_cast<char*>(flag));  // Initialize only reads them
+    }
+  }
   argc = static_cast<int>(args.size());
   argv = args.data();
   benchmark::Initialize(&argc, argv);

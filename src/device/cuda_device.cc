@@ -16,19 +16,12 @@ Expected<std::unique_ptr<CudaDevice>> CudaDevice::create(int ordinal) {
       new CudaDevice(ordinal, fmt::format("GPU {} ({})", ordinal, info.name), info.total_bytes));
 }
 
-#if MEMFIT_HAVE_CUDA
-namespace {
-// cudaMalloc and friends act on the calling thread's current device.
-Status use(int ordinal) {
-  if (cudaError_t err = cudaSetDevice(ordinal); err != cudaSuccess)
-    return unavailable(fmt::format("cudaSetDevice({}): {}", ordinal, cudaGetErrorString(err)));
-  return Status();
-}
-}  // namespace
+uint64_t CudaDevice::free_bytes() const { return cuda_free_bytes(ordinal_); }
 
+#if MEMFIT_HAVE_CUDA
 Expected<void*> CudaDevice::reserve(uint64_t size_bytes) {
   if (size_bytes == 0) return invalid_argument("a device reservation of 0 bytes");
-  MEMFIT_RETURN_IF_ERROR(use(ordinal_));
+  MEMFIT_RETURN_IF_ERROR(use_cuda_device(ordinal_));
   void* ptr = nullptr;
   if (cudaError_t err = cudaMalloc(&ptr, size_bytes); err != cudaSuccess) {
     (void)cudaGetLastError();  // clear the sticky error state of a failed allocation
@@ -40,17 +33,10 @@ Expected<void*> CudaDevice::reserve(uint64_t size_bytes) {
 }
 
 Status CudaDevice::release(void* ptr, uint64_t /*size_bytes*/) {
-  MEMFIT_RETURN_IF_ERROR(use(ordinal_));
+  MEMFIT_RETURN_IF_ERROR(use_cuda_device(ordinal_));
   if (cudaError_t err = cudaFree(ptr); err != cudaSuccess)
     return invalid_argument(fmt::format("cudaFree({}) on {}: {}", ptr, name_, cudaGetErrorString(err)));
   return Status();
-}
-
-uint64_t CudaDevice::free_bytes() const {
-  if (!use(ordinal_).ok()) return 0;
-  size_t free_b = 0, total_b = 0;
-  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
-  return free_b;
 }
 #else
 Expected<void*> CudaDevice::reserve(uint64_t) {
@@ -59,7 +45,6 @@ Expected<void*> CudaDevice::reserve(uint64_t) {
 Status CudaDevice::release(void*, uint64_t) {
   return unavailable("memfit was built without the CUDA toolkit");
 }
-uint64_t CudaDevice::free_bytes() const { return 0; }
 #endif
 
 uint64_t CudaDevice::total_bytes() const { return total_bytes_; }

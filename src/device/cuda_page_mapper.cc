@@ -49,18 +49,11 @@ Status load(const char* symbol, F& fn) {
   fn = reinterpret_cast<F>(p);
   return ok_status();
 }
-
-// Driver calls act on the calling thread's current context: make it the GPU's primary context.
-Status use(int ordinal) {
-  if (cudaError_t err = cudaSetDevice(ordinal); err != cudaSuccess)
-    return unavailable(fmt::format("cudaSetDevice({}): {}", ordinal, cudaGetErrorString(err)));
-  return ok_status();
-}
 }  // namespace
 
 Expected<std::unique_ptr<CudaPageMapper>> CudaPageMapper::create(int ordinal) {
   MEMFIT_ASSIGN_OR_RETURN(CudaDeviceInfo info, query_cuda_device(ordinal));
-  MEMFIT_RETURN_IF_ERROR(use(ordinal));
+  MEMFIT_RETURN_IF_ERROR(use_cuda_device(ordinal));
   auto d = std::make_unique<Driver>();
   MEMFIT_RETURN_IF_ERROR(load("cuMemAddressReserve", d->address_reserve));
   MEMFIT_RETURN_IF_ERROR(load("cuMemAddressFree", d->address_free));
@@ -86,7 +79,7 @@ Expected<std::unique_ptr<CudaPageMapper>> CudaPageMapper::create(int ordinal) {
 }
 
 Expected<uintptr_t> CudaPageMapper::reserve_range(uint64_t size_bytes) {
-  MEMFIT_RETURN_IF_ERROR(use(ordinal_));
+  MEMFIT_RETURN_IF_ERROR(use_cuda_device(ordinal_));
   CUdeviceptr base = 0;
   if (CUresult r = driver_->address_reserve(&base, size_bytes, granularity_bytes_, 0, 0); r != CUDA_SUCCESS)
     return driver_->fail("cuMemAddressReserve", r);
@@ -94,14 +87,14 @@ Expected<uintptr_t> CudaPageMapper::reserve_range(uint64_t size_bytes) {
 }
 
 Status CudaPageMapper::free_range(uintptr_t base, uint64_t size_bytes) {
-  MEMFIT_RETURN_IF_ERROR(use(ordinal_));
+  MEMFIT_RETURN_IF_ERROR(use_cuda_device(ordinal_));
   if (CUresult r = driver_->address_free(static_cast<CUdeviceptr>(base), size_bytes); r != CUDA_SUCCESS)
     return driver_->fail("cuMemAddressFree", r);
   return ok_status();
 }
 
 Status CudaPageMapper::map(uintptr_t address, uint64_t size_bytes) {
-  MEMFIT_RETURN_IF_ERROR(use(ordinal_));
+  MEMFIT_RETURN_IF_ERROR(use_cuda_device(ordinal_));
   const auto ptr = static_cast<CUdeviceptr>(address);
   CUmemGenericAllocationHandle handle{};
   if (CUresult r = driver_->create(&handle, size_bytes, &driver_->prop, 0); r != CUDA_SUCCESS)
@@ -121,18 +114,12 @@ Status CudaPageMapper::map(uintptr_t address, uint64_t size_bytes) {
 }
 
 Status CudaPageMapper::unmap(uintptr_t address, uint64_t size_bytes) {
-  MEMFIT_RETURN_IF_ERROR(use(ordinal_));
+  MEMFIT_RETURN_IF_ERROR(use_cuda_device(ordinal_));
   if (CUresult r = driver_->unmap(static_cast<CUdeviceptr>(address), size_bytes); r != CUDA_SUCCESS)
     return driver_->fail("cuMemUnmap", r);
   return ok_status();
 }
 
-uint64_t CudaPageMapper::free_bytes() const {
-  if (!use(ordinal_).ok()) return 0;
-  size_t free_b = 0, total_b = 0;
-  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
-  return free_b;
-}
 #else
 struct CudaPageMapper::Driver {};
 
@@ -151,7 +138,6 @@ Status CudaPageMapper::map(uintptr_t, uint64_t) {
 Status CudaPageMapper::unmap(uintptr_t, uint64_t) {
   return unavailable("memfit was built without the CUDA toolkit");
 }
-uint64_t CudaPageMapper::free_bytes() const { return 0; }
 #endif
 
 CudaPageMapper::CudaPageMapper(int ordinal, std::string name, uint64_t total_bytes,
@@ -166,6 +152,7 @@ CudaPageMapper::~CudaPageMapper() = default;
 
 uint64_t CudaPageMapper::granularity_bytes() const { return granularity_bytes_; }
 uint64_t CudaPageMapper::total_bytes() const { return total_bytes_; }
+uint64_t CudaPageMapper::free_bytes() const { return cuda_free_bytes(ordinal_); }
 std::string CudaPageMapper::name() const { return name_; }
 
 }  // namespace memfit

@@ -24,9 +24,7 @@ Expected<CudaDeviceInfo> query_cuda_device(int ordinal) {
   if (cudaError_t err = cudaGetDeviceProperties(&prop, ordinal); err != cudaSuccess) {
     return unavailable(fmt::format("cannot query GPU {}: {}", ordinal, cudaGetErrorString(err)));
   }
-  if (cudaError_t err = cudaSetDevice(ordinal); err != cudaSuccess) {
-    return unavailable(fmt::format("cannot use GPU {}: {}", ordinal, cudaGetErrorString(err)));
-  }
+  MEMFIT_RETURN_IF_ERROR(use_cuda_device(ordinal));
   size_t free_bytes = 0;
   size_t total_bytes = 0;
   if (cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes); err != cudaSuccess) {
@@ -36,6 +34,29 @@ Expected<CudaDeviceInfo> query_cuda_device(int ordinal) {
 #else
   (void)ordinal;
   return unavailable("memfit was built without the CUDA toolkit");
+#endif
+}
+
+Status use_cuda_device(int ordinal) {
+#if MEMFIT_HAVE_CUDA
+  if (cudaError_t err = cudaSetDevice(ordinal); err != cudaSuccess)
+    return unavailable(fmt::format("cudaSetDevice({}): {}", ordinal, cudaGetErrorString(err)));
+  return ok_status();
+#else
+  (void)ordinal;
+  return unavailable("memfit was built without the CUDA toolkit");
+#endif
+}
+
+uint64_t cuda_free_bytes(int ordinal) {
+#if MEMFIT_HAVE_CUDA
+  if (!use_cuda_device(ordinal).ok()) return 0;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+  return free_b;
+#else
+  (void)ordinal;
+  return 0;
 #endif
 }
 

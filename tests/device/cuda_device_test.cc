@@ -126,22 +126,16 @@ TEST(GpuConformance, EveryAllocatorOnTheGpu) {
     const char* name;
     std::function<Expected<std::unique_ptr<Allocator>>()> make;
   };
+  auto bfc = [&](bool growth) -> Expected<std::unique_ptr<Allocator>> {
+    BfcOptions o;
+    o.memory_limit_bytes = kLimit;
+    o.allow_growth = growth;
+    o.retry_wait = std::chrono::milliseconds(0);
+    return std::unique_ptr<Allocator>(std::make_unique<BfcAllocator>(*gpu, o));
+  };
   const std::vector<Kind> kinds = {
-      {"bfc",
-       [&]() -> Expected<std::unique_ptr<Allocator>> {
-         BfcOptions o;
-         o.memory_limit_bytes = kLimit;
-         o.retry_wait = std::chrono::milliseconds(0);
-         return std::unique_ptr<Allocator>(std::make_unique<BfcAllocator>(*gpu, o));
-       }},
-      {"bfc-growth",
-       [&]() -> Expected<std::unique_ptr<Allocator>> {
-         BfcOptions o;
-         o.memory_limit_bytes = kLimit;
-         o.allow_growth = true;
-         o.retry_wait = std::chrono::milliseconds(0);
-         return std::unique_ptr<Allocator>(std::make_unique<BfcAllocator>(*gpu, o));
-       }},
+      {"bfc", [&] { return bfc(false); }},
+      {"bfc-growth", [&] { return bfc(true); }},
       {"platform",
        [&]() -> Expected<std::unique_ptr<Allocator>> {
          PlatformOptions o;

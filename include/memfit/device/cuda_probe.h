@@ -21,4 +21,10 @@ Expected<CudaDeviceInfo> query_cuda_device(int ordinal = 0);
 // Whether this binary contains the CUDA backend.
 bool built_with_cuda();
 
+// Makes GPU `ordinal` (its primary context) current on the calling thread: the runtime's cudaMalloc and the
+// driver's cuMem* calls act there. kUnavailable with CUDA's words when it cannot.
+Status use_cuda_device(int ordinal);
+// The driver's free bytes on GPU `ordinal`; 0 when it cannot say.
+uint64_t cuda_free_bytes(int ordinal);
+
 }  // namespace memfit
