@@ -225,7 +225,7 @@ VmmAllocator::VmmAllocator(std::unique_ptr<PageMapper> mapper, VmmOptions option
     : state_(std::make_unique<State>(std::move(mapper), std::move(options))) {}
 
 VmmAllocator::VmmAllocator(DeviceMemory& device, VmmOptions options)
-    : VmmAllocator(make_device_page_mapper(device, options.page_bytes), std::move(options)) {}
+    : VmmAllocator(make_device_page_mapper(device, options.page_bytes), options) {}  // (a copy: read above)
 
 VmmAllocator::~VmmAllocator() {
   State& s = *state_;

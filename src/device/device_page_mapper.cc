@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "memfit/device/page_mapper.h"
@@ -60,16 +61,15 @@ class DevicePageMapper final : public PageMapper {
   Status map(uintptr_t address, uint64_t size_bytes) override {
     MEMFIT_ASSIGN_OR_RETURN(void* physical, device_.reserve(size_bytes));
     std::lock_guard<std::mutex> lock(mu_);
-    void** slot = slot_for(address, size_bytes);
-    const uint64_t pages = size_bytes / granularity_bytes_;
-    if (slot == nullptr || std::any_of(slot, slot + pages, [](void* p) { return p != nullptr; })) {
+    const std::optional<Pages> p = pages_of(address, size_bytes);
+    if (!p || std::any_of(p->first, p->end(), [](void* slot) { return slot != nullptr; })) {
       (void)device_.release(physical, size_bytes);
       return failed_precondition(
           fmt::format("map of {:#x} (+{} B): not page-aligned inside a reserved range, or already mapped",
                       address, size_bytes));
     }
-    slot[0] = physical;
-    std::fill(slot + 1, slot + pages, kContinuation);
+    p->first[0] = physical;
+    std::fill(p->first + 1, p->end(), kContinuation);
     return ok_status();
   }
 
@@ -78,14 +78,13 @@ class DevicePageMapper final : public PageMapper {
     bool host = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      void** slot = slot_for(address, size_bytes);
-      const uint64_t pages = size_bytes / granularity_bytes_;
-      if (slot == nullptr || !is_one_mapping(*range_of(address), slot, pages))
+      const std::optional<Pages> p = pages_of(address, size_bytes);
+      if (!p || !is_one_mapping(*p))
         return failed_precondition(
             fmt::format("unmap of {:#x} (+{} B), which is not one mapping made by map", address, size_bytes));
-      physical = slot[0];
-      std::fill(slot, slot + pages, nullptr);
-      host = range_of(address)->host;
+      physical = p->first[0];
+      std::fill(p->first, p->end(), nullptr);
+      host = p->range->host;
     }
     // Drop the host pages too, so a host-backed test sees zeros, as a fresh mapping would give.
     if (host) ::madvise(reinterpret_cast<void*>(address), size_bytes, MADV_DONTNEED);
@@ -104,27 +103,31 @@ class DevicePageMapper final : public PageMapper {
     std::vector<void*> backing;  // per page: the reservation mapped from it (on a mapping's first page)
   };
 
-  Range* range_of(uintptr_t address) {
+  // The page slots of [address, +size) in the range holding it.
+  struct Pages {
+    Range* range;
+    void** first;
+    uint64_t count;
+    void** end() const { return first + count; }
+  };
+  // None unless [address, +size) is whole pages inside one reserved range.
+  std::optional<Pages> pages_of(uintptr_t address, uint64_t size_bytes) {
     for (Range& r : ranges_) {
-      if (address >= r.base && address - r.base < r.size_bytes) return &r;
+      if (address < r.base || address - r.base >= r.size_bytes) continue;
+      const uint64_t offset = address - r.base;
+      if (size_bytes == 0 || size_bytes % granularity_bytes_ != 0 || offset % granularity_bytes_ != 0 ||
+          size_bytes > r.size_bytes - offset)
+        return std::nullopt;
+      return Pages{&r, &r.backing[offset / granularity_bytes_], size_bytes / granularity_bytes_};
     }
-    return nullptr;
-  }
-  // The slot of the page at `address`; null unless [address, +size) is whole pages inside one reserved range.
-  void** slot_for(uintptr_t address, uint64_t size_bytes) {
-    Range* r = range_of(address);
-    if (r == nullptr || size_bytes == 0 || size_bytes % granularity_bytes_ != 0 ||
-        (address - r->base) % granularity_bytes_ != 0 || size_bytes > r->size_bytes - (address - r->base))
-      return nullptr;
-    return &r->backing[(address - r->base) / granularity_bytes_];
+    return std::nullopt;
   }
 
-  // Whether `pages` slots from `slot` are exactly one mapping: its first page, then all of its others.
-  static bool is_one_mapping(const Range& r, void* const* slot, uint64_t pages) {
-    if (slot[0] == nullptr || slot[0] == kContinuation) return false;
-    if (!std::all_of(slot + 1, slot + pages, [](void* p) { return p == kContinuation; })) return false;
-    const void* const* end = r.backing.data() + r.backing.size();
-    return slot + pages == end || slot[pages] != kContinuation;
+  // Whether the pages are exactly one mapping: its first page, then all of its others, and no more.
+  static bool is_one_mapping(const Pages& p) {
+    if (p.first[0] == nullptr || p.first[0] == kContinuation) return false;
+    if (!std::all_of(p.first + 1, p.end(), [](void* slot) { return slot == kContinuation; })) return false;
+    return p.end() == p.range->backing.data() + p.range->backing.size() || *p.end() != kContinuation;
   }
 
   DeviceMemory& device_;
