@@ -10,8 +10,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu/out}
 mkdir -p "$OUT"
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-{ uname -a; g++ --version; cmake --version; nvcc --version; } > "$OUT/toolchain.txt" 2>&1
+# The device tool returns at most 8 files: env.txt, build.log, gpu_tests.txt, gpu_bench.txt, alloc_bench.txt,
+# frameworks.txt (GPT-2 and CuPy, every run's JSON and stderr) and summary.txt.
+S="$OUT/summary.txt"
+{ nvidia-smi; uname -a; g++ --version; cmake --version; nvcc --version; } > "$OUT/env.txt" 2>&1
 # The carried Debian packages, unpacked beside the system (not over it) and searched first by CMake.
 prefix=()
 if compgen -G "gpu/debs/*.deb" >/dev/null; then
@@ -23,32 +25,50 @@ if compgen -G "gpu/debs/*.deb" >/dev/null; then
   prefix=(-DCMAKE_PREFIX_PATH="$deps/usr")
   export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+step() { echo "[$(date +%T)] $*" | tee -a "$S"; }
+step "configure"
 # Another compiler's new warnings must not stop the GPU run (-Werror stays on in CI).
-cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DMEMFIT_WERROR=OFF "${prefix[@]}" >"$OUT/cmake.log" 2>&1 ||
-  { tail -30 "$OUT/cmake.log"; exit 1; }
-# Only what runs here: the GPU tests, the C library, both benchmark suites.
+cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DMEMFIT_WERROR=OFF "${prefix[@]}" >"$OUT/build.log" 2>&1 ||
+  { tail -30 "$OUT/build.log"; exit 1; }
+step "build"
+# Only what runs here; -k: a target that fails to build must not stop the others from running.
 cmake --build build/gpu -j "$(nproc)" --target device_cuda_test capi_memfit_alloc_test memfit_alloc_c memfit_bench \
-  memfit_gpu_bench >"$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
-(cd build/gpu && ctest -R 'CudaDevice|CudaPageMapper|GpuConformance|AsyncAllocator|CApi' --output-on-failure) \
+  memfit_gpu_bench -- -k >>"$OUT/build.log" 2>&1 || { step "build failed (see build.log)"; grep -m20 -B2 -A8 'error' "$OUT/build.log" | tee -a "$S"; }
+step "GPU tests"
+(cd build/gpu && timeout 150 ctest -R 'CudaDevice|CudaPageMapper|GpuConformance|AsyncAllocator|CApi' --output-on-failure) \
   >"$OUT/gpu_tests.txt" 2>&1
-build/gpu/bench/memfit_gpu_bench >"$OUT/gpu_bench.txt" 2>&1
-build/gpu/bench/memfit_bench --benchmark_repetitions=3 >"$OUT/alloc_bench.txt" 2>&1
-lib=$(ls build/gpu/src/libmemfit_alloc.so)
-timeout 120 python3 gpu/pytorch_gpt2.py torch >"$OUT/gpt2_torch.json" 2>"$OUT/gpt2_torch.err"
-XLA_PYTHON_CLIENT_MEM_FRACTION=.9 timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib" \
-  >"$OUT/gpt2_memfit_bfc.json" 2>"$OUT/gpt2_memfit_bfc.err"
-XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib" \
-  >"$OUT/gpt2_memfit_bfc_growth.json" 2>"$OUT/gpt2_memfit_bfc_growth.err"
-XLA_PYTHON_CLIENT_ALLOCATOR=vmm timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib" \
-  >"$OUT/gpt2_memfit_vmm.json" 2>"$OUT/gpt2_memfit_vmm.err"
-python3 - "$OUT" <<'PY'
-import json, os, sys
-out = sys.argv[1]
-for name in ("gpt2_torch", "gpt2_memfit_bfc", "gpt2_memfit_bfc_growth", "gpt2_memfit_vmm"):
-    try:
-        r = json.loads(open(os.path.join(out, name + ".json")).read().splitlines()[-1])
-        print(name, "losses", r["losses"], "step_s", [round(t, 3) for t in r["step_s"]],
-              r.get("max_memory_reserved") or (r.get("memfit_stats") or {}).get("peak_pool_bytes"))
-    except Exception as e:
-        print(name, "failed:", e)
+grep -E 'tests passed|tests failed|Failed|SKIPPED|Not Run' "$OUT/gpu_tests.txt" | head -20 >>"$S"
+step "GPU benchmarks"
+timeout 120 build/gpu/bench/memfit_gpu_bench --benchmark_color=false >"$OUT/gpu_bench.txt" 2>&1
+tail -12 "$OUT/gpu_bench.txt" >>"$S"
+lib=build/gpu/src/libmemfit_alloc.so
+F="$OUT/frameworks.txt"
+: >"$F"
+fw() {  # fw NAME ENV... -- COMMAND...: one framework run, its JSON line and stderr into frameworks.txt
+  local name=$1; shift
+  step "$name"
+  { echo "=== $name"; env "$@" 2>/tmp/fw.err; echo "rc=$?"; echo "--- stderr (last 40 lines)"; tail -40 /tmp/fw.err; } >>"$F"
+}
+fw gpt2_torch timeout 120 python3 gpu/pytorch_gpt2.py torch
+fw gpt2_memfit_bfc XLA_PYTHON_CLIENT_MEM_FRACTION=.9 timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib"
+fw gpt2_memfit_bfc_growth XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib"
+fw gpt2_memfit_vmm XLA_PYTHON_CLIENT_ALLOCATOR=vmm timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib"
+fw cupy_memfit_bfc_growth XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 60 python3 gpu/cupy_check.py "$lib"
+python3 - "$F" <<'PY' | tee -a "$S"
+import json, sys
+name = None
+for line in open(sys.argv[1]):
+    if line.startswith("=== "):
+        name = line[4:].strip()
+    elif line.startswith("{"):
+        r = json.loads(line)
+        if "losses" in r:
+            peak = r.get("max_memory_reserved") or (r.get("memfit_stats") or {}).get("peak_pool_bytes")
+            print(name, "losses", r["losses"], "step_s", [round(t, 3) for t in r["step_s"]], "peak_reserved", peak)
+        else:
+            print(name, r)
 PY
+step "CPU allocator benchmarks"
+timeout 240 build/gpu/bench/memfit_bench --benchmark_color=false >"$OUT/alloc_bench.txt" 2>&1
+tail -25 "$OUT/alloc_bench.txt" >>"$S"
+step "done"
