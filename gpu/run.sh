@@ -26,6 +26,9 @@ if compgen -G "gpu/debs/*.deb" >/dev/null; then
   export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 step() { echo "[$(date +%T)] $*" | tee -a "$S"; }
+# MEMFIT_GPU_STEPS picks parts for a rerun inside the lease (default: all of them).
+steps=" ${MEMFIT_GPU_STEPS:-tests gpubench gpt2_torch gpt2_bfc gpt2_growth gpt2_vmm cupy cpubench} "
+want() { [[ $steps == *" $1 "* ]]; }
 step "configure"
 # Another compiler's new warnings must not stop the GPU run (-Werror stays on in CI).
 cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DMEMFIT_WERROR=OFF "${prefix[@]}" >"$OUT/build.log" 2>&1 ||
@@ -34,13 +37,17 @@ step "build"
 # Only what runs here; -k: a target that fails to build must not stop the others from running.
 cmake --build build/gpu -j "$(nproc)" --target device_cuda_test capi_memfit_alloc_test memfit_alloc_c memfit_bench \
   memfit_gpu_bench -- -k >>"$OUT/build.log" 2>&1 || { step "build failed (see build.log)"; grep -m20 -B2 -A8 'error' "$OUT/build.log" | tee -a "$S"; }
+if want tests; then
 step "GPU tests"
 (cd build/gpu && timeout 150 ctest -R 'CudaDevice|CudaPageMapper|GpuConformance|AsyncAllocator|CApi' --output-on-failure) \
   >"$OUT/gpu_tests.txt" 2>&1
 grep -E 'tests passed|tests failed|Failed|SKIPPED|Not Run' "$OUT/gpu_tests.txt" | head -20 >>"$S"
+fi
+if want gpubench; then
 step "GPU benchmarks"
 timeout 120 build/gpu/bench/memfit_gpu_bench --benchmark_color=false >"$OUT/gpu_bench.txt" 2>&1
 tail -12 "$OUT/gpu_bench.txt" >>"$S"
+fi
 lib=build/gpu/src/libmemfit_alloc.so
 F="$OUT/frameworks.txt"
 : >"$F"
@@ -49,11 +56,11 @@ fw() {  # fw NAME ENV... -- COMMAND...: one framework run, its JSON line and std
   step "$name"
   { echo "=== $name"; env "$@" 2>/tmp/fw.err; echo "rc=$?"; echo "--- stderr (last 40 lines)"; tail -40 /tmp/fw.err; } >>"$F"
 }
-fw gpt2_torch timeout 120 python3 gpu/pytorch_gpt2.py torch
-fw gpt2_memfit_bfc XLA_PYTHON_CLIENT_MEM_FRACTION=.9 timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib"
-fw gpt2_memfit_bfc_growth XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib"
-fw gpt2_memfit_vmm XLA_PYTHON_CLIENT_ALLOCATOR=vmm timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib"
-fw cupy_memfit_bfc_growth XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 60 python3 gpu/cupy_check.py "$lib"
+want gpt2_torch && fw gpt2_torch timeout 120 python3 gpu/pytorch_gpt2.py torch
+want gpt2_bfc && fw gpt2_memfit_bfc XLA_PYTHON_CLIENT_MEM_FRACTION=.9 timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib"
+want gpt2_growth && fw gpt2_memfit_bfc_growth XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib"
+want gpt2_vmm && fw gpt2_memfit_vmm XLA_PYTHON_CLIENT_ALLOCATOR=vmm timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib"
+want cupy && fw cupy_memfit_bfc_growth XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 60 python3 gpu/cupy_check.py "$lib"
 python3 - "$F" <<'PY' | tee -a "$S"
 import json, sys
 name = None
@@ -68,7 +75,9 @@ for line in open(sys.argv[1]):
         else:
             print(name, r)
 PY
+if want cpubench; then
 step "CPU allocator benchmarks"
-timeout 240 build/gpu/bench/memfit_bench --benchmark_color=false >"$OUT/alloc_bench.txt" 2>&1
+timeout 240 build/gpu/bench/memfit_bench --benchmark_color=false ${MEMFIT_CPU_BENCH_ARGS:-} >"$OUT/alloc_bench.txt" 2>&1
 tail -25 "$OUT/alloc_bench.txt" >>"$S"
+fi
 step "done"

@@ -86,7 +86,8 @@ Status AsyncAllocator::deallocate(void* ptr) {
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.sizes.find(ptr);
   if (it == s.sizes.end())
-    return invalid_argument(fmt::format("{}: {} was not allocated here (or was freed)", s.options.name, ptr));
+    return failed_precondition(fmt::format(
+        "{}: deallocate({}) of a pointer it did not allocate or already freed", s.options.name, ptr));
   (void)cudaSetDevice(s.device->ordinal());
   if (cudaError_t err = cudaFreeAsync(ptr, cudaStreamPerThread); err != cudaSuccess)
     return invalid_argument(fmt::format("cudaFreeAsync({}): {}", ptr, cudaGetErrorString(err)));

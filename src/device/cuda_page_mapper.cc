@@ -115,6 +115,14 @@ Status CudaPageMapper::map(uintptr_t address, uint64_t size_bytes) {
 
 Status CudaPageMapper::unmap(uintptr_t address, uint64_t size_bytes) {
   MEMFIT_RETURN_IF_ERROR(use_cuda_device(ordinal_));
+  // A framework frees a buffer when its last host reference goes, while kernels queued on it may still run
+  // (PyTorch's CUDAPluggableAllocator calls free at once). cudaFree waits for the device; cuMemUnmap does
+  // not, and unmapping under a running kernel is an illegal address that kills the context (seen on an H200:
+  // the GPT-2 loop on the vmm allocator). So wait for the device first, as cudaFree does and as PyTorch's
+  // expandable segments do before unmapping (c10/cuda/CUDACachingAllocator.cpp,
+  // ExpandableSegment::unmapHandles).
+  if (cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess)
+    return unavailable(fmt::format("cudaDeviceSynchronize before cuMemUnmap: {}", cudaGetErrorString(err)));
   if (CUresult r = driver_->unmap(static_cast<CUdeviceptr>(address), size_bytes); r != CUDA_SUCCESS)
     return driver_->fail("cuMemUnmap", r);
   return ok_status();
