@@ -1,5 +1,7 @@
 // Allocator benchmarks, side by side in one run (ratios, not absolute times: machines are shared and noisy).
 //   - alloc+free pair, pool hit, 256 B - 64 MiB, 1 thread: BFC (preallocated, growing), platform, std::malloc
+//   - the same with two sizes taking turns (/SIZE/2: SIZE, then 2 x SIZE): a pair whose size differs from the
+//     last one's, so the BFC pool searches its bins every time instead of replaying its last split
 //   - 2 threads contending on one allocator
 //   - replay: a recorded-like stream of alloc/free events through the BFC pool (events per second)
 // After the run a table gives each allocator's time as a multiple of std::malloc's at the same size (medians
@@ -43,22 +45,34 @@ Fixture& shared_fixture(const std::string& kind) {
   return f;
 }
 
+// The pair's size: state.range(0), or with a second argument of 2, it and twice it taking turns.
+struct PairSizes {
+  explicit PairSizes(const benchmark::State& state)
+      : first(static_cast<uint64_t>(state.range(0))), flip(state.range(1) == 2 ? first ^ (2 * first) : 0) {}
+  uint64_t first;
+  uint64_t flip;  // xor that turns one size into the other
+};
+
 void BM_Malloc(benchmark::State& state) {
-  const auto size = static_cast<size_t>(state.range(0));
+  const PairSizes sizes(state);
+  uint64_t size = sizes.first;
   for (auto _ : state) {
     void* p = std::malloc(size);
     benchmark::DoNotOptimize(p);
     std::free(p);
+    size ^= sizes.flip;
   }
 }
 
 void pair_loop(benchmark::State& state, const std::string& kind) {
   Allocator& a = *shared_fixture(kind).allocator;
-  const auto size = static_cast<uint64_t>(state.range(0));
+  const PairSizes sizes(state);
+  uint64_t size = sizes.first;
   for (auto _ : state) {
     auto p = a.allocate(size);
     benchmark::DoNotOptimize(p);
     if (!p.ok() || !a.deallocate(*p).ok()) state.SkipWithError("allocation failed");
+    size ^= sizes.flip;
   }
 }
 
@@ -71,6 +85,9 @@ BENCHMARK(BM_Malloc)->MEMFIT_SIZES;
 BENCHMARK(BM_Bfc)->MEMFIT_SIZES;
 BENCHMARK(BM_BfcGrowth)->MEMFIT_SIZES;
 BENCHMARK(BM_Platform)->MEMFIT_SIZES;
+BENCHMARK(BM_Malloc)->Args({256, 2});
+BENCHMARK(BM_Bfc)->Args({256, 2});
+BENCHMARK(BM_BfcGrowth)->Args({256, 2});
 BENCHMARK(BM_Malloc)->Arg(4096)->Threads(2)->UseRealTime();
 BENCHMARK(BM_Bfc)->Arg(4096)->Threads(2)->UseRealTime();
 

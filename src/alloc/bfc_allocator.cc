@@ -67,6 +67,23 @@ inline bool ChunkOrder::operator()(uint32_t a, uint32_t b) const {
 inline bool ChunkOrder::operator()(uint32_t a, SizeKey k) const { return (*chunks)[a].size < k.size; }
 inline bool ChunkOrder::operator()(SizeKey k, uint32_t b) const { return k.size < (*chunks)[b].size; }
 
+// An exact shortcut for the commonest pool hit (glibc's tcache plays the same role for malloc). When an
+// allocation splits free chunk `whole` into itself (in use) and a free remainder `rest`, and the very next
+// operation frees it, the free merges the two back: every chunk, bin and link is again as it was before the
+// allocation (even the remainder's handle would be popped back from the free list). So an allocation of
+// the same rounded size next would make the same choice and the same split; both steps are replayed from
+// here instead of searching the bins and checking neighbours. Any other operation that changes the pool
+// first forgets it (State::forget_resplit), so the shortcut never differs from XLA's search.
+struct Resplit {
+  enum Stage : uint8_t { kNone, kAllocated, kMergedBack };
+  Stage stage = kNone;
+  int8_t whole_bin = kNoBin;  // the bin entry's bin while merged back
+  int8_t rest_bin = kNoBin;   // and while split
+  uint32_t whole = kNone;
+  uint32_t rest = kNone;  // kept out of the free-handle list while merged back
+  uint64_t rounded = 0;
+};
+
 }  // namespace
 
 struct BfcAllocator::State {
@@ -95,6 +112,9 @@ struct BfcAllocator::State {
   detail::PtrMap in_use;
   uintptr_t newest_ptr = 0;  // 0: none waiting
   uint32_t newest_handle = kNone;
+  // The last split, remembered so that the loop's pattern - the same size allocated, freed, allocated -
+  // replays it instead of searching (see Resplit).
+  Resplit resplit;
   std::vector<Region> regions;
   std::vector<std::string> tags;
   std::map<std::string, uint32_t, std::less<>> tag_ids;
@@ -213,6 +233,7 @@ struct BfcAllocator::State {
 
   // XLA's FindChunkPtr: best fit from the request's bin upward. Returns 0 when nothing fits.
   [[gnu::always_inline]] uintptr_t find_chunk(uint64_t rounded, uint64_t requested, uint32_t tag) {
+    forget_resplit();
     const int request_bin = bin_for_size(rounded);
     uint32_t candidates = nonempty_bins & (~0u << request_bin);
     while (candidates != 0) {
@@ -237,23 +258,61 @@ struct BfcAllocator::State {
         f.size = rounded;
         // The remainder's key (rest, ptr + rounded) has just been checked to sit where the entry is.
         hand_over_bin_entry(h, remainder, target);
+        resplit = Resplit{
+            Resplit::kAllocated, static_cast<int8_t>(b), static_cast<int8_t>(target), h, remainder, rounded};
       } else {
         take_from_bin(b, h, rounded);
       }
-      Chunk& c = chunks[h];
-      c.in_use = true;
-      c.requested = requested;
-      c.tag = tag;
-      if (newest_ptr != 0) in_use.insert(newest_ptr, newest_handle);
-      newest_ptr = c.ptr;
-      newest_handle = h;
-      ++stats.num_allocs;
-      stats.bytes_in_use += c.size;
-      stats.peak_bytes_in_use = std::max(stats.peak_bytes_in_use, stats.bytes_in_use);
-      stats.largest_alloc_size = std::max(stats.largest_alloc_size, c.size);
-      return c.ptr;
+      return hand_out(h, requested, tag);
     }
     return 0;
+  }
+
+  // Marks chunk h in use and counts it.
+  [[gnu::always_inline]] uintptr_t hand_out(uint32_t h, uint64_t requested, uint32_t tag) {
+    Chunk& c = chunks[h];
+    c.in_use = true;
+    c.requested = requested;
+    c.tag = tag;
+    if (newest_ptr != 0) in_use.insert(newest_ptr, newest_handle);
+    newest_ptr = c.ptr;
+    newest_handle = h;
+    ++stats.num_allocs;
+    stats.bytes_in_use += c.size;
+    stats.peak_bytes_in_use = std::max(stats.peak_bytes_in_use, stats.bytes_in_use);
+    stats.largest_alloc_size = std::max(stats.largest_alloc_size, c.size);
+    return c.ptr;
+  }
+
+  // The split find_chunk made last, made again (Resplit): only when the pool is back where it was.
+  [[gnu::always_inline]] uintptr_t redo_split(uint64_t requested, uint32_t tag) {
+    const uint32_t h = resplit.whole;
+    const uint32_t r = resplit.rest;
+    Chunk& c = chunks[h];
+    Chunk& rest = chunks[r];  // still holds its pointer, size, region and neighbours from the split
+    if (rest.next != kNone) chunks[rest.next].prev = r;
+    c.next = r;
+    c.size = resplit.rounded;
+    hand_over_bin_entry(h, r, resplit.rest_bin);
+    resplit.stage = Resplit::kAllocated;
+    return hand_out(h, requested, tag);
+  }
+
+  // The free that undoes the split (Resplit): the remainder is merged back, its handle kept for a redo.
+  [[gnu::always_inline]] void undo_split(Chunk& c) {
+    const uint32_t h = resplit.whole;
+    const Chunk& rest = chunks[resplit.rest];
+    c.size += rest.size;
+    c.next = rest.next;
+    if (rest.next != kNone) chunks[rest.next].prev = h;
+    hand_over_bin_entry(resplit.rest, h, resplit.whole_bin);
+    resplit.stage = Resplit::kMergedBack;
+  }
+
+  // Called before any other change to the pool: a merged-back remainder's handle returns to the free list.
+  void forget_resplit() {
+    if (resplit.stage == Resplit::kMergedBack) delete_chunk(resplit.rest);
+    resplit.stage = Resplit::kNone;
   }
 
   // The chunk leaves its bin, and a remainder worth splitting off goes to its own (out of line: the pool
@@ -286,6 +345,7 @@ struct BfcAllocator::State {
   }
 
   void add_region(uintptr_t base, uint64_t size) {
+    forget_resplit();  // a new region may fit better than the remembered chunk
     const auto region = static_cast<uint32_t>(regions.size());
     const uint32_t h = new_chunk(base, size, region, kNone, kNone);
     regions.push_back(Region{base, size, h, true});
@@ -312,6 +372,7 @@ struct BfcAllocator::State {
 
   // Fully free regions leave the pool (garbage collection); returns them for release outside the lock.
   std::vector<Region> take_free_regions() {
+    forget_resplit();
     std::vector<Region> out;
     for (Region& r : regions) {
       if (!r.live) continue;
@@ -409,6 +470,8 @@ Expected<void*> BfcAllocator::allocate(uint64_t size_bytes, std::string_view tag
   {
     std::lock_guard<detail::SpinLock> lock(s.mu);
     tag_id = s.intern_tag(tag);
+    if (s.resplit.stage == Resplit::kMergedBack && s.resplit.rounded == rounded)
+      return reinterpret_cast<void*>(s.redo_split(size_bytes, tag_id));
     if (rounded <= kMaxRequestBytes) {
       if (uintptr_t p = s.find_chunk(rounded, size_bytes, tag_id)) return reinterpret_cast<void*>(p);
     }
@@ -506,6 +569,12 @@ Status BfcAllocator::deallocate(void* ptr) {
   c.in_use = false;
   c.requested = 0;
   s.stats.bytes_in_use -= c.size;
+  if (s.resplit.stage == Resplit::kAllocated && s.resplit.whole == h) {
+    s.undo_split(c);
+    if (s.waiters > 0) s.freed.notify_all();
+    return ok_status();
+  }
+  s.forget_resplit();
   // Coalesce with free neighbours (never across regions: the device gives no adjacency guarantee).
   // Fast path: only the next chunk is free and the merged chunk can take its bin entry in place.
   if (const uint32_t next = c.next;

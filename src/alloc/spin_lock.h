@@ -1,8 +1,8 @@
 // src/alloc/spin_lock.h - the lock around an allocator's bookkeeping.
 //
 // Why not std::mutex: its unlock is an atomic read-modify-write (to find sleepers to wake), so an alloc+free
-// pair pays four atomic operations; here unlock is a plain release store and the pair pays two. That is
-// the difference between the pool hit costing ~3x and ~5x glibc's malloc (bench/alloc_bench.cc). It is
+// pair pays four atomic operations; here unlock is a plain release store and the pair pays two (it took
+// the BFC pool hit from ~5x glibc's malloc to ~3x before other changes; bench/alloc_bench.cc). It is
 // only fit for critical sections of tens of nanoseconds that never block: waiters spin briefly, then yield
 // the core, so a preempted holder is not spun against for a whole time slice. BasicLockable, so it works
 // with std::lock_guard and std::condition_variable_any.

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <vector>
+
 #include "memfit/alloc/xla_allocator.h"
 #include "memfit/core/xla_env.h"
 #include "memfit/device/simulated_device.h"
@@ -221,6 +224,71 @@ TEST(Bfc, TagsShowInTheOomReport) {
   EXPECT_EQ(r.top_live[2].tag, "(untagged)");
   EXPECT_EQ(r.top_live[2].bytes, 1024u);
 }
+
+// The re-split shortcut (a size allocated, freed and allocated again replays the last split instead of
+// searching) must never differ from XLA's search. Two pools run the same random stream, heavy in that
+// pattern; before each operation, pool B allocates and frees 768 B - which leaves every chunk as it was
+// (the split merges back) but makes B forget any remembered split, so B always searches. Both must hand
+// out the same offsets and end every step with the same chunks and stats.
+void expect_resplit_matches_search(bool growth) {
+  auto da = device(1ull << 30);
+  auto db = device(1ull << 30);
+  BfcAllocator a(*da, options(256 * kMiB, growth));
+  BfcAllocator b(*db, options(256 * kMiB, growth));
+  if (growth) {  // a first large region: B's 768-B probe then always finds room without growing the pool
+    for (BfcAllocator* x : {&a, &b}) {
+      auto p = x->allocate(64 * kMiB);
+      ASSERT_TRUE(p.ok());
+      ASSERT_TRUE(x->deallocate(*p).ok());
+    }
+  }
+  std::mt19937_64 rng(growth ? 7 : 3);
+  std::vector<std::pair<void*, void*>> live;  // (from a, from b)
+  uint64_t last_size = 1024;
+  for (int step = 0; step < 20000; ++step) {
+    {
+      auto probe = b.allocate(768);
+      ASSERT_TRUE(probe.ok());
+      ASSERT_TRUE(b.deallocate(*probe).ok());
+    }
+    const uint64_t roll = rng() % 100;
+    if (roll < 45 || live.empty()) {
+      // Mostly the size just used (the loop pattern), else a new one; never one that rounds to 768.
+      uint64_t size = roll < 30 ? last_size : 1 + rng() % (uint64_t{1} << (8 + rng() % 14));
+      if ((size + 255) / 256 == 3) size = 1024;
+      last_size = size;
+      auto pa = a.allocate(size);
+      auto pb = b.allocate(size);
+      ASSERT_EQ(pa.ok(), pb.ok()) << "step " << step;
+      if (pa.ok()) live.emplace_back(*pa, *pb);
+    } else {
+      // Mostly the newest buffer (LIFO temporaries), else any.
+      const size_t i = roll < 80 ? live.size() - 1 : rng() % live.size();
+      ASSERT_TRUE(a.deallocate(live[i].first).ok());
+      ASSERT_TRUE(b.deallocate(live[i].second).ok());
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    // Same chunks at the same offsets (the devices' base addresses differ): the same choices were made.
+    const std::vector<ChunkExtent> ca = a.chunks();
+    const std::vector<ChunkExtent> cb = b.chunks();
+    ASSERT_EQ(ca.size(), cb.size()) << "step " << step;
+    for (size_t i = 0; i < ca.size(); ++i) {
+      ASSERT_EQ(ca[i].offset, cb[i].offset) << "step " << step;
+      ASSERT_EQ(ca[i].size_bytes, cb[i].size_bytes) << "step " << step;
+      ASSERT_EQ(ca[i].requested_bytes, cb[i].requested_bytes) << "step " << step;
+      ASSERT_EQ(ca[i].in_use, cb[i].in_use) << "step " << step;
+    }
+    const AllocatorStats sa = a.stats();
+    const AllocatorStats sb = b.stats();
+    ASSERT_EQ(sa.bytes_in_use, sb.bytes_in_use);
+    ASSERT_EQ(sa.pool_bytes, sb.pool_bytes);
+    ASSERT_EQ(sa.largest_free_block_bytes, sb.largest_free_block_bytes);
+    ASSERT_EQ(sa.num_allocs + static_cast<uint64_t>(step) + 1, sb.num_allocs);  // B's probes
+  }
+}
+
+TEST(Bfc, ResplitShortcutMatchesTheSearchPreallocated) { expect_resplit_matches_search(false); }
+TEST(Bfc, ResplitShortcutMatchesTheSearchGrowing) { expect_resplit_matches_search(true); }
 
 }  // namespace
 }  // namespace memfit
