@@ -29,8 +29,7 @@ class SpinLock {
   }
   void unlock() { locked_.store(false, std::memory_order_release); }
 
- private:
-  static constexpr int kSpinsBeforeYield = 64;
+  // The CPU's spin-wait hint.
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -38,6 +37,9 @@ class SpinLock {
     asm volatile("yield");
 #endif
   }
+
+ private:
+  static constexpr int kSpinsBeforeYield = 64;
   std::atomic<bool> locked_{false};
 };
 
