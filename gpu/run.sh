@@ -3,10 +3,11 @@
 # measured there is in gpu/RESULTS.md). First,
 # here: `gpu/fetch_debs.sh` (the Debian packages the device image lacks), then:
 #   run(command="bash gpu/run.sh", carry=["gpu/debs"], timeout_s=540)
-# Builds against the CUDA toolkit (no kernels: the host code calls the runtime and driver), runs the GPU tests (the conformance suite on the real device, the
-# CUDA VMM page mapper), the GPU benchmarks (BFC hit vs warm cudaMallocAsync, VMM growth vs cudaMalloc), the
-# CPU allocator benchmarks, and the GPT-2 loop with PyTorch's allocator and memfit's BFC (preallocated and
-# growing) and VMM through CUDAPluggableAllocator. Everything lands in $OUT (or build/gpu/out).
+# Builds against the CUDA toolkit (no kernels: the host code calls the runtime and driver), runs the GPU
+# tests (the conformance suite on the real device, the CUDA VMM page mapper), the GPU benchmarks (BFC hit vs
+# warm cudaMallocAsync, VMM growth vs cudaMalloc), the CPU allocator benchmarks, and the GPT-2 loop with
+# PyTorch's allocator and memfit's BFC (preallocated and growing) and VMM through CUDAPluggableAllocator, and
+# CuPy on memfit's allocator. Everything lands in $OUT (or build/gpu/out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu/out}
