@@ -30,8 +30,7 @@ struct Fixture {
   std::unique_ptr<Allocator> allocator;
 };
 
-std::unique_ptr<Allocator> make(std::string kind, DeviceMemory& device) {
-  kind = kind.substr(0, kind.find('/'));
+std::unique_ptr<Allocator> make(const std::string& kind, DeviceMemory& device) {
   if (kind == "platform") return std::make_unique<PlatformAllocator>(device);
   BfcOptions o;
   o.memory_limit_bytes = 16ull << 30;
@@ -69,10 +68,7 @@ void BM_Malloc(benchmark::State& state) {
 }
 
 void pair_loop(benchmark::State& state, const std::string& kind) {
-  // The threaded runs get their own pool: once a second thread has used a BFC pool its lock is no longer
-  // biased to one thread (src/alloc/biased_lock.h), and a single-threaded run after it would measure that
-  // instead of what a one-thread user (a replay, a host loop) sees.
-  Allocator& a = *shared_fixture(state.threads() > 1 ? kind + "/threads" : kind).allocator;
+  Allocator& a = *shared_fixture(kind).allocator;
   const PairSizes sizes(state);
   uint64_t size = sizes.first;
   for (auto _ : state) {

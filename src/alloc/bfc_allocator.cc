@@ -10,11 +10,11 @@
 #include <set>
 #include <vector>
 
-#include "biased_lock.h"
 #include "memfit/core/bytes.h"
 #include "memfit/core/xla_env.h"
 #include "node_pool.h"
 #include "ptr_map.h"
+#include "spin_lock.h"
 
 namespace memfit {
 namespace {
@@ -99,7 +99,7 @@ struct BfcAllocator::State {
   DeviceMemory& device;
   const BfcOptions options;
 
-  mutable detail::BiasedLock mu;  // guards everything below; held for tens of nanoseconds, never blocks
+  mutable detail::SpinLock mu;  // guards everything below; held for tens of nanoseconds, never blocks
   detail::NodeArena arena;
   std::vector<Chunk> chunks;
   std::vector<uint32_t> free_handles;
@@ -468,7 +468,7 @@ Expected<void*> BfcAllocator::allocate(uint64_t size_bytes, std::string_view tag
                                : (size_bytes + kBfcMinAllocationBytes - 1) & ~(kBfcMinAllocationBytes - 1);
   uint32_t tag_id = 0;
   {
-    std::lock_guard<detail::BiasedLock> lock(s.mu);
+    std::lock_guard<detail::SpinLock> lock(s.mu);
     tag_id = s.intern_tag(tag);
     if (s.resplit.stage == Resplit::kMergedBack && s.resplit.rounded == rounded)
       return reinterpret_cast<void*>(s.redo_split(size_bytes, tag_id));
@@ -489,7 +489,7 @@ Expected<void*> BfcAllocator::allocate_slow(uint64_t size_bytes, uint64_t rounde
     uint64_t bytes = 0;
     bool increased = false;
     {
-      std::lock_guard<detail::BiasedLock> lock(s.mu);
+      std::lock_guard<detail::SpinLock> lock(s.mu);
       if (uintptr_t p = s.find_chunk(rounded, size_bytes, tag_id)) return p;  // someone else grew it
       const uint64_t available =
           (s.options.memory_limit_bytes - std::min(s.options.memory_limit_bytes, s.pool_bytes)) /
@@ -508,7 +508,7 @@ Expected<void*> BfcAllocator::allocate_slow(uint64_t size_bytes, uint64_t rounde
       bytes = smaller;
       region = s.device.reserve(bytes);
     }
-    std::lock_guard<detail::BiasedLock> lock(s.mu);
+    std::lock_guard<detail::SpinLock> lock(s.mu);
     if (!region.ok()) {
       s.last_device_error = region.error().message();
       return 0;
@@ -525,7 +525,7 @@ Expected<void*> BfcAllocator::allocate_slow(uint64_t size_bytes, uint64_t rounde
       if (s.options.garbage_collection) {
         std::vector<Region> released;
         {
-          std::lock_guard<detail::BiasedLock> lock(s.mu);
+          std::lock_guard<detail::SpinLock> lock(s.mu);
           released = s.take_free_regions();
         }
         for (const Region& r : released) (void)s.device.release(reinterpret_cast<void*>(r.base), r.size);
@@ -533,7 +533,7 @@ Expected<void*> BfcAllocator::allocate_slow(uint64_t size_bytes, uint64_t rounde
           if (uintptr_t p = try_grow()) return reinterpret_cast<void*>(p);
         }
       }
-      std::unique_lock<detail::BiasedLock> lock(s.mu);
+      std::unique_lock<detail::SpinLock> lock(s.mu);
       if (uintptr_t p = s.find_chunk(rounded, size_bytes, tag_id)) return reinterpret_cast<void*>(p);
       if (std::chrono::steady_clock::now() >= deadline) break;
       // XLA's AllocatorRetry: wait for another thread to free memory, then try again.
@@ -546,7 +546,7 @@ Expected<void*> BfcAllocator::allocate_slow(uint64_t size_bytes, uint64_t rounde
   }
   const uint64_t device_total = s.device.total_bytes();
   const uint64_t device_free = s.device.free_bytes();
-  std::lock_guard<detail::BiasedLock> lock(s.mu);
+  std::lock_guard<detail::SpinLock> lock(s.mu);
   auto report = std::make_shared<OomReport>(s.report(size_bytes, rounded, device_total, device_free));
   std::string message = report->summary();
   return resource_exhausted(std::move(message), std::move(report));
@@ -555,7 +555,7 @@ Expected<void*> BfcAllocator::allocate_slow(uint64_t size_bytes, uint64_t rounde
 Status BfcAllocator::deallocate(void* ptr) {
   if (ptr == nullptr) return ok_status();
   State& s = *state_;
-  std::lock_guard<detail::BiasedLock> lock(s.mu);
+  std::lock_guard<detail::SpinLock> lock(s.mu);
   uint32_t h;
   if (reinterpret_cast<uintptr_t>(ptr) == s.newest_ptr) {
     h = s.newest_handle;
@@ -598,7 +598,7 @@ Status BfcAllocator::deallocate(void* ptr) {
 
 AllocatorStats BfcAllocator::stats() const {
   const State& s = *state_;
-  std::lock_guard<detail::BiasedLock> lock(s.mu);
+  std::lock_guard<detail::SpinLock> lock(s.mu);
   AllocatorStats out = s.stats;
   out.bytes_limit = s.options.memory_limit_bytes;
   out.largest_free_block_bytes = s.largest_free();
@@ -609,18 +609,18 @@ AllocatorStats BfcAllocator::stats() const {
 
 void BfcAllocator::reset_peak() {
   State& s = *state_;
-  std::lock_guard<detail::BiasedLock> lock(s.mu);
+  std::lock_guard<detail::SpinLock> lock(s.mu);
   s.stats.peak_bytes_in_use = s.stats.bytes_in_use;
   s.peak_pool_bytes = s.pool_bytes;
 }
 
 std::vector<ChunkExtent> BfcAllocator::chunks() const {
-  std::lock_guard<detail::BiasedLock> lock(state_->mu);
+  std::lock_guard<detail::SpinLock> lock(state_->mu);
   return state_->extents();
 }
 
 uint64_t BfcAllocator::region_count() const {
-  std::lock_guard<detail::BiasedLock> lock(state_->mu);
+  std::lock_guard<detail::SpinLock> lock(state_->mu);
   return static_cast<uint64_t>(
       std::count_if(state_->regions.begin(), state_->regions.end(), [](const Region& r) { return r.live; }));
 }
@@ -628,7 +628,7 @@ uint64_t BfcAllocator::region_count() const {
 OomReport BfcAllocator::oom_report(uint64_t size_bytes) const {
   const uint64_t device_total = state_->device.total_bytes();
   const uint64_t device_free = state_->device.free_bytes();
-  std::lock_guard<detail::BiasedLock> lock(state_->mu);
+  std::lock_guard<detail::SpinLock> lock(state_->mu);
   return state_->report(size_bytes, bfc_round_bytes(std::min(size_bytes, kMaxRequestBytes)), device_total,
                         device_free);
 }

@@ -29,7 +29,8 @@ class SpinLock {
   }
   void unlock() { locked_.store(false, std::memory_order_release); }
 
-  // The CPU's spin-wait hint.
+ private:
+  static constexpr int kSpinsBeforeYield = 64;
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -37,9 +38,6 @@ class SpinLock {
     asm volatile("yield");
 #endif
   }
-
- private:
-  static constexpr int kSpinsBeforeYield = 64;
   std::atomic<bool> locked_{false};
 };
 
