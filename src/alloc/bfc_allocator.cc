@@ -206,6 +206,23 @@ struct BfcAllocator::State {
     f.bin = kNoBin;
   }
 
+  // Chunk h keeps `size` bytes and free chunk r, which holds the rest of its bytes, becomes its successor
+  // and takes over h's bin entry (in bin `target`, as reusable_bin() allowed).
+  [[gnu::always_inline]] void split_off_into_entry(uint32_t h, uint32_t r, uint64_t size, int target) {
+    Chunk& c = chunks[h];
+    if (c.next != kNone) chunks[c.next].prev = r;
+    c.next = r;
+    c.size = size;
+    hand_over_bin_entry(h, r, target);
+  }
+
+  // Chunk h absorbs its free successor n and takes over n's bin entry (in bin `target`). n's handle is the
+  // caller's to delete or keep.
+  [[gnu::always_inline]] void absorb_next_with_entry(uint32_t h, uint32_t n, int target) {
+    absorb_links(h, n);
+    hand_over_bin_entry(n, h, target);
+  }
+
   bool should_split(uint64_t chunk_size, uint64_t rounded) const {
     return chunk_size >= 2 * rounded || chunk_size - rounded >= options.max_internal_fragmentation_bytes;
   }
@@ -223,12 +240,16 @@ struct BfcAllocator::State {
 
   // Absorbs chunk b (the physical successor of a) into a.
   void merge(uint32_t a, uint32_t b) {
+    absorb_links(a, b);
+    delete_chunk(b);
+  }
+  // a takes b's bytes and b's place among the region's chunks (b's handle is left to the caller).
+  [[gnu::always_inline]] void absorb_links(uint32_t a, uint32_t b) {
     Chunk& ca = chunks[a];
     const Chunk& cb = chunks[b];
     ca.size += cb.size;
     ca.next = cb.next;
     if (cb.next != kNone) chunks[cb.next].prev = a;
-    delete_chunk(b);
   }
 
   // XLA's FindChunkPtr: best fit from the request's bin upward. Returns 0 when nothing fits.
@@ -251,17 +272,13 @@ struct BfcAllocator::State {
       if (target >= 0) {
         // The allocated front keeps the handle (so neighbours and the region's first chunk stay linked);
         // the free remainder is a new chunk that takes over the bin entry.
+        // (The remainder's key (rest, ptr + rounded) has just been checked to sit where the entry is.)
         const uint32_t remainder = new_chunk(found.ptr + rounded, rest, found.region, h, found.next);
-        Chunk& f = chunks[h];  // (re-read after new_chunk: the vector may have grown)
-        if (f.next != kNone) chunks[f.next].prev = remainder;
-        f.next = remainder;
-        f.size = rounded;
-        // The remainder's key (rest, ptr + rounded) has just been checked to sit where the entry is.
-        hand_over_bin_entry(h, remainder, target);
+        split_off_into_entry(h, remainder, rounded, target);
         resplit = Resplit{
             Resplit::kAllocated, static_cast<int8_t>(b), static_cast<int8_t>(target), h, remainder, rounded};
       } else {
-        take_from_bin(b, h, rounded);
+        take_from_bin(h, rounded);
       }
       return hand_out(h, requested, tag);
     }
@@ -286,26 +303,15 @@ struct BfcAllocator::State {
 
   // The split find_chunk made last, made again (Resplit): only when the pool is back where it was.
   [[gnu::always_inline]] uintptr_t redo_split(uint64_t requested, uint32_t tag) {
-    const uint32_t h = resplit.whole;
-    const uint32_t r = resplit.rest;
-    Chunk& c = chunks[h];
-    Chunk& rest = chunks[r];  // still holds its pointer, size, region and neighbours from the split
-    if (rest.next != kNone) chunks[rest.next].prev = r;
-    c.next = r;
-    c.size = resplit.rounded;
-    hand_over_bin_entry(h, r, resplit.rest_bin);
+    // The remainder still holds its pointer, size, region and neighbours from the split.
+    split_off_into_entry(resplit.whole, resplit.rest, resplit.rounded, resplit.rest_bin);
     resplit.stage = Resplit::kAllocated;
-    return hand_out(h, requested, tag);
+    return hand_out(resplit.whole, requested, tag);
   }
 
   // The free that undoes the split (Resplit): the remainder is merged back, its handle kept for a redo.
-  [[gnu::always_inline]] void undo_split(Chunk& c) {
-    const uint32_t h = resplit.whole;
-    const Chunk& rest = chunks[resplit.rest];
-    c.size += rest.size;
-    c.next = rest.next;
-    if (rest.next != kNone) chunks[rest.next].prev = h;
-    hand_over_bin_entry(resplit.rest, h, resplit.whole_bin);
+  [[gnu::always_inline]] void undo_split() {
+    absorb_next_with_entry(resplit.whole, resplit.rest, resplit.whole_bin);
     resplit.stage = Resplit::kMergedBack;
   }
 
@@ -317,15 +323,28 @@ struct BfcAllocator::State {
 
   // The chunk leaves its bin, and a remainder worth splitting off goes to its own (out of line: the pool
   // hit's path above keeps its bin entry instead).
-  [[gnu::noinline]] void take_from_bin(int b, uint32_t h, uint64_t rounded) {
-    Bin& from = bin(b);
-    from.erase(chunks[h].bin_entry);
-    if (from.empty()) nonempty_bins &= ~(1u << b);
-    chunks[h].bin = kNoBin;
+  [[gnu::noinline]] void take_from_bin(uint32_t h, uint64_t rounded) {
+    remove_from_bin(h);
     if (should_split(chunks[h].size, rounded)) split(h, rounded);
   }
 
-  // Coalesces free chunk h with its free neighbours and bins the result (the general case of a free).
+  // Coalesces free chunk h with its free neighbours (never across regions: the device gives no adjacency
+  // guarantee) and bins the result. The common case - only the next chunk is free, and the merged chunk can
+  // take its bin entry in place - touches no tree.
+  [[gnu::always_inline]] void coalesce(uint32_t h) {
+    const Chunk& c = chunks[h];
+    if (const uint32_t next = c.next;
+        next != kNone && !chunks[next].in_use && (c.prev == kNone || chunks[c.prev].in_use)) {
+      const Chunk& n = chunks[next];
+      if (const int target = reusable_bin(n, n.size + c.size, c.ptr); target >= 0) {
+        absorb_next_with_entry(h, next, target);
+        delete_chunk(next);
+        return;
+      }
+    }
+    coalesce_and_bin(h);
+  }
+  // The general case: either neighbour free, the result binned anew.
   [[gnu::noinline]] void coalesce_and_bin(uint32_t h) {
     if (const uint32_t next = chunks[h].next; next != kNone && !chunks[next].in_use) {
       remove_from_bin(next);
@@ -564,34 +583,16 @@ Status BfcAllocator::deallocate(void* ptr) {
     h = s.in_use.erase(reinterpret_cast<uintptr_t>(ptr));
   }
   if (h == detail::PtrMap::kNotFound) return s.unknown_pointer(ptr);
-  Chunk* const all = s.chunks.data();  // (no chunk is created before the fast path returns)
-  Chunk& c = all[h];
+  Chunk& c = s.chunks[h];
   c.in_use = false;
   c.requested = 0;
   s.stats.bytes_in_use -= c.size;
   if (s.resplit.stage == Resplit::kAllocated && s.resplit.whole == h) {
-    s.undo_split(c);
-    if (s.waiters > 0) s.freed.notify_all();
-    return ok_status();
+    s.undo_split();
+  } else {
+    s.forget_resplit();
+    s.coalesce(h);
   }
-  s.forget_resplit();
-  // Coalesce with free neighbours (never across regions: the device gives no adjacency guarantee).
-  // Fast path: only the next chunk is free and the merged chunk can take its bin entry in place.
-  if (const uint32_t next = c.next;
-      next != kNone && !all[next].in_use && (c.prev == kNone || all[c.prev].in_use)) {
-    Chunk& n = all[next];
-    if (const int target = s.reusable_bin(n, n.size + c.size, c.ptr); target >= 0) {
-      // c absorbs n and takes over its bin entry: c's handle, links and its region's first chunk stay.
-      c.size += n.size;
-      c.next = n.next;
-      if (n.next != kNone) all[n.next].prev = h;
-      s.hand_over_bin_entry(next, h, target);
-      s.delete_chunk(next);
-      if (s.waiters > 0) s.freed.notify_all();
-      return ok_status();
-    }
-  }
-  s.coalesce_and_bin(h);
   if (s.waiters > 0) s.freed.notify_all();
   return ok_status();
 }
