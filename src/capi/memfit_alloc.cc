@@ -55,9 +55,9 @@ Expected<Allocator*> allocator_for(int device) {
   } else {
     MEMFIT_ASSIGN_OR_RETURN(auto gpu, memfit::CudaDevice::create(device));
     if (config.kind == memfit::XlaAllocatorKind::kCudaAsync) {
-      // cudaMallocAsync's pool, with the fraction's limit enforced and memory kept across synchronizes.
+      // cudaMallocAsync's pool, with the limit JAX reports enforced and memory kept across synchronizes.
       memfit::AsyncOptions o;
-      o.limit_bytes = memfit::bfc_memory_limit(config.memory_fraction, gpu->total_bytes());
+      o.limit_bytes = *memfit::plan_xla_allocator(config, gpu->total_bytes()).limit_bytes;
       MEMFIT_ASSIGN_OR_RETURN(d.allocator, memfit::AsyncAllocator::create(*gpu, o));
       d.device = std::move(gpu);
       return d.allocator.get();
@@ -65,11 +65,10 @@ Expected<Allocator*> allocator_for(int device) {
     d.device = std::move(gpu);
   }
   if (config.kind == memfit::XlaAllocatorKind::kVmm) {
-    // Capped at the fraction, as XLA's vmm mode is (plan_xla_allocator); nothing is reserved up front.
+    // Capped at the fraction, as XLA's vmm mode is; nothing is reserved up front.
     memfit::VmmOptions o;
     o.name = fmt::format("GPU_{}_vmm", device);
-    o.limit_bytes =
-        static_cast<uint64_t>(config.memory_fraction * static_cast<double>(d.device->total_bytes()));
+    o.limit_bytes = *memfit::plan_xla_allocator(config, d.device->total_bytes()).limit_bytes;
     if (env.get("MEMFIT_SIMULATED_BYTES")) {
       d.allocator = std::make_unique<memfit::VmmAllocator>(*d.device, o);
     } else {  // cuMemCreate/cuMemMap pages of the real GPU
