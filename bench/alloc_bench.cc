@@ -1,7 +1,8 @@
 // Allocator benchmarks, side by side in one run (ratios, not absolute times: machines are shared and noisy).
 //   - alloc+free pair, pool hit, 256 B - 64 MiB, 1 thread: BFC (preallocated, growing), platform, std::malloc
-//   - the same with two sizes taking turns (/SIZE/2: SIZE, then 2 x SIZE): a pair whose size differs from the
-//     last one's, so the BFC pool searches its bins every time instead of replaying its last split
+//   - the same with two sizes taking turns (BM_*/two_sizes/SIZE: SIZE, then 2 x SIZE): a pair whose size
+//     differs from the last one's, so the BFC pool searches its bins every time instead of replaying its
+//     last split
 //   - 2 threads contending on one allocator
 //   - replay: a recorded-like stream of alloc/free events through the BFC pool (events per second)
 // After the run a table gives each allocator's time as a multiple of std::malloc's at the same size (medians
@@ -48,37 +49,33 @@ Fixture& shared_fixture(const std::string& kind) {
   return f;
 }
 
-// The pair's size: state.range(0), or with a second argument of 2, it and twice it taking turns.
-struct PairSizes {
-  explicit PairSizes(const benchmark::State& state)
-      : first(static_cast<uint64_t>(state.range(0))), flip(state.range(1) == 2 ? first ^ (2 * first) : 0) {}
-  uint64_t first;
-  uint64_t flip;  // xor that turns one size into the other
-};
-
-void BM_Malloc(benchmark::State& state) {
-  const PairSizes sizes(state);
-  uint64_t size = sizes.first;
+// Alloc+free pairs of state.range(0) bytes, or of it and twice it taking turns (`sizes` = 2).
+void malloc_loop(benchmark::State& state, int sizes) {
+  const auto first = static_cast<uint64_t>(state.range(0));
+  const uint64_t flip = sizes == 2 ? first ^ (2 * first) : 0;  // xor that turns one size into the other
+  uint64_t size = first;
   for (auto _ : state) {
     void* p = std::malloc(size);
     benchmark::DoNotOptimize(p);
     std::free(p);
-    size ^= sizes.flip;
+    size ^= flip;
   }
 }
 
-void pair_loop(benchmark::State& state, const std::string& kind) {
+void pair_loop(benchmark::State& state, const std::string& kind, int sizes = 1) {
   Allocator& a = *shared_fixture(kind).allocator;
-  const PairSizes sizes(state);
-  uint64_t size = sizes.first;
+  const auto first = static_cast<uint64_t>(state.range(0));
+  const uint64_t flip = sizes == 2 ? first ^ (2 * first) : 0;
+  uint64_t size = first;
   for (auto _ : state) {
     auto p = a.allocate(size);
     benchmark::DoNotOptimize(p);
     if (!p.ok() || !a.deallocate(*p).ok()) state.SkipWithError("allocation failed");
-    size ^= sizes.flip;
+    size ^= flip;
   }
 }
 
+void BM_Malloc(benchmark::State& state) { malloc_loop(state, 1); }
 void BM_Bfc(benchmark::State& state) { pair_loop(state, "bfc"); }
 void BM_BfcGrowth(benchmark::State& state) { pair_loop(state, "bfc-growth"); }
 void BM_Platform(benchmark::State& state) { pair_loop(state, "platform"); }
@@ -88,9 +85,19 @@ BENCHMARK(BM_Malloc)->MEMFIT_SIZES;
 BENCHMARK(BM_Bfc)->MEMFIT_SIZES;
 BENCHMARK(BM_BfcGrowth)->MEMFIT_SIZES;
 BENCHMARK(BM_Platform)->MEMFIT_SIZES;
-BENCHMARK(BM_Malloc)->Args({256, 2});
-BENCHMARK(BM_Bfc)->Args({256, 2});
-BENCHMARK(BM_BfcGrowth)->Args({256, 2});
+// Named BM_<allocator>/two_sizes/<size>, so the ratio table pairs each with malloc's two-size run.
+const bool kTwoSizesRegistered = [] {
+  benchmark::RegisterBenchmark("BM_Malloc/two_sizes", [](benchmark::State& s) {
+    malloc_loop(s, 2);
+  })->Arg(256);
+  benchmark::RegisterBenchmark("BM_Bfc/two_sizes", [](benchmark::State& s) {
+    pair_loop(s, "bfc", 2);
+  })->Arg(256);
+  benchmark::RegisterBenchmark("BM_BfcGrowth/two_sizes", [](benchmark::State& s) {
+    pair_loop(s, "bfc-growth", 2);
+  })->Arg(256);
+  return true;
+}();
 BENCHMARK(BM_Malloc)->Arg(4096)->Threads(2)->UseRealTime();
 BENCHMARK(BM_Bfc)->Arg(4096)->Threads(2)->UseRealTime();
 
