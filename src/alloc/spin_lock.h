@@ -15,8 +15,16 @@ namespace memfit::detail {
 
 class SpinLock {
  public:
+  // The uncontended case inline (one exchange); waiting out of line, so callers keep their registers.
   void lock() {
-    for (int spins = 0; locked_.exchange(true, std::memory_order_acquire); ++spins) {
+    if (locked_.exchange(true, std::memory_order_acquire)) [[unlikely]]
+      lock_contended();
+  }
+  void unlock() { locked_.store(false, std::memory_order_release); }
+
+ private:
+  [[gnu::noinline, gnu::cold]] void lock_contended() {
+    for (int spins = 0;; ++spins) {
       // Test before test-and-set: spin on a shared read, not on a cache-line-bouncing exchange.
       while (locked_.load(std::memory_order_relaxed)) {
         if (++spins < kSpinsBeforeYield) {
@@ -25,11 +33,10 @@ class SpinLock {
           std::this_thread::yield();
         }
       }
+      if (!locked_.exchange(true, std::memory_order_acquire)) return;
     }
   }
-  void unlock() { locked_.store(false, std::memory_order_release); }
 
- private:
   static constexpr int kSpinsBeforeYield = 64;
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)

@@ -63,6 +63,7 @@ class BfcAllocator final : public Allocator {
 
  private:
   [[gnu::noinline]] Expected<void*> allocate_slow(uint64_t size_bytes, uint64_t rounded, uint32_t tag_id);
+  [[gnu::noinline]] Status deallocate_locked(void* ptr);
 
   struct State;
   std::unique_ptr<State> state_;
