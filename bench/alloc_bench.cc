@@ -5,8 +5,12 @@
 //     last split
 //   - 2 threads contending on one allocator
 //   - replay: a recorded-like stream of alloc/free events through the BFC pool (events per second)
-// After the run a table gives each allocator's time as a multiple of std::malloc's at the same size (medians
-// of repetitions run interleaved in random order).
+//   - the bundled real traces (tests/data: PyTorch's record of a GPT-2 and a ResNet-50 training run on an
+//     H200) replayed event by event through each allocator and through std::malloc with the same sizes
+//     (BM_<allocator>/replay_<trace>); malloc maps and unmaps each buffer above its mmap threshold (32 MiB
+//     at most), the cost a device pool exists to avoid
+// After the run a table gives each allocator's time as a multiple of std::malloc's at the same size or on the
+// same trace (medians of repetitions run interleaved in random order).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -18,6 +22,7 @@
 #include "memfit/alloc/bfc_allocator.h"
 #include "memfit/alloc/platform_allocator.h"
 #include "memfit/device/simulated_device.h"
+#include "memfit/trace/readers.h"
 #include "timing_reporter.h"
 
 namespace memfit {
@@ -140,10 +145,108 @@ void BM_BfcReplay(benchmark::State& state) {
 }
 BENCHMARK(BM_BfcReplay)->Unit(benchmark::kMillisecond);
 
-// Prints the usual table, then each allocator as a multiple of malloc at the same size.
+// A real trace's events, loaded once per trace; an error message instead when the file cannot be read.
+struct TraceEvents {
+  std::vector<TraceEvent> events;
+  uint64_t buffer_count = 0;
+  std::string error;
+};
+
+const TraceEvents& trace_events(const std::string& file) {
+  static std::map<std::string, TraceEvents> loaded;
+  auto [it, fresh] = loaded.try_emplace(file);
+  if (fresh) {
+    Expected<Timeline> t = read_trace_file(std::string(MEMFIT_SOURCE_DIR) + "/tests/data/" + file);
+    if (t.ok()) {
+      it->second.events = std::move(t->events);
+      it->second.buffer_count = t->buffer_count;
+    } else {
+      it->second.error = t.error().message();
+    }
+  }
+  return it->second;
+}
+
+// One pass over the trace per iteration; what is still live at the end is freed, so each pass starts empty
+// (the pools keep what they reserved).
+template <typename Alloc, typename Free>
+void replay_loop(benchmark::State& state, const std::string& file, Alloc alloc, Free release) {
+  const TraceEvents& trace = trace_events(file);
+  if (!trace.error.empty()) {
+    state.SkipWithError(trace.error.c_str());
+    return;
+  }
+  std::vector<void*> ptrs(trace.buffer_count, nullptr);
+  for (auto _ : state) {
+    for (const TraceEvent& e : trace.events) {
+      void*& p = ptrs[e.buffer];
+      if (e.kind == EventKind::kAlloc) {
+        p = alloc(e.size_bytes);
+        if (p == nullptr) {
+          state.SkipWithError("allocation failed");
+          return;
+        }
+      } else if (p != nullptr) {
+        release(p);
+        p = nullptr;
+      }
+    }
+    for (void*& p : ptrs) {
+      if (p != nullptr) release(p);
+      p = nullptr;
+    }
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * trace.events.size()));
+}
+
+void replay_through(benchmark::State& state, const std::string& file, const std::string& kind) {
+  // Its own device and a limit the traces fit (GPT-2's high-water mark is 18.8 GiB).
+  const std::unique_ptr<SimulatedDevice> device =
+      std::move(SimulatedDevice::create({kDeviceBytes, 512, false, "sim"})).value();
+  std::unique_ptr<Allocator> a;
+  if (kind == "platform") {
+    a = std::make_unique<PlatformAllocator>(*device);
+  } else {
+    BfcOptions o;
+    o.memory_limit_bytes = 48ull << 30;
+    o.allow_growth = kind == "bfc-growth";
+    o.retry_wait = std::chrono::milliseconds(0);
+    a = std::make_unique<BfcAllocator>(*device, o);
+  }
+  replay_loop(
+      state, file,
+      [&](uint64_t size) {
+        Expected<void*> p = a->allocate(size);
+        return p.ok() ? *p : nullptr;
+      },
+      [&](void* p) { (void)a->deallocate(p); });
+}
+
+const bool kRealTracesRegistered = [] {
+  const std::pair<const char*, const char*> traces[] = {{"gpt2", "gpt2_train_fp32.trace.csv.gz"},
+                                                        {"resnet50", "resnet50_train_bf16amp.trace.csv.gz"}};
+  for (const auto& [name, file] : traces) {
+    const std::string suffix = std::string("/replay_") + name;
+    const std::string path = file;
+    benchmark::RegisterBenchmark(("BM_Malloc" + suffix).c_str(), [path](benchmark::State& s) {
+      replay_loop(
+          s, path, [](uint64_t size) { return std::malloc(size); }, [](void* p) { std::free(p); });
+    })->Unit(benchmark::kMicrosecond);
+    for (const auto& [label, kind] : {std::pair{"BM_Bfc", "bfc"}, std::pair{"BM_BfcGrowth", "bfc-growth"},
+                                      std::pair{"BM_Platform", "platform"}}) {
+      const std::string k = kind;
+      benchmark::RegisterBenchmark((label + suffix).c_str(), [path, k](benchmark::State& s) {
+        replay_through(s, path, k);
+      })->Unit(benchmark::kMicrosecond);
+    }
+  }
+  return true;
+}();
+
+// Prints the usual table, then each allocator as a multiple of malloc at the same size or on the same trace.
 class RatioReporter : public TimingReporter {
   void summarize(std::ostream& out, const std::map<std::string, double>& times) override {
-    out << "\nratio to std::malloc at the same size (lower is faster):\n";
+    out << "\nratio to std::malloc at the same size or on the same trace (lower is faster):\n";
     for (const auto& [name, ns] : times) {
       if (name.rfind("BM_Malloc", 0) == 0 || name.find('/') == std::string::npos) continue;
       const std::string malloc_name = "BM_Malloc" + name.substr(name.find('/'));

@@ -74,7 +74,9 @@ Expected<ReplayResult> replay(const Timeline& timeline, const ReplayOptions& opt
     for (uint64_t i = 0; i < timeline.events.size(); ++i) {
       const TraceEvent& e = timeline.events[i];
       if (e.kind == EventKind::kAlloc) {
-        auto p = a.allocate(e.size_bytes, timeline.tags[e.tag]);
+        // Tag 0 goes as no tag: both name it "(untagged)", and only a named tag costs the allocator a lookup.
+        auto p = a.allocate(e.size_bytes,
+                            e.tag == 0 ? std::string_view{} : std::string_view{timeline.tags[e.tag]});
         if (!p.ok()) {
           if (p.error().code() != ErrorCode::kResourceExhausted) return p.error();
           if (r.oom_events++ == 0) {
