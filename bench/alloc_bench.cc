@@ -36,10 +36,11 @@ struct Fixture {
   std::unique_ptr<Allocator> allocator;
 };
 
-std::unique_ptr<Allocator> make(const std::string& kind, DeviceMemory& device) {
+std::unique_ptr<Allocator> make(const std::string& kind, DeviceMemory& device,
+                                uint64_t bfc_limit_bytes = 16ull << 30) {
   if (kind == "platform") return std::make_unique<PlatformAllocator>(device);
   BfcOptions o;
-  o.memory_limit_bytes = 16ull << 30;
+  o.memory_limit_bytes = bfc_limit_bytes;
   o.allow_growth = kind == "bfc-growth";
   o.retry_wait = std::chrono::milliseconds(0);
   return std::make_unique<BfcAllocator>(device, o);
@@ -106,54 +107,42 @@ const bool kTwoSizesRegistered = [] {
 BENCHMARK(BM_Malloc)->Arg(4096)->Threads(2)->UseRealTime();
 BENCHMARK(BM_Bfc)->Arg(4096)->Threads(2)->UseRealTime();
 
-// A replay-like stream: log-uniform sizes, at most 2000 live buffers, half allocs, half frees.
-void BM_BfcReplay(benchmark::State& state) {
-  struct Event {
-    bool alloc;
-    uint32_t slot;
-    uint64_t size;
-  };
-  std::mt19937_64 rng(1);
-  std::vector<Event> events;
-  std::vector<uint32_t> live_slots;
-  uint32_t next_slot = 0;
-  while (events.size() < 200000) {
-    if (live_slots.size() < 2000 && (live_slots.empty() || rng() % 2 == 0)) {
-      events.push_back({true, next_slot, 1 + rng() % (uint64_t{1} << (rng() % 24))});
-      live_slots.push_back(next_slot++);
-    } else {
-      const size_t i = rng() % live_slots.size();
-      events.push_back({false, live_slots[i], 0});
-      live_slots[i] = live_slots.back();
-      live_slots.pop_back();
-    }
-  }
-  for (uint32_t s : live_slots) events.push_back({false, s, 0});
-  std::vector<void*> ptrs(next_slot);
-  Fixture f;
-  f.allocator = make("bfc", *f.device);
-  for (auto _ : state) {
-    for (const Event& e : events) {
-      if (e.alloc) {
-        ptrs[e.slot] = *f.allocator->allocate(e.size);
-      } else {
-        (void)f.allocator->deallocate(ptrs[e.slot]);
-      }
-    }
-  }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * events.size()));
-}
-BENCHMARK(BM_BfcReplay)->Unit(benchmark::kMillisecond);
-
-// A real trace's events, loaded once per trace; an error message instead when the file cannot be read.
-struct TraceEvents {
+// A stream of alloc/free events to replay (a real trace's, or made up); `error` when it could not be read.
+struct ReplayEvents {
   std::vector<TraceEvent> events;
   uint64_t buffer_count = 0;
   std::string error;
 };
 
-const TraceEvents& trace_events(const std::string& file) {
-  static std::map<std::string, TraceEvents> loaded;
+// A replay-like stream: log-uniform sizes, at most 2000 live buffers, half allocs, half frees.
+const ReplayEvents& synthetic_stream() {
+  static const ReplayEvents stream = [] {
+    ReplayEvents r;
+    std::mt19937_64 rng(1);
+    std::vector<uint64_t> live;
+    while (r.events.size() < 200000) {
+      TraceEvent e;
+      if (live.size() < 2000 && (live.empty() || rng() % 2 == 0)) {
+        e.size_bytes = 1 + rng() % (uint64_t{1} << (rng() % 24));
+        e.buffer = r.buffer_count++;
+        live.push_back(e.buffer);
+      } else {
+        const size_t i = rng() % live.size();
+        e.kind = EventKind::kFree;
+        e.buffer = live[i];
+        live[i] = live.back();
+        live.pop_back();
+      }
+      r.events.push_back(e);
+    }
+    return r;
+  }();
+  return stream;
+}
+
+// A bundled real trace (tests/data), read once.
+const ReplayEvents& real_trace(const std::string& file) {
+  static std::map<std::string, ReplayEvents> loaded;
   auto [it, fresh] = loaded.try_emplace(file);
   if (fresh) {
     Expected<Timeline> t = read_trace_file(std::string(MEMFIT_SOURCE_DIR) + "/tests/data/" + file);
@@ -167,18 +156,17 @@ const TraceEvents& trace_events(const std::string& file) {
   return it->second;
 }
 
-// One pass over the trace per iteration; what is still live at the end is freed, so each pass starts empty
+// One pass over the events per iteration; what is still live at the end is freed, so each pass starts empty
 // (the pools keep what they reserved).
 template <typename Alloc, typename Free>
-void replay_loop(benchmark::State& state, const std::string& file, Alloc alloc, Free release) {
-  const TraceEvents& trace = trace_events(file);
-  if (!trace.error.empty()) {
-    state.SkipWithError(trace.error.c_str());
+void replay_loop(benchmark::State& state, const ReplayEvents& replay, Alloc alloc, Free release) {
+  if (!replay.error.empty()) {
+    state.SkipWithError(replay.error.c_str());
     return;
   }
-  std::vector<void*> ptrs(trace.buffer_count, nullptr);
+  std::vector<void*> ptrs(replay.buffer_count, nullptr);
   for (auto _ : state) {
-    for (const TraceEvent& e : trace.events) {
+    for (const TraceEvent& e : replay.events) {
       void*& p = ptrs[e.buffer];
       if (e.kind == EventKind::kAlloc) {
         p = alloc(e.size_bytes);
@@ -196,31 +184,24 @@ void replay_loop(benchmark::State& state, const std::string& file, Alloc alloc, 
       p = nullptr;
     }
   }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * trace.events.size()));
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * replay.events.size()));
 }
 
-void replay_through(benchmark::State& state, const std::string& file, const std::string& kind) {
-  // Its own device and a limit the traces fit (GPT-2's high-water mark is 18.8 GiB).
-  const std::unique_ptr<SimulatedDevice> device =
-      std::move(SimulatedDevice::create({kDeviceBytes, 512, false, "sim"})).value();
-  std::unique_ptr<Allocator> a;
-  if (kind == "platform") {
-    a = std::make_unique<PlatformAllocator>(*device);
-  } else {
-    BfcOptions o;
-    o.memory_limit_bytes = 48ull << 30;
-    o.allow_growth = kind == "bfc-growth";
-    o.retry_wait = std::chrono::milliseconds(0);
-    a = std::make_unique<BfcAllocator>(*device, o);
-  }
+void replay_through(benchmark::State& state, const ReplayEvents& replay, const std::string& kind) {
+  Fixture f;  // its own pool, with a limit the traces fit (GPT-2's high-water mark is 18.8 GiB)
+  f.allocator = make(kind, *f.device, 48ull << 30);
+  Allocator& a = *f.allocator;
   replay_loop(
-      state, file,
+      state, replay,
       [&](uint64_t size) {
-        Expected<void*> p = a->allocate(size);
+        Expected<void*> p = a.allocate(size);
         return p.ok() ? *p : nullptr;
       },
-      [&](void* p) { (void)a->deallocate(p); });
+      [&](void* p) { (void)a.deallocate(p); });
 }
+
+void BM_BfcReplay(benchmark::State& state) { replay_through(state, synthetic_stream(), "bfc"); }
+BENCHMARK(BM_BfcReplay)->Unit(benchmark::kMillisecond);
 
 const bool kRealTracesRegistered = [] {
   const std::pair<const char*, const char*> traces[] = {{"gpt2", "gpt2_train_fp32.trace.csv.gz"},
@@ -230,13 +211,14 @@ const bool kRealTracesRegistered = [] {
     const std::string path = file;
     benchmark::RegisterBenchmark(("BM_Malloc" + suffix).c_str(), [path](benchmark::State& s) {
       replay_loop(
-          s, path, [](uint64_t size) { return std::malloc(size); }, [](void* p) { std::free(p); });
+          s, real_trace(path), [](uint64_t size) { return std::malloc(size); },
+          [](void* p) { std::free(p); });
     })->Unit(benchmark::kMicrosecond);
     for (const auto& [label, kind] : {std::pair{"BM_Bfc", "bfc"}, std::pair{"BM_BfcGrowth", "bfc-growth"},
                                       std::pair{"BM_Platform", "platform"}}) {
       const std::string k = kind;
       benchmark::RegisterBenchmark((label + suffix).c_str(), [path, k](benchmark::State& s) {
-        replay_through(s, path, k);
+        replay_through(s, real_trace(path), k);
       })->Unit(benchmark::kMicrosecond);
     }
   }
