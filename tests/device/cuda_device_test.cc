@@ -70,7 +70,7 @@ void expect_xla_growth_over(DeviceMemory& device) {
   EXPECT_EQ((*bfc)->stats().bytes_in_use, 0u);
 }
 
-TEST(CudaDevice, XlaBfcGrowthOnTheSimulatedDevice) {
+TEST(XlaBfcGrowth, SameFiguresOnTheSimulatedDevice) {
   auto device = SimulatedDevice::create(SimulatedDeviceOptions{.capacity_bytes = 16ull << 30});
   ASSERT_TRUE(device.ok()) << device.error().message();
   expect_xla_growth_over(**device);
