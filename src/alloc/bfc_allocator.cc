@@ -89,6 +89,9 @@ struct Resplit {
 
 }  // namespace
 
+// OOM reports that walk every chunk; later ones in the same allocator carry the figures only.
+constexpr uint64_t kDetailedOomReports = 16;
+
 struct BfcAllocator::State {
   State(DeviceMemory& d, BfcOptions o) : device(d), options(std::move(o)) {
     for (auto& b : bins)
@@ -124,6 +127,7 @@ struct BfcAllocator::State {
   uint64_t next_region_bytes = 0;  // XLA's curr_region_allocation_bytes_
   AllocatorStats stats;
   uint64_t pool_bytes = 0;
+  uint64_t oom_reports = 0;  // OOM reports built so far (the first kDetailedOomReports are detailed)
   uint64_t peak_pool_bytes = 0;
   std::string last_device_error;
 
@@ -432,7 +436,11 @@ struct BfcAllocator::State {
   }
 
   // `device_total`/`device_free` are read by the caller before it takes `mu` (they are device calls).
-  OomReport report(uint64_t requested, uint64_t rounded, uint64_t device_total, uint64_t device_free) const {
+  // `detailed`: also walk every chunk for the occupancy bar and the live allocations by tag. That walk is
+  // O(chunks); an OOM storm (a replay past its capacity, a caller retrying in a loop) gets it only for the
+  // first kDetailedOomReports failures, and a report that says the rest was left out.
+  OomReport report(uint64_t requested, uint64_t rounded, uint64_t device_total, uint64_t device_free,
+                   bool detailed) const {
     OomReport r;
     r.allocator_name = options.name;
     r.requested_bytes = requested;
@@ -447,6 +455,11 @@ struct BfcAllocator::State {
     r.largest_free_bytes = largest_free();
     r.growth = options.allow_growth;
     r.memory_fraction = options.memory_fraction;
+    if (!detailed) {
+      r.detail_omitted = true;
+      explain_oom(r);
+      return r;
+    }
     const std::vector<ChunkExtent> all = extents();
     r.occupancy_bar = occupancy_bar(all, pool_bytes);
     std::vector<LiveAllocationGroup> groups(tags.size());
@@ -577,7 +590,9 @@ Expected<void*> BfcAllocator::allocate_slow(uint64_t size_bytes, uint64_t rounde
   const uint64_t device_total = s.device.total_bytes();
   const uint64_t device_free = s.device.free_bytes();
   std::lock_guard<detail::SpinLock> lock(s.mu);
-  auto report = std::make_shared<OomReport>(s.report(size_bytes, rounded, device_total, device_free));
+  const bool detailed = s.oom_reports++ < kDetailedOomReports;
+  auto report =
+      std::make_shared<OomReport>(s.report(size_bytes, rounded, device_total, device_free, detailed));
   std::string message = report->summary();
   return resource_exhausted(std::move(message), std::move(report));
 }
@@ -656,7 +671,7 @@ OomReport BfcAllocator::oom_report(uint64_t size_bytes) const {
   const uint64_t device_free = state_->device.free_bytes();
   std::lock_guard<detail::SpinLock> lock(state_->mu);
   return state_->report(size_bytes, bfc_round_bytes(std::min(size_bytes, kMaxRequestBytes)), device_total,
-                        device_free);
+                        device_free, /*detailed=*/true);
 }
 
 }  // namespace memfit

@@ -147,6 +147,7 @@ Json OomReport::to_json() const {
   j["largest_free_bytes"] = largest_free_bytes;
   j["fragmentation"] = std::round(fragmentation() * 10000.0) / 10000.0;
   j["occupancy_bar"] = occupancy_bar;
+  if (detail_omitted) j["detail_omitted"] = true;
   Json top = Json::array();
   for (const LiveAllocationGroup& g : top_live) {
     top.push_back(
@@ -178,6 +179,9 @@ std::string OomReport::to_text() const {
   }
   row("device",
       fmt::format("{} free of {}", format_bytes(device_free_bytes), format_bytes(device_total_bytes)));
+  if (detail_omitted)
+    out +=
+        "  (the pool's occupancy and live allocations are left out: the allocator has failed many times)\n";
   if (!occupancy_bar.empty())
     out += "  pool occupancy ('*' in use, 'x' rounding waste, '_' free):\n  " + occupancy_bar + "\n";
   if (!top_live.empty()) {

@@ -136,7 +136,7 @@ int memfit_stats_json(int device, char* buffer, size_t capacity) {
     a = g_devices[static_cast<size_t>(device)].allocator.get();
   }
   if (a == nullptr) return -1;
-  return copy_out(a->stats().to_json().dump(), buffer, capacity);
+  return copy_out(memfit::json_text(a->stats().to_json()), buffer, capacity);
 }
 
 int memfit_last_error(char* buffer, size_t capacity) { return copy_out(t_last_error, buffer, capacity); }

@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "memfit/core/checked.h"
+#include "memfit/core/text.h"
 
 namespace memfit {
 namespace {
@@ -16,7 +17,7 @@ struct Unit {
 };
 
 constexpr uint64_t kKB = 1000;
-constexpr std::array<Unit, 17> kUnits = {{
+constexpr std::array<Unit, 20> kUnits = {{
     {"", 1},
     {"b", 1},
     {"k", kKiB},
@@ -34,9 +35,13 @@ constexpr std::array<Unit, 17> kUnits = {{
     {"p", 1024 * kTiB},
     {"pib", 1024 * kTiB},
     {"pb", kKB* kKB* kKB* kKB* kKB},
+    // XLA prints "16.00EiB" when a shape computation overflows; 1 EiB = 2^60 fits, 16 EiB does not.
+    {"e", 1024 * 1024 * kTiB},
+    {"eib", 1024 * 1024 * kTiB},
+    {"eb", kKB* kKB* kKB* kKB* kKB* kKB},
 }};
 
-std::string quote(std::string_view text) { return fmt::format("'{}'", text); }
+std::string quote(std::string_view text) { return excerpt(text); }
 
 }  // namespace
 
@@ -83,7 +88,8 @@ Expected<uint64_t> parse_bytes(std::string_view text) {
     if (int_part > kMax / u.multiplier || total > kMax) return bad("too large (the limit is 2^64-1 bytes)");
     return static_cast<uint64_t>(total);
   }
-  return bad(fmt::format("unknown unit {} (use B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB)", quote(unit)));
+  return bad(fmt::format("unknown unit {} (use B, KiB, MiB, GiB, TiB, PiB, EiB, or KB, MB, GB, TB, PB, EB)",
+                         quote(unit)));
 }
 
 std::string format_bytes(uint64_t size_bytes) {

@@ -1,6 +1,8 @@
 #include "memfit/core/file_io.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -9,6 +11,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "memfit/core/text.h"
 
 namespace memfit {
 
@@ -45,16 +49,41 @@ Expected<std::string> gunzip(std::string_view data, uint64_t max_bytes) {
 }
 
 Expected<std::string> read_file(const std::string& path, uint64_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return io_error(fmt::format("cannot read '{}'", path));
-  std::string data = std::move(buffer).str();
+  const std::string name = excerpt(path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return not_found(fmt::format("cannot open {}: {}", name, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return invalid_argument(fmt::format("{} is a directory, not a file", name));
+  }
+  // Read in chunks up to the bound: pipes and devices (/dev/zero) have no size to trust, and a regular file
+  // may grow while it is read.
+  std::string data;
+  if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= max_bytes)
+    data.reserve(static_cast<size_t>(st.st_size));
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return io_error(fmt::format("cannot read {}: {}", name, std::strerror(err)));
+    }
+    if (n == 0) break;
+    data.append(buffer, static_cast<size_t>(n));
+    if (data.size() > max_bytes) {
+      ::close(fd);
+      return invalid_argument(
+          fmt::format("{} is larger than {} bytes, more than memfit reads", name, max_bytes));
+    }
+  }
+  ::close(fd);
   if (data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f &&
       static_cast<unsigned char>(data[1]) == 0x8b) {
     auto inflated = gunzip(data, max_bytes);
-    if (!inflated.ok()) return inflated.error().with_context(path);
+    if (!inflated.ok()) return inflated.error().with_context(name);
     return std::move(inflated).value();
   }
   return data;

@@ -9,6 +9,7 @@
 
 #include "memfit/core/bytes.h"
 #include "memfit/core/checked.h"
+#include "memfit/core/text.h"
 
 namespace memfit {
 namespace {
@@ -33,19 +34,59 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// Python's float(): surrounding whitespace allowed, the whole rest must be a number.
+// The most a fraction can sensibly be: above 1 only oversubscribes unified memory, and XLA computes the pool
+// as int64(total x fraction), which a large enough factor overflows.
+constexpr double kMaxMemoryFraction = 1000.0;
+
+// jaxlib 0.11 reads the fraction with Python's float(): surrounding whitespace, a sign, an exponent and '_'
+// between digits are allowed; anything else raises ValueError inside backend initialisation, and JAX does
+// not stop - it logs "An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not
+// installed. Falling back to cpu." and runs the whole job on the CPU (../shared/FACTS.md, H200 runs).
 Expected<double> parse_fraction(std::string_view var, std::string_view raw) {
-  const std::string_view text = trim(raw);
+  std::string text(trim(raw));
+  if (!text.empty() && text.front() == '+') text.erase(0, 1);
+  std::string digits;  // float() allows '_' between digits only
+  bool underscores_ok = true;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '_') {
+      digits.push_back(text[i]);
+      continue;
+    }
+    const bool between = i > 0 && i + 1 < text.size() &&
+                         std::isdigit(static_cast<unsigned char>(text[i - 1])) &&
+                         std::isdigit(static_cast<unsigned char>(text[i + 1]));
+    underscores_ok = underscores_ok && between;
+  }
   double value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-    return invalid_argument(
-        fmt::format("{}='{}' is not a number (expected a fraction such as 0.5)", var, raw));
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (digits.empty() || !underscores_ok || ec != std::errc() || end != digits.data() + digits.size()) {
+    return invalid_argument(fmt::format(
+        "{}={} is not a number Python's float() reads, so jaxlib 0.11 raises ValueError and JAX silently "
+        "falls "
+        "back to the CPU (\"An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not "
+        "installed\"): set a plain number such as 0.75 (forms like 0.75- or 0.5-0.9 are for newer XLA only)",
+        var, excerpt(raw)));
   }
   if (!std::isfinite(value) || value <= 0) {
-    return invalid_argument(fmt::format("{}='{}' must be a fraction greater than 0 (such as 0.5)", var, raw));
+    return invalid_argument(
+        fmt::format("{}={} must be a fraction greater than 0 (such as 0.5)", var, excerpt(raw)));
+  }
+  if (value > kMaxMemoryFraction) {
+    return invalid_argument(fmt::format(
+        "{}={} asks for {} times the device's memory: XLA sizes the pool as int64(total x fraction), which "
+        "this overflows; use at most 1 (a small factor only with TF_FORCE_UNIFIED_MEMORY=1)",
+        var, excerpt(raw), value));
   }
   return value;
+}
+
+// fraction x total as a byte count, saturating instead of the undefined double-to-integer overflow.
+uint64_t fraction_of(double fraction, uint64_t total_bytes) {
+  const double wanted = fraction * static_cast<double>(total_bytes);
+  constexpr double kTwoTo64 = 18446744073709551616.0;
+  if (!(wanted >= 0)) return 0;
+  if (wanted >= kTwoTo64) return ~uint64_t{0};
+  return static_cast<uint64_t>(wanted);
 }
 
 }  // namespace
@@ -83,9 +124,9 @@ Expected<XlaAllocatorConfig> parse_xla_allocator_env(const Environment& env) {
     }
     if (!known) {
       return invalid_argument(
-          fmt::format("{}='{}' is not an allocator JAX knows (expected default, bfc, platform, cuda_async, "
+          fmt::format("{}={} is not an allocator JAX knows (expected default, bfc, platform, cuda_async, "
                       "vmm or address)",
-                      kAllocatorVar, *raw));
+                      kAllocatorVar, excerpt(*raw)));
     }
   }
   if (auto raw = env.get(kTfAllocatorVar)) {
@@ -98,8 +139,8 @@ Expected<XlaAllocatorConfig> parse_xla_allocator_env(const Environment& env) {
                                               kAllocatorVar, xla_allocator_kind_name(config.kind)));
       }
     } else {
-      config.warnings.push_back(fmt::format(
-          "{}='{}' is ignored by JAX (only cuda_malloc_async has an effect)", kTfAllocatorVar, *raw));
+      config.warnings.push_back(fmt::format("{}={} is ignored by JAX (only cuda_malloc_async has an effect)",
+                                            kTfAllocatorVar, excerpt(*raw)));
     }
   }
 
@@ -109,13 +150,18 @@ Expected<XlaAllocatorConfig> parse_xla_allocator_env(const Environment& env) {
     const std::string value = lower(trim(*raw));
     if (config.preallocate && (value == "false" || value == "0" || value == "no" || value == "off")) {
       config.warnings.push_back(
-          fmt::format("{}='{}' leaves preallocation ON: JAX turns it off only for exactly false, False or 0",
-                      kPreallocateVar, *raw));
+          fmt::format("{}={} leaves preallocation ON: JAX turns it off only for exactly false, False or 0",
+                      kPreallocateVar, excerpt(*raw)));
     }
   }
 
-  const auto fraction_new = env.get(kFractionVar);
-  const auto fraction_old = env.get(kDeprecatedFractionVar);
+  // jaxlib tests `if memory_fraction:`, so a variable set to the empty string is as good as unset.
+  auto non_empty = [&](std::string_view var) {
+    auto v = env.get(var);
+    return v && !v->empty() ? v : std::nullopt;
+  };
+  const auto fraction_new = non_empty(kFractionVar);
+  const auto fraction_old = non_empty(kDeprecatedFractionVar);
   if (fraction_new && fraction_old) {
     return invalid_argument(fmt::format("both {} and {} are set; JAX refuses that: keep only {}",
                                         kFractionVar, kDeprecatedFractionVar, kFractionVar));
@@ -148,7 +194,8 @@ Expected<XlaAllocatorConfig> parse_xla_allocator_env(const Environment& env) {
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), mb);
     auto bytes = checked_mul(mb, 1ull << 20);
     if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !bytes) {
-      return invalid_argument(fmt::format("{}='{}' must be a whole number of MiB", kCollectiveVar, *raw));
+      return invalid_argument(
+          fmt::format("{}={} must be a whole number of MiB", kCollectiveVar, excerpt(*raw)));
     }
     config.collective_memory_bytes = *bytes;
   }
@@ -161,9 +208,9 @@ uint64_t bfc_round_bytes(uint64_t size_bytes) {
 }
 
 uint64_t bfc_memory_limit(double fraction, uint64_t total_bytes) {
-  const double wanted = fraction * static_cast<double>(total_bytes);
-  const auto bytes = static_cast<uint64_t>(wanted);
-  return round_up(bytes, kBfcLimitAlignmentBytes);
+  const uint64_t bytes = fraction_of(fraction, total_bytes);
+  return checked_round_up(bytes, kBfcLimitAlignmentBytes)
+      .value_or(bytes / kBfcLimitAlignmentBytes * kBfcLimitAlignmentBytes);
 }
 
 uint64_t bfc_backpedal_bytes(uint64_t size_bytes) {
@@ -260,7 +307,7 @@ XlaAllocatorPlan plan_xla_allocator(const XlaAllocatorConfig& config, uint64_t c
     case XlaAllocatorKind::kCudaAsync: {
       plan.allocator = "cuda_async";
       plan.preallocate = config.preallocate;
-      plan.limit_bytes = static_cast<uint64_t>(sizing_fraction * static_cast<double>(capacity_bytes));
+      plan.limit_bytes = fraction_of(sizing_fraction, capacity_bytes);
       plan.limit_enforced = false;
       if (config.preallocate) plan.reserved_at_first_allocation_bytes = *plan.limit_bytes;
       plan.consequences.push_back(fmt::format(
@@ -280,7 +327,7 @@ XlaAllocatorPlan plan_xla_allocator(const XlaAllocatorConfig& config, uint64_t c
     case XlaAllocatorKind::kVmm:
       plan.allocator = "vmm";
       plan.preallocate = false;
-      plan.limit_bytes = static_cast<uint64_t>(sizing_fraction * static_cast<double>(capacity_bytes));
+      plan.limit_bytes = fraction_of(sizing_fraction, capacity_bytes);
       plan.limit_enforced = true;
       plan.consequences.push_back(fmt::format(
           "maps physical memory on demand into a reserved virtual range (experimental in JAX), capped at {}; "
@@ -293,8 +340,7 @@ XlaAllocatorPlan plan_xla_allocator(const XlaAllocatorConfig& config, uint64_t c
     plan.consequences.push_back(
         fmt::format("also preallocates {} for collectives (NCCL buffers) in a separate pool limited to {}",
                     format_bytes(config.collective_memory_bytes),
-                    format_bytes(static_cast<uint64_t>((1.0 - std::min(1.0, config.memory_fraction)) *
-                                                       static_cast<double>(capacity_bytes)))));
+                    format_bytes(fraction_of(1.0 - std::min(1.0, config.memory_fraction), capacity_bytes))));
   }
   return plan;
 }

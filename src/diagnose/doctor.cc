@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+
 #include "memfit/core/bytes.h"
+#include "memfit/core/text.h"
 #include "memfit/core/xla_env.h"
 #include "memfit/diagnose/log_classifier.h"
 
@@ -13,8 +16,8 @@ void add_env_findings(const Environment& env, const std::string& whose, std::vec
   auto config = parse_xla_allocator_env(env);
   if (!config.ok()) {
     out.push_back({Step::kAllocation, "invalid_xla_variable", Severity::kError,
-                   fmt::format("{}: {} - JAX will refuse to start", whose, config.error().message()),
-                   "fix or unset the variable", whose});
+                   fmt::format("{}: {}", whose, config.error().message()), "fix or unset the variable",
+                   whose});
     return;
   }
   for (const std::string& w : config->warnings) {
@@ -82,16 +85,39 @@ void probe_host(const HostProbe& host, DoctorReport& r) {
 
 }  // namespace
 
+// The device memory JAX sizes its pool from: CUDA's total, which is NVML's total less the driver's own
+// reservation (NVML v2 memory info). On an idle H200: 150754820096 - 644939776 = 150109880320, and 75% of
+// that is JAX's bytes_limit, 112583507968 (../shared/FACTS.md, NVML).
+uint64_t cuda_total_bytes(const GpuMemory& g) {
+  return g.total_bytes > g.reserved_bytes ? g.total_bytes - g.reserved_bytes : g.total_bytes;
+}
+
 Expected<DoctorReport> run_doctor(const DoctorOptions& options) {
   DoctorReport r;
   r.facts = Json::object();
+  if (options.pid && *options.pid <= 0) {
+    return invalid_argument(fmt::format("--pid {} is not a process id (ids start at 1)", *options.pid));
+  }
+  if (options.probe_machine || options.pid) {
+    struct stat st {};
+    const std::string proc = options.root + "/proc";
+    if (::stat(options.root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return invalid_argument(fmt::format("--root {} is not a folder", excerpt(options.root)));
+    }
+    if (::stat(proc.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return invalid_argument(fmt::format(
+          "--root {} has no proc/ folder: not a machine or a saved machine state", excerpt(options.root)));
+    }
+  }
   const HostProbe host(options.root);
   std::vector<GpuMemory> gpus;
 
   if (options.probe_machine) {
     add_env_findings(options.environment, "this shell's environment", r.findings);
     probe_host(host, r);
-    if (options.query_gpu) {
+    if (options.gpus) {
+      gpus = *options.gpus;
+    } else if (options.query_gpu) {
       auto nvml = query_nvml();
       if (nvml.ok()) {
         gpus = std::move(nvml).value();
@@ -141,11 +167,11 @@ Expected<DoctorReport> run_doctor(const DoctorOptions& options) {
       for (const GpuProcess& p : g.processes) {
         if (static_cast<int>(p.pid) == proc.pid) {
           gpu_used = p.used_bytes;
-          if (!capacity) capacity = g.total_bytes;
+          if (!capacity) capacity = cuda_total_bytes(g);
         }
       }
     }
-    if (!capacity && !gpus.empty()) capacity = gpus.front().total_bytes;
+    if (!capacity && !gpus.empty()) capacity = cuda_total_bytes(gpus.front());
     if (!proc.environment_readable) {
       r.notes.push_back(fmt::format(
           "cannot read /proc/{}/environ (another user's process?): its XLA variables are unknown", proc.pid));
@@ -155,14 +181,21 @@ Expected<DoctorReport> run_doctor(const DoctorOptions& options) {
       if (config.ok() && capacity) {
         const XlaAllocatorPlan plan = plan_xla_allocator(*config, *capacity);
         if (plan.preallocate && plan.reserved_at_first_allocation_bytes > 0) {
-          std::string seen =
-              gpu_used ? fmt::format("; NVML shows it holding {}", format_bytes(*gpu_used)) : std::string();
+          // Say what the process holds (NVML), not what its settings ask for: a second tenant's pool is
+          // whatever the driver let it have.
+          const std::string pool = format_bytes(plan.reserved_at_first_allocation_bytes);
+          const std::string share = format_percent(plan.reserved_at_first_allocation_bytes, *capacity);
           r.findings.push_back(
               {Step::kAllocation, "preallocated_pool", Severity::kInfo,
-               fmt::format("{} reserved {} ({}) at its first allocation{}; nvidia-smi shows the pool, "
-                           "not what is in use (ask jax.devices()[0].memory_stats()['bytes_in_use'])",
-                           whose, format_bytes(plan.reserved_at_first_allocation_bytes),
-                           format_percent(plan.reserved_at_first_allocation_bytes, *capacity), seen),
+               gpu_used
+                   ? fmt::format("{} holds {} on the GPU (NVML); its settings preallocate a pool of {} ({} "
+                                 "of {}) at its first allocation; nvidia-smi shows the pool, not what is in "
+                                 "use (ask jax.devices()[0].memory_stats()['bytes_in_use'])",
+                                 whose, format_bytes(*gpu_used), pool, share, format_bytes(*capacity))
+                   : fmt::format("{}'s settings preallocate a pool of {} ({} of {}) at its first "
+                                 "allocation; nvidia-smi shows the pool, not what is in use (ask "
+                                 "jax.devices()[0].memory_stats()['bytes_in_use'])",
+                                 whose, pool, share, format_bytes(*capacity)),
                "nothing to fix on a dedicated GPU; to share it set XLA_PYTHON_CLIENT_PREALLOCATE=false "
                "or lower XLA_CLIENT_MEM_FRACTION",
                whose});

@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "memfit/core/text.h"
+
 namespace memfit {
 
 const char* buffer_kind_name(BufferKind kind) {
@@ -136,6 +138,7 @@ class Builder {
     time_.resize(nc);
     span_.assign(nc, {0, 0});
     processed_.assign(nc, false);
+    in_progress_.assign(nc, false);
     users_.resize(nc);
     users_built_.assign(nc, false);
     const HloComputation* entry = m_.entry();
@@ -225,6 +228,12 @@ class Builder {
   Status process(uint32_t c, const std::vector<const Positions*>& bindings, int depth) {
     if (depth > kMaxCallDepth) return invalid_argument("computations nest deeper than 256 calls");
     const HloComputation& comp = m_.computations[c];
+    if (in_progress_[c]) {
+      return invalid_argument(fmt::format(
+          "computation {} calls itself (directly or through the computations it calls): HLO has no "
+          "recursion, loops are while instructions",
+          excerpt(comp.name)));
+    }
     if (processed_[c]) {  // a second call site: its values flow into the same parameters
       for (uint32_t i = 0; i < comp.instructions.size(); ++i) {
         const HloInstruction& inst = comp.instructions[i];
@@ -234,6 +243,7 @@ class Builder {
       return Status();
     }
     processed_[c] = true;
+    in_progress_[c] = true;
     positions_[c].resize(comp.instructions.size());
     operands_[c].resize(comp.instructions.size());
     time_[c].assign(comp.instructions.size(), -1);
@@ -253,6 +263,7 @@ class Builder {
         return error_at(comp.instructions[i], "its operands do not have the shape its result says");
     }
     span_[c] = {start, clock_time_ == start ? start : clock_time_ - 1};
+    in_progress_[c] = false;
     computation_post_order_.push_back(c);
     return Status();
   }
@@ -942,6 +953,7 @@ class Builder {
   std::vector<std::vector<int64_t>> time_;
   std::vector<std::pair<uint64_t, uint64_t>> span_;
   std::vector<bool> processed_;
+  std::vector<bool> in_progress_;  // on the call stack now: a call to it is recursion
   std::vector<std::unordered_map<std::string_view, std::vector<uint32_t>>> users_;
   std::vector<bool> users_built_;
   std::vector<const Shape*> shape_of_;

@@ -73,6 +73,170 @@ class PlacedIndex {
   std::vector<uint64_t> max_end_;
 };
 
+// Placed chunks in offset order (a treap), each node also summing up its subtree: the offset range it
+// covers, whether the chunks below it cover that range without a hole ("solid"), and the extremes of their
+// live ranges. Walking it in offset order gives the occupied ranges for a time window, and a solid subtree
+// whose chunks are all live in the window is one occupied range, not a walk: where thousands of buffers are
+// live at once (activations saved for the backward pass, outputs gathered at the end) they stack without
+// holes, and a query costs O(log n) instead of sorting every one of them (the quadratic cost that made a
+// 30000-buffer module take most of a minute).
+class OffsetIndex {
+ public:
+  // A hole below `alignment` bytes is no hole: a chunk never starts inside it.
+  OffsetIndex(size_t capacity, uint64_t alignment) : alignment_(alignment) { nodes_.reserve(capacity); }
+
+  void insert(uint64_t offset, uint64_t end_offset, uint64_t start, uint64_t end) {
+    const auto id = static_cast<uint32_t>(nodes_.size());
+    Node n;
+    n.off = offset;
+    n.end = end_offset;
+    n.t0 = start;
+    n.t1 = end;
+    rng_ = rng_ * 6364136223846793005ull + 1442695040888963407ull;  // Knuth's LCG: priorities only
+    n.prio = static_cast<uint32_t>(rng_ >> 33);
+    nodes_.push_back(n);
+    pull(id);
+    uint32_t left = kNil, right = kNil;
+    split(root_, offset, left, right);
+    root_ = merge(merge(left, id), right);
+  }
+
+  // Calls f(begin, end) for the occupied offset ranges of chunks live somewhere in [start, end], in offset
+  // order; touching or overlapping ranges may come merged.
+  template <typename F>
+  void occupied(uint64_t start, uint64_t end, F&& f) const {
+    visit(root_, start, end, f);
+  }
+
+ private:
+  static constexpr uint32_t kNil = std::numeric_limits<uint32_t>::max();
+  struct Node {
+    uint64_t off = 0, end = 0, t0 = 0, t1 = 0;  // the chunk and its live range
+    uint32_t left = kNil, right = kNil, prio = 0;
+    bool solid = true;        // the subtree's chunks cover [lo, hi) without a hole
+    uint64_t lo = 0, hi = 0;  // the subtree's offset range
+    uint64_t min_t0 = 0, max_t0 = 0, min_t1 = 0, max_t1 = 0;  // its live ranges' extremes
+  };
+
+  void pull(uint32_t t) {
+    Node& n = nodes_[t];
+    n.lo = n.off;
+    n.hi = n.end;
+    n.solid = true;
+    n.min_t0 = n.max_t0 = n.t0;
+    n.min_t1 = n.max_t1 = n.t1;
+    auto take_times = [&](const Node& c) {
+      n.min_t0 = std::min(n.min_t0, c.min_t0);
+      n.max_t0 = std::max(n.max_t0, c.max_t0);
+      n.min_t1 = std::min(n.min_t1, c.min_t1);
+      n.max_t1 = std::max(n.max_t1, c.max_t1);
+    };
+    if (n.left != kNil) {
+      const Node& l = nodes_[n.left];
+      n.lo = l.lo;
+      n.solid = l.solid && align_up(l.hi, alignment_) >= n.off;
+      n.hi = std::max(l.hi, n.end);
+      take_times(l);
+    }
+    if (n.right != kNil) {
+      const Node& r = nodes_[n.right];
+      n.solid = n.solid && r.solid && align_up(n.hi, alignment_) >= r.lo;
+      n.hi = std::max(n.hi, r.hi);
+      take_times(r);
+    }
+  }
+
+  // left: the chunks at offsets <= `offset` (older first on ties), right: the rest.
+  void split(uint32_t t, uint64_t offset, uint32_t& left, uint32_t& right) {
+    if (t == kNil) {
+      left = right = kNil;
+      return;
+    }
+    if (nodes_[t].off <= offset) {
+      split(nodes_[t].right, offset, nodes_[t].right, right);
+      left = t;
+    } else {
+      split(nodes_[t].left, offset, left, nodes_[t].left);
+      right = t;
+    }
+    pull(t);
+  }
+
+  uint32_t merge(uint32_t a, uint32_t b) {
+    if (a == kNil) return b;
+    if (b == kNil) return a;
+    if (nodes_[a].prio > nodes_[b].prio) {
+      nodes_[a].right = merge(nodes_[a].right, b);
+      pull(a);
+      return a;
+    }
+    nodes_[b].left = merge(a, nodes_[b].left);
+    pull(b);
+    return b;
+  }
+
+  template <typename F>
+  void visit(uint32_t t, uint64_t start, uint64_t end, F& f) const {
+    if (t == kNil) return;
+    const Node& n = nodes_[t];
+    if (n.min_t0 > end || n.max_t1 < start) return;  // nothing below is live in the window
+    if (n.solid && n.max_t0 <= end && n.min_t1 >= start) {
+      f(n.lo, n.hi);  // everything below is live in the window, and covers [lo, hi) whole
+      return;
+    }
+    visit(n.left, start, end, f);
+    if (n.t0 <= end && n.t1 >= start) f(n.off, n.end);
+    visit(n.right, start, end, f);
+  }
+
+  uint64_t alignment_;
+  std::vector<Node> nodes_;
+  uint32_t root_ = kNil;
+  uint64_t rng_ = 0x9E3779B97F4A7C15ull;
+};
+
+// How many placed intervals overlap a window, in O(log n): those that start by its end, less those that
+// ended before its start (Fenwick trees over the ranks of starts and of ends).
+class OverlapCounter {
+ public:
+  explicit OverlapCounter(const std::vector<HeapInterval>& intervals) {
+    for (const HeapInterval& iv : intervals) {
+      starts_.push_back(iv.start);
+      ends_.push_back(iv.end);
+    }
+    std::sort(starts_.begin(), starts_.end());
+    std::sort(ends_.begin(), ends_.end());
+    by_start_.assign(starts_.size() + 1, 0);
+    by_end_.assign(ends_.size() + 1, 0);
+  }
+  void add(const HeapInterval& iv) {
+    bump(by_start_, rank(starts_, iv.start));
+    bump(by_end_, rank(ends_, iv.end));
+  }
+  uint64_t overlapping(uint64_t start, uint64_t end) const {
+    const size_t started =
+        static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), end) - starts_.begin());
+    const size_t ended =
+        static_cast<size_t>(std::lower_bound(ends_.begin(), ends_.end(), start) - ends_.begin());
+    return prefix(by_start_, started) - prefix(by_end_, ended);
+  }
+
+ private:
+  static size_t rank(const std::vector<uint64_t>& sorted, uint64_t v) {
+    return static_cast<size_t>(std::lower_bound(sorted.begin(), sorted.end(), v) - sorted.begin()) + 1;
+  }
+  static void bump(std::vector<uint64_t>& tree, size_t i) {
+    for (; i < tree.size(); i += i & (~i + 1)) ++tree[i];
+  }
+  static uint64_t prefix(const std::vector<uint64_t>& tree, size_t i) {
+    uint64_t sum = 0;
+    for (; i > 0; i -= i & (~i + 1)) sum += tree[i];
+    return sum;
+  }
+  std::vector<uint64_t> starts_, ends_;
+  std::vector<uint64_t> by_start_, by_end_;
+};
+
 uint32_t leader_of(const std::vector<HeapInterval>& intervals, uint32_t id) {
   while (intervals[id].colocated_with != kNotColocated) id = intervals[id].colocated_with;
   return id;
@@ -128,22 +292,18 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
   result.packing = packing;
   result.offsets.assign(n, 0);
   PlacedIndex placed(intervals);
+  OffsetIndex by_offset(n, alignment);
+  OverlapCounter counter(intervals);
+  // Below this many overlapping chunks, listing and sorting them is cheaper than walking the offset tree.
+  constexpr uint64_t kListAtMost = 64;
   std::vector<std::pair<uint64_t, uint64_t>> used;  // [offset, end) of chunks overlapping in time
   for (uint32_t l : leaders) {
     const uint64_t size = keys[l].size;
-    used.clear();
-    for (uint32_t m : members[l]) {
-      placed.overlapping(intervals[m].start, intervals[m].end, [&](uint32_t other) {
-        const uint64_t off = result.offsets[other];
-        used.emplace_back(off, off + intervals[other].size_bytes);
-      });
-    }
-    std::sort(used.begin(), used.end());
     // Best fit: the smallest gap that holds the chunk, lowest offset on ties; else above everything.
     uint64_t best_offset = 0;
     uint64_t best_gap = std::numeric_limits<uint64_t>::max();
     uint64_t top = 0;
-    for (const auto& [off, end] : used) {
+    auto occupied = [&](uint64_t off, uint64_t end) {  // called in offset order
       const uint64_t gap_start = align_up(top, alignment);
       if (off > gap_start) {
         const uint64_t gap = off - gap_start;
@@ -153,11 +313,28 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
         }
       }
       top = std::max(top, end);
+    };
+    const std::vector<uint32_t>& group = members[l];
+    if (group.size() == 1 && counter.overlapping(intervals[l].start, intervals[l].end) > kListAtMost) {
+      by_offset.occupied(intervals[l].start, intervals[l].end, occupied);
+    } else {
+      used.clear();
+      for (uint32_t m : group) {
+        placed.overlapping(intervals[m].start, intervals[m].end, [&](uint32_t other) {
+          const uint64_t off = result.offsets[other];
+          used.emplace_back(off, off + intervals[other].size_bytes);
+        });
+      }
+      std::sort(used.begin(), used.end());
+      for (const auto& [off, end] : used) occupied(off, end);
     }
     if (best_gap == std::numeric_limits<uint64_t>::max()) best_offset = align_up(top, alignment);
-    for (uint32_t m : members[l]) {
+    for (uint32_t m : group) {
       result.offsets[m] = best_offset;
       placed.place(m);
+      by_offset.insert(best_offset, best_offset + intervals[m].size_bytes, intervals[m].start,
+                       intervals[m].end);
+      counter.add(intervals[m]);
       result.heap_bytes = std::max(result.heap_bytes, best_offset + intervals[m].size_bytes);
     }
   }

@@ -22,6 +22,14 @@ Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& option
   plan.output_bytes = sizes.output_bytes;
   plan.alias_bytes = sizes.alias_bytes;
 
+  // The heap places chunks at offsets up to the sum of all temp sizes (aligned): that sum must fit.
+  uint64_t all_temp = 0;
+  for (const HeapInterval& iv : model.heap_intervals) {
+    const auto aligned = checked_round_up(iv.size_bytes, std::max<uint64_t>(options.alignment_bytes, 1));
+    const auto sum = aligned ? checked_add(all_temp, *aligned) : std::nullopt;
+    if (!sum) return invalid_argument("the module's temporary buffers total more than 2^64 bytes");
+    all_temp = *sum;
+  }
   const HeapAssignment heap = best_heap(model.heap_intervals, options.alignment_bytes);
   plan.temp_bytes = heap.heap_bytes;
   plan.packing = heap.packing;

@@ -4,8 +4,10 @@
 
 #include <cctype>
 #include <charconv>
+#include <unordered_set>
 
 #include "memfit/core/checked.h"
+#include "memfit/core/text.h"
 
 namespace memfit {
 namespace {
@@ -334,6 +336,27 @@ Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line)
   return inst;
 }
 
+// XLA's parser refuses a module whose computations share a name, a computation whose instructions share a
+// name, or two parameters with one number: memfit would silently plan only one of them.
+Status check_unique_names(const HloModule& module) {
+  std::unordered_set<std::string_view> computations;
+  for (const HloComputation& c : module.computations) {
+    if (!computations.insert(c.name).second)
+      return invalid_argument(fmt::format("two computations are named {}", excerpt(c.name)));
+    std::unordered_set<std::string_view> names;
+    std::unordered_set<int64_t> parameters;
+    for (const HloInstruction& i : c.instructions) {
+      if (!names.insert(i.name).second)
+        return invalid_argument(fmt::format("line {}: a second instruction named {} in computation {}",
+                                            i.line, excerpt(i.name), excerpt(c.name)));
+      if (i.opcode == "parameter" && !parameters.insert(i.parameter_number).second)
+        return invalid_argument(fmt::format("line {}: a second parameter({}) in computation {}", i.line,
+                                            i.parameter_number, excerpt(c.name)));
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 uint64_t Shape::own_bytes() const {
@@ -404,6 +427,7 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
   bool saw_header = false;
   bool in_side_table = false;
   HloComputation* current = nullptr;
+  uint64_t instruction_count = 0;
   while (pos < text.size()) {
     size_t end = text.find('\n', pos);
     if (end == std::string_view::npos) end = text.size();
@@ -449,6 +473,9 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
       HloComputation computation;
       std::string_view header = line;
       if (header.starts_with("ENTRY ")) {
+        if (module.entry() != nullptr)
+          return invalid_argument(
+              fmt::format("line {}: a second ENTRY computation (a module has one)", number));
         computation.is_entry = true;
         header.remove_prefix(6);
       }
@@ -464,6 +491,11 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
       current = nullptr;
       continue;
     }
+    if (++instruction_count > kMaxHloInstructions) {
+      return invalid_argument(
+          fmt::format("line {}: more than {} instructions, more than memfit plans in one module", number,
+                      kMaxHloInstructions));
+    }
     MEMFIT_ASSIGN_OR_RETURN(HloInstruction inst, parse_instruction(line, number));
     if (module.platform == HloPlatform::kUnknown) module.platform = inst.platform;
     current->instructions.push_back(std::move(inst));
@@ -473,17 +505,24 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
     return invalid_argument(
         fmt::format("line {}: the text ends inside computation '{}' (truncated?)", number, current->name));
   if (module.entry() == nullptr) return invalid_argument("the module has no ENTRY computation");
-  // Shapes were parsed unchecked: reject any whose byte count overflows.
+  MEMFIT_RETURN_IF_ERROR(check_unique_names(module));
+  // Shapes were parsed unchecked: reject any whose byte count, or the sum of a tuple's arrays, overflows,
+  // so that Shape::leaf_bytes and own_bytes are exact from here on.
   for (const HloComputation& c : module.computations) {
     for (const HloInstruction& i : c.instructions) {
       std::vector<const Shape*> stack{&i.shape};
+      uint64_t total = 0;
       while (!stack.empty()) {
         const Shape* s = stack.back();
         stack.pop_back();
-        if (!s->is_tuple() && !array_bytes(s->type, s->dims, s->packed_element_bits).ok()) {
+        auto bytes = s->is_tuple() ? Expected<uint64_t>(uint64_t{kTuplePointerBytes} * s->elements.size())
+                                   : array_bytes(s->type, s->dims, s->packed_element_bits);
+        const auto sum = bytes.ok() ? checked_add(total, *bytes) : std::nullopt;
+        if (!sum) {
           return invalid_argument(
-              fmt::format("line {}: the shape of '{}' overflows 64 bits", i.line, i.name));
+              fmt::format("line {}: the shape of {} overflows 64 bits", i.line, excerpt(i.name)));
         }
+        total = *sum;
         for (const Shape& e : s->elements) stack.push_back(&e);
       }
     }
@@ -495,8 +534,26 @@ Expected<EntrySizes> entry_sizes(const HloModule& module) {
   const HloComputation* entry = module.entry();
   if (entry == nullptr) return invalid_argument("the module has no ENTRY computation");
   EntrySizes sizes;
+  // Each shape was checked when parsed; their sums are checked here (four f32[2^60] parameters are 2^64 B).
+  const Error overflow = invalid_argument("the module's argument or output bytes overflow 64 bits");
+  auto add = [&](uint64_t& total, uint64_t bytes) -> Status {
+    const auto sum = checked_add(total, bytes);
+    if (!sum) return overflow;
+    total = *sum;
+    return ok_status();
+  };
+  auto leaves = [&](const Shape& shape, uint64_t& total) -> Status {
+    std::vector<const Shape*> stack{&shape};
+    while (!stack.empty()) {
+      const Shape* s = stack.back();
+      stack.pop_back();
+      if (!s->is_tuple()) MEMFIT_RETURN_IF_ERROR(add(total, s->own_bytes()));
+      for (const Shape& e : s->elements) stack.push_back(&e);
+    }
+    return ok_status();
+  };
   for (const HloInstruction& i : entry->instructions) {
-    if (i.opcode == "parameter") sizes.argument_bytes += i.shape.leaf_bytes();
+    if (i.opcode == "parameter") MEMFIT_RETURN_IF_ERROR(leaves(i.shape, sizes.argument_bytes));
   }
   const HloInstruction* root = entry->root();
   if (root == nullptr) return invalid_argument("the ENTRY computation is empty");
@@ -505,14 +562,14 @@ Expected<EntrySizes> entry_sizes(const HloModule& module) {
   while (!stack.empty()) {
     const Shape* s = stack.back();
     stack.pop_back();
-    sizes.output_bytes += s->own_bytes();
+    MEMFIT_RETURN_IF_ERROR(add(sizes.output_bytes, s->own_bytes()));
     for (const Shape& e : s->elements) stack.push_back(&e);
   }
   for (const HloAlias& a : module.aliases) {
     const Shape* out = root->shape.at(a.output_index);
     if (out == nullptr)
       return invalid_argument("input_output_alias names an output index the root does not have");
-    sizes.alias_bytes += out->leaf_bytes();
+    MEMFIT_RETURN_IF_ERROR(leaves(*out, sizes.alias_bytes));
   }
   return sizes;
 }

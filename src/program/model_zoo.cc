@@ -7,6 +7,7 @@
 #include <set>
 
 #include "memfit/core/checked.h"
+#include "memfit/core/text.h"
 
 namespace memfit {
 
@@ -33,14 +34,15 @@ Status check_one_of(const std::string& key, const std::string& value,
     if (!list.empty()) list += ", ";
     list += a;
   }
-  return invalid_argument(fmt::format("{}: '{}' is not one of {}", key, value, list));
+  return invalid_argument(fmt::format("{}: {} is not one of {}", key, excerpt(value), list));
 }
 
 Expected<uint64_t> positive(const Json& config, const char* key, uint64_t fallback) {
   if (!config.contains(key)) return fallback;
   const Json& v = config[key];
   if (!v.is_number_integer() || v.get<int64_t>() <= 0)
-    return invalid_argument(fmt::format("{}: expected a positive integer, got {}", key, v.dump()));
+    return invalid_argument(
+        fmt::format("{}: expected a positive integer, got {}", key, excerpt(json_text(v))));
   return v.get<uint64_t>();
 }
 
@@ -54,7 +56,8 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
       "remat", "remat_layers", "optimizer", "step",  "donate",       "scan",     "accum",   "sharding",
       "mesh",  "mesh_axes",    "backend",   "name",  "compile_only", "cpu8"};
   for (const auto& [key, value] : config.items())
-    if (!kKeys.contains(key)) return invalid_argument(fmt::format("unknown key '{}' in the model spec", key));
+    if (!kKeys.contains(key))
+      return invalid_argument(fmt::format("unknown key {} in the model spec", excerpt(key)));
   ModelSpec s;
   auto str = [&](const char* key, std::string& out) -> Status {
     if (!config.contains(key)) return Status();
@@ -101,7 +104,8 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
     if (!config["mesh"].is_array()) return invalid_argument("mesh: expected a list of axis sizes");
     for (const Json& m : config["mesh"]) {
       if (!m.is_number_integer() || m.get<int64_t>() <= 0)
-        return invalid_argument(fmt::format("mesh: axis sizes must be positive integers, got {}", m.dump()));
+        return invalid_argument(
+            fmt::format("mesh: axis sizes must be positive integers, got {}", excerpt(json_text(m))));
       s.mesh.push_back(m.get<uint64_t>());
     }
   }
@@ -117,7 +121,8 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
       return invalid_argument("remat_layers: expected a list of layers");
     for (const Json& m : config["remat_layers"]) {
       if (!m.is_number_integer() || m.get<int64_t>() < 0)
-        return invalid_argument(fmt::format("remat_layers: expected layer numbers, got {}", m.dump()));
+        return invalid_argument(
+            fmt::format("remat_layers: expected layer numbers, got {}", excerpt(json_text(m))));
       s.remat_layers.push_back(m.get<uint64_t>());
     }
   }
@@ -170,6 +175,19 @@ Status validate_model_spec(const ModelSpec& s) {
       return invalid_argument(fmt::format("remat_layers: layer {} does not exist (0..{})", l, n - 1));
   }
   if (s.devices() > (1u << 20)) return invalid_argument("mesh: more than 2^20 devices");
+  // Budgets, so that a typo (--layers 1000000) is an error in a millisecond, not minutes and gigabytes.
+  // Without scan the program holds every layer, as jax.jit unrolls a Python loop; the largest models have
+  // ~100-200.
+  const uint64_t blocks = s.model == "mlp" ? s.depth : s.layers;
+  if (!s.scan && blocks > kMaxUnrolledLayers) {
+    return invalid_argument(fmt::format(
+        "{}: {} layers unrolled is beyond what memfit plans (at most {}; real models have a few hundred): "
+        "plan it with --scan (jax.lax.scan over the layers), which gives the same peak",
+        s.model == "mlp" ? "depth" : "layers", blocks, kMaxUnrolledLayers));
+  }
+  if (s.scan && blocks > kMaxScannedLayers)
+    return invalid_argument(fmt::format("layers: {} is more than memfit plans (at most {} with scan)", blocks,
+                                        kMaxScannedLayers));
   return Status();
 }
 

@@ -9,14 +9,25 @@
 
 #include "memfit/core/bytes.h"
 #include "memfit/core/json.h"
+#include "memfit/core/text.h"
 
 namespace memfit {
 namespace {
 
-// Inline <script> data must not close the script element.
-std::string script_safe(std::string s) {
-  for (size_t at = s.find("</"); at != std::string::npos; at = s.find("</", at + 3)) s.replace(at, 2, "<\\/");
-  return s;
+// Inline <script> data must neither close the script element ("</script>") nor open an HTML comment
+// ("<!--") that would swallow the close: every '<' is written as the JSON escape \u003c ('<' only ever
+// appears inside JSON strings, where the escape means the same character).
+std::string script_safe(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '<') {
+      out += "\\u003c";
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 std::string html_escape(const std::string& s) {
@@ -78,8 +89,10 @@ const D=JSON.parse(document.getElementById('data').textContent);
 const COLORS=['#4e79a7','#f28e2b','#59a14f','#e15759','#76b7b2','#edc948','#b07aa1','#ff9da7','#9c755f','#bab0ac'];
 const LINE_COLORS=['#222','#c00','#0a7','#a50','#55a','#a0a'];
 const NS='http://www.w3.org/2000/svg';
-function fmt(b){const u=['B','KiB','MiB','GiB','TiB','PiB'];let i=0;while(b>=1024&&i<u.length-1){b/=1024;i++;}
+function fmt(b){const u=['B','KiB','MiB','GiB','TiB','PiB','EiB'];let i=0;while(b>=1024&&i<u.length-1){b/=1024;i++;}
   return (i?b.toFixed(2):b.toFixed(0))+u[i];}
+/* Names, shapes and op names come from the user's files: text, never markup. */
+function esc(s){return String(s).replace(/[&<>"']/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));}
 function el(tag,attrs,parent){const e=document.createElementNS(NS,tag);for(const k in attrs)e.setAttribute(k,attrs[k]);
   if(parent)parent.appendChild(e);return e;}
 document.getElementById('title').textContent=D.title;
@@ -126,9 +139,10 @@ svg.addEventListener('mousemove',ev=>{const r=svg.getBoundingClientRect();const 
   if(px<L||px>W-R){tip.style.display='none';return;}const x=(px-L)/(W-L-R)*xEnd;const live=[];
   for(let i=0;i<Bf.start.length;i++)if(Bf.start[i]<=x&&x<=Bf.end[i]+1)live.push(i);
   live.sort((a,b)=>Bf.bytes[b]-Bf.bytes[a]);let total=0;live.forEach(i=>total+=Bf.bytes[i]);
-  let h='<b>'+D.xLabel+' '+Math.floor(x)+'</b>: '+fmt(total)+' in the '+live.length+' largest buffers live<br>';
+  let h='<b>'+esc(D.xLabel)+' '+Math.floor(x)+'</b>: '+fmt(total)+' in the '+live.length+' largest buffers live<br>';
   live.slice(0,8).forEach(i=>{h+='<span class="swatch" style="width:9px;height:9px;background:'+
-    COLORS[Bf.cat[i]%COLORS.length]+'"></span> '+Bf.name[i]+' '+fmt(Bf.bytes[i])+' '+Bf.shape[i]+' '+Bf.op[i]+'<br>';});
+    COLORS[Bf.cat[i]%COLORS.length]+'"></span> '+esc(Bf.name[i])+' '+fmt(Bf.bytes[i])+' '+esc(Bf.shape[i])+' '+
+    esc(Bf.op[i])+'<br>';});
   tip.innerHTML=h;tip.style.display='block';tip.style.left=(px+14)+'px';tip.style.top=(ev.clientY-r.top+10)+'px';});
 svg.addEventListener('mouseleave',()=>{tip.style.display='none';});
 document.body.dataset.renderMs=Math.round(performance.now());
@@ -245,8 +259,8 @@ std::string render_html(const MemoryChart& chart, const ChartOptions& options) {
   data["buffers"] = {{"start", start}, {"end", end},     {"bytes", bytes}, {"cat", cat},
                      {"name", name},   {"shape", shape}, {"op", op}};
   std::string page = kPage;
-  const std::string json = script_safe(data.dump());
-  page.replace(page.find("@TITLE@"), 7, html_escape(chart.title));
+  const std::string json = script_safe(json_text(data));
+  page.replace(page.find("@TITLE@"), 7, html_escape(valid_utf8(chart.title)));
   page.replace(page.find("@DATA@"), 6, json);
   return page;
 }

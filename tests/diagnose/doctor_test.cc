@@ -188,11 +188,61 @@ TEST(Doctor, OneProcessItsVariablesAndPool) {
   const Finding* pool = find(r.findings, "preallocated_pool");
   ASSERT_NE(pool, nullptr);
   // FRACTION=0.9 with PREALLOCATE=FALSE (still on): 0.9 x 150109880320 rounded up to 2 MiB.
-  EXPECT_NE(pool->message.find("process 4242 (python3) reserved 125.82GiB (90.0%) at its first allocation"),
+  EXPECT_NE(pool->message.find("process 4242 (python3)'s settings preallocate a pool of 125.82GiB (90.0% of "
+                               "139.80GiB) at its first allocation"),
             std::string::npos);
   EXPECT_NE(r.findings[0].message.find("leaves preallocation ON"), std::string::npos);
   EXPECT_NE(r.findings[1].message.find("deprecated"), std::string::npos);
   EXPECT_EQ(r.facts["process"]["rss_bytes"], 5000000ull * 1024);
+}
+
+// A second JAX tenant on the H200, as NVML showed it (../shared/FACTS.md): NVML's total includes the
+// driver's reservation, JAX's total does not, and the process holds the 33 GiB the driver let it have.
+TEST(Doctor, SecondTenantPoolFromCudaTotalAndWhatItHolds) {
+  GpuMemory h200;
+  h200.name = "NVIDIA H200";
+  h200.total_bytes = 150754820096ull;
+  h200.reserved_bytes = 644939776ull;
+  h200.used_bytes = 113171562496ull + 35433480192ull;
+  h200.free_bytes = h200.total_bytes - h200.reserved_bytes - h200.used_bytes;
+  h200.processes = {{4242, 113171562496ull}, {4343, 35433480192ull}};
+  DoctorOptions o;
+  o.root = std::string(MEMFIT_FIXTURES) + "/calm";
+  o.gpus = std::vector<GpuMemory>{h200};
+  o.pid = 4343;
+  auto r = run_doctor(o);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  const Finding* pool = find(r->findings, "preallocated_pool");
+  ASSERT_NE(pool, nullptr);
+  // 75% of CUDA's total (NVML total - reserved = 150109880320) is JAX's bytes_limit, 104.85GiB.
+  EXPECT_NE(pool->message.find("holds 33.00GiB on the GPU"), std::string::npos) << pool->message;
+  EXPECT_NE(pool->message.find("a pool of 104.85GiB (75.0% of 139.80GiB)"), std::string::npos) << pool->message;
+  EXPECT_EQ(pool->message.find("105.30GiB"), std::string::npos) << pool->message;
+  const Finding* shrunk = find(r->findings, "shrunken_pool");
+  ASSERT_NE(shrunk, nullptr);
+  EXPECT_NE(shrunk->message.find("holds 33.00GiB"), std::string::npos) << shrunk->message;
+}
+
+TEST(Doctor, RefusesPidsAndRootsThatCannotBe) {
+  DoctorOptions o;
+  o.query_gpu = false;
+  o.root = std::string(MEMFIT_FIXTURES) + "/calm";
+  for (int pid : {0, -1}) {
+    o.pid = pid;
+    auto r = run_doctor(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.error().message().find("not a process id"), std::string::npos);
+  }
+  o.pid.reset();
+  o.root = "/nonexistent-memfit-root";
+  auto missing = run_doctor(o);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message().find("is not a folder"), std::string::npos);
+  o.root = std::string(MEMFIT_FIXTURES);  // a folder, but no proc/ in it
+  auto bare = run_doctor(o);
+  ASSERT_FALSE(bare.ok());
+  EXPECT_NE(bare.error().message().find("has no proc/ folder"), std::string::npos);
 }
 
 TEST(Doctor, MissingProcessIsNotFound) {

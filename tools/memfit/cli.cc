@@ -6,15 +6,14 @@
 #include <ostream>
 
 #include "commands.h"
+#include "memfit/core/text.h"
 
 namespace memfit::cli {
 
 int fail(Io& io, const Error& error) {
-  std::string line = error.message();
-  for (char& c : line) {
-    if (c == '\n') c = ' ';  // one line, always
-  }
-  io.err << "memfit: " << line << "\n";
+  // One readable line, always: control characters and bytes that are not UTF-8 are replaced, and a message
+  // that quotes megabytes of input keeps its head and tail (the part that says what was wrong).
+  io.err << "memfit: " << one_line(error.message(), kMaxErrorChars) << "\n";
   return kExitBadInput;
 }
 
@@ -53,7 +52,16 @@ int run(const std::vector<std::string>& args, Io io) {
     return kExitBadInput;
   }
   for (auto& [sub, action] : actions) {
-    if (sub->parsed()) return action();
+    if (!sub->parsed()) continue;
+    // Errors are values (Expected) everywhere; this catches what escapes them - an allocation the machine
+    // cannot give, a library's exception - so that even a bug ends as exit 2 with a reason, never an abort.
+    try {
+      return action();
+    } catch (const std::bad_alloc&) {
+      return fail(io, resource_exhausted("out of host memory: the input is too large for this machine"));
+    } catch (const std::exception& e) {
+      return fail(io, internal_error(fmt::format("internal error: {} (please report it)", e.what())));
+    }
   }
   io.err << "memfit: no command given (try 'memfit --help')\n";
   return kExitBadInput;

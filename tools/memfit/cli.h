@@ -23,6 +23,9 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFinding = 1;
 inline constexpr int kExitBadInput = 2;
 
+// An error line is cut to this many characters (the reason is always in its first ones).
+inline constexpr size_t kMaxErrorChars = 600;
+
 // `args` excludes the program name.
 int run(const std::vector<std::string>& args, Io io);
 

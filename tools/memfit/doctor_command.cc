@@ -1,6 +1,7 @@
 // memfit doctor: diagnose a machine, a process or a failed job's logs, in the seed's order.
 #include <fmt/format.h>
 
+#include <optional>
 #include <ostream>
 
 #include "commands.h"
@@ -14,7 +15,7 @@ namespace memfit::cli {
 Action add_doctor_command(CLI::App& app, Io& io) {
   struct Options {
     std::vector<std::string> logs;
-    int pid = 0;
+    std::optional<int> pid;
     std::string capacity;
     std::string root = "/";
     bool no_gpu = false;
@@ -33,8 +34,8 @@ Action add_doctor_command(CLI::App& app, Io& io) {
     d.environment = io.env;
     d.query_gpu = !options->no_gpu;
     // With only logs, diagnose the logs; the machine is probed when asked for (no --log) or with --pid.
-    d.probe_machine = options->logs.empty() || options->pid != 0;
-    if (options->pid != 0) d.pid = options->pid;
+    d.probe_machine = options->logs.empty() || options->pid.has_value();
+    d.pid = options->pid;
     if (!options->capacity.empty()) {
       auto c = parse_capacity(options->capacity);
       if (!c.ok()) return fail(io, c.error().with_context("--capacity"));

@@ -34,8 +34,12 @@ Json to_json(const StepPlan& p) {
     j["capacity_bytes"] = *p.capacity_bytes;
     j["memory_fraction"] = p.memory_fraction;
     j["limit_bytes"] = p.limit_bytes;
+    j["fits"] = p.fits;
+  } else {
+    // Without a device there is no answer to "does it fit": null, not a guess.
+    j["capacity_bytes"] = nullptr;
+    j["fits"] = nullptr;
   }
-  j["fits"] = p.fits;
   Json groups = Json::array();
   for (const BufferGroup& g : p.hlo.groups)
     groups.push_back({{"count", g.count},

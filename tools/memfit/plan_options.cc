@@ -6,6 +6,7 @@
 
 #include "memfit/core/device_catalog.h"
 #include "memfit/core/file_io.h"
+#include "memfit/core/text.h"
 
 namespace memfit::cli {
 
@@ -68,7 +69,16 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   app.add_option("--device", o.device, "a device by name (h200)");
   app.add_option("--mem-fraction", o.memory_fraction,
                  "the share of the device XLA's pool takes (default 0.75)")
-      ->check(CLI::Range(0.01, 1.0));
+      ->check(CLI::Validator(
+          [](const std::string& value) -> std::string {
+            // CLI::Range compares with < and >, which NaN passes; this is written so that NaN fails.
+            double v = 0;
+            const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+            if (ec != std::errc() || end != value.data() + value.size() || !(v >= 0.01 && v <= 1.0))
+              return "must be a number from 0.01 to 1 (got " + excerpt(value) + ")";
+            return {};
+          },
+          "FRACTION in [0.01, 1]"));
   app.add_flag("--json", o.json, "Print one JSON object");
 }
 

@@ -39,6 +39,8 @@ struct OomReport final : ErrorDetail {
   double memory_fraction = 0.75;  // the fraction the limit came from, for advice
   std::string occupancy_bar;      // 100 characters; empty when there is no pool
   std::vector<LiveAllocationGroup> top_live;  // by bytes, largest first
+  bool detail_omitted =
+      false;  // the bar and top_live were left out (an OOM storm: only the first are walked)
   std::string cause;
   std::vector<std::string> suggestions;
 

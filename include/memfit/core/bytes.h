@@ -2,8 +2,8 @@
 //
 // Parsing accepts an integer or decimal number and an optional unit, case-insensitive, with optional
 // spaces between: `4096`, `512MiB`, `1.5 GB`, `80G`. Units:
-//   B; KiB MiB GiB TiB PiB (powers of 1024); KB MB GB TB PB (powers of 1000, as disk and GPU vendors
-//   print them); K M G T P alone mean the binary unit (as `numfmt --from=iec` and nvidia-smi's MiB do).
+//   B; KiB MiB GiB TiB PiB EiB (powers of 1024); KB MB GB TB PB EB (powers of 1000, as disk and GPU vendors
+//   print them); K M G T P E alone mean the binary unit (as `numfmt --from=iec` and nvidia-smi's MiB do).
 // A fractional result is rounded down to whole bytes. Negative numbers, garbage and values above
 // 2^64-1 are errors. Arithmetic is exact (no floating point), so `1.1GiB` is 1181116006 bytes.
 #pragma once

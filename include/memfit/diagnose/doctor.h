@@ -17,11 +17,12 @@ struct LogInput {
 };
 
 struct DoctorOptions {
-  std::string root = "/";                  // where /proc and /sys are read (a fixture tree in tests)
-  bool probe_machine = true;               // host memory, pressure, cgroup, NVML
-  bool query_gpu = true;                   // NVML (off in tests)
-  std::optional<int> pid;                  // one process: its XLA variables, pool and footprint
-  std::optional<uint64_t> capacity_bytes;  // GPU capacity when NVML cannot tell
+  std::string root = "/";                      // where /proc and /sys are read (a fixture tree in tests)
+  bool probe_machine = true;                   // host memory, pressure, cgroup, NVML
+  bool query_gpu = true;                       // NVML (off in tests)
+  std::optional<std::vector<GpuMemory>> gpus;  // the GPUs as given (tests, saved state) instead of NVML
+  std::optional<int> pid;                      // one process: its XLA variables, pool and footprint
+  std::optional<uint64_t> capacity_bytes;      // GPU capacity when NVML cannot tell
   std::vector<LogInput> logs;
   Environment environment;  // the variables in force for this shell
 };
@@ -32,7 +33,8 @@ struct DoctorReport {
   Json facts;                      // what was measured (host memory, GPUs, the process)
 };
 
-// kNotFound when --pid names no process; everything else unavailable becomes a note.
+// kNotFound when --pid names no process; kInvalidArgument for a pid that cannot be one (<= 0) or a root
+// with no proc/ below it; everything else unavailable becomes a note.
 Expected<DoctorReport> run_doctor(const DoctorOptions& options);
 
 }  // namespace memfit

@@ -91,7 +91,12 @@ struct HloModule {
   const HloComputation* find(std::string_view computation_name) const;
 };
 
-// Errors name the line and what was expected there. Every size is checked (no overflow).
+// The most instructions memfit reads in one module: ten times the largest modules it is built for
+// (ARCHITECTURE.md), a bound on memory and time for text that is not a real program.
+inline constexpr uint64_t kMaxHloInstructions = 4'000'000;
+
+// Errors name the line and what was expected there. Every size is checked (no overflow). Two ENTRY
+// computations, two computations or instructions of one name, or two parameters of one number are errors.
 Expected<HloModule> parse_hlo_module(std::string_view text);
 
 struct EntrySizes {
