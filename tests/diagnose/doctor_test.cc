@@ -2,8 +2,10 @@
 // shapes of ../shared/FACTS.md §1, and on fixture /proc and cgroup trees.
 #include "memfit/diagnose/doctor.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <sstream>
 
 #include "../cli/cli_runner.h"
@@ -148,6 +150,43 @@ TEST(LogClassifier, EagerStormAndPmap) {
   EXPECT_EQ(f[1].step, Step::kSharding);
 }
 
+TEST(LogClassifier, CpuFallbackFromAFractionJaxCannotRead) {
+  // What jaxlib 0.11.2 printed on the H200 with XLA_CLIENT_MEM_FRACTION=0.75- (../shared/FACTS.md).
+  const auto found = classify_log(
+      "ValueError: could not convert string to float: '0.75-'\n"
+      "WARNING:jax._src.xla_bridge:An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib "
+      "is "
+      "not installed. Falling back to cpu.\n",
+      "fallback.log");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].code, "jax_cpu_fallback");
+  EXPECT_EQ(found[0].severity, Severity::kError);
+  EXPECT_NE(found[0].message.find("could not convert string to float: '0.75-'"), std::string::npos);
+}
+
+TEST(LogClassifier, AnOverflowedShapeStaysHuge) {
+  // XLA prints 16.00EiB for a size that overflowed; it must not read as 16 B.
+  const auto found = classify_log(
+      "E1130 W external/xla/xla/tsl/framework/bfc_allocator.cc:512] Allocator (GPU_0_bfc) ran out of memory "
+      "trying to allocate 16.00EiB (rounded to 18446744073709551360)requested by op\n",
+      "shape.log");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].code, "device_oom");
+  EXPECT_NE(found[0].message.find("16.00EiB"), std::string::npos) << found[0].message;
+}
+
+TEST(LogClassifier, AMillionOomLinesStayLinear) {
+  std::string text;
+  for (int i = 0; i < 200000; ++i)
+    text += fmt::format("Out of memory while trying to allocate {} bytes with allocator GPU_0_bfc\n",
+                        1000000 + i);
+  const auto start = std::chrono::steady_clock::now();
+  const auto found = classify_log(text, "storm.log");
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  EXPECT_GT(found.size(), 4000u);  // sizes equal to two printed decimals are one OOM (log line + exception)
+  EXPECT_LT(took.count(), 20.0);   // quadratic matching took minutes; linear is well under a second
+}
+
 TEST(LogClassifier, UnknownTextIsNothing) {
   EXPECT_TRUE(classify_log("hello\nthe loss went down\n", "x.log").empty());
   EXPECT_TRUE(classify_log("", "empty.log").empty());
@@ -216,7 +255,8 @@ TEST(Doctor, SecondTenantPoolFromCudaTotalAndWhatItHolds) {
   ASSERT_NE(pool, nullptr);
   // 75% of CUDA's total (NVML total - reserved = 150109880320) is JAX's bytes_limit, 104.85GiB.
   EXPECT_NE(pool->message.find("holds 33.00GiB on the GPU"), std::string::npos) << pool->message;
-  EXPECT_NE(pool->message.find("a pool of 104.85GiB (75.0% of 139.80GiB)"), std::string::npos) << pool->message;
+  EXPECT_NE(pool->message.find("a pool of 104.85GiB (75.0% of 139.80GiB)"), std::string::npos)
+      << pool->message;
   EXPECT_EQ(pool->message.find("105.30GiB"), std::string::npos) << pool->message;
   const Finding* shrunk = find(r->findings, "shrunken_pool");
   ASSERT_NE(shrunk, nullptr);
