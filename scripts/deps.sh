@@ -17,5 +17,5 @@ memfit_need_packages() {
 }
 
 MEMFIT_BUILD_PACKAGES=(cmake make g++ libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev)
-MEMFIT_TEST_PACKAGES=(libgtest-dev libgmock-dev libbenchmark-dev clang-format chromium)
+MEMFIT_TEST_PACKAGES=(libgtest-dev libgmock-dev libbenchmark-dev clang-format chromium python3)
 MEMFIT_JOBS=$(nproc 2>/dev/null || echo 2)

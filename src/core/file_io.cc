@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "memfit/core/text.h"
 
@@ -62,9 +63,9 @@ Expected<std::string> read_file(const std::string& path, uint64_t max_bytes) {
   std::string data;
   if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= max_bytes)
     data.reserve(static_cast<size_t>(st.st_size));
-  char buffer[1 << 16];
+  std::vector<char> buffer(1 << 20);
   for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int err = errno;
@@ -72,7 +73,7 @@ Expected<std::string> read_file(const std::string& path, uint64_t max_bytes) {
       return io_error(fmt::format("cannot read {}: {}", name, std::strerror(err)));
     }
     if (n == 0) break;
-    data.append(buffer, static_cast<size_t>(n));
+    data.append(buffer.data(), static_cast<size_t>(n));
     if (data.size() > max_bytes) {
       ::close(fd);
       return invalid_argument(

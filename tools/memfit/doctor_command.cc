@@ -11,6 +11,10 @@
 #include "memfit/diagnose/doctor.h"
 
 namespace memfit::cli {
+namespace {
+// A job's log is read whole; a gigabyte is far past any stderr worth diagnosing (and /dev/zero ends here).
+constexpr uint64_t kMaxLogBytes = 1ull << 30;
+}  // namespace
 
 Action add_doctor_command(CLI::App& app, Io& io) {
   struct Options {
@@ -42,7 +46,7 @@ Action add_doctor_command(CLI::App& app, Io& io) {
       d.capacity_bytes = *c;
     }
     for (const std::string& path : options->logs) {
-      auto text = read_file(path, 4ull << 30);
+      auto text = read_file(path, kMaxLogBytes);
       if (!text.ok()) return fail(io, text.error());
       d.logs.push_back({path, std::move(text).value()});
     }

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""memfit against hostile input: every class of the hostile-input issue, every subcommand.
+
+Each case runs the real binary and checks the exit code, that it finished within its time limit, that a
+crash (a signal, an abort) never happens, that a refusal (exit 2) is one line on stderr and nothing on
+stdout, and that --json output is one valid UTF-8 JSON object. Inputs are generated here, in a temporary
+folder, so the suite needs nothing but the binary and tests/data.
+
+    hostile_inputs.py MEMFIT_BINARY TESTS_DATA_DIR
+"""
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+MEMFIT = os.fsencode(sys.argv[1])
+# Time limits are for a Release build; a sanitizer build runs the same cases several times slower.
+TIME_SCALE = float(os.environ.get("MEMFIT_HOSTILE_TIME_SCALE", "1"))
+DATA = sys.argv[2]
+WORK = tempfile.mkdtemp(prefix="memfit-hostile-")
+failures = []
+passed = 0
+
+
+def path(name):
+    return os.path.join(WORK, name)
+
+
+def write(name, data, compress=False):
+    p = path(name)
+    raw = data if isinstance(data, bytes) else data.encode()
+    with open(p, "wb") as f:
+        f.write(gzip.compress(raw) if compress else raw)
+    return p
+
+
+def run(label, args, want, env=None, limit_s=10.0, stderr_has=None, json_check=None, stdout_has=None):
+    """One case. `want` is the exit code, or a set of acceptable ones."""
+    global passed
+    wanted = want if isinstance(want, (set, frozenset)) else {want}
+    limit_s *= TIME_SCALE
+    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
+    full_env.update(env or {})
+    argv = [MEMFIT] + [a if isinstance(a, bytes) else os.fsencode(a) for a in args]
+    start = time.monotonic()
+    try:
+        p = subprocess.run(argv, env={os.fsencode(k): v if isinstance(v, bytes) else os.fsencode(v)
+                                      for k, v in full_env.items()},
+                           capture_output=True, timeout=limit_s * 3, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        failures.append(f"{label}: still running after {limit_s * 3:.0f} s (a hang)")
+        return
+    took = time.monotonic() - start
+    problems = []
+    if p.returncode < 0 or p.returncode not in (0, 1, 2):
+        problems.append(f"crashed (exit {p.returncode}): {p.stderr[-300:]!r}")
+    elif p.returncode not in wanted:
+        problems.append(f"exit {p.returncode}, expected {sorted(wanted)}; stderr {p.stderr[:300]!r}")
+    if took > limit_s:
+        problems.append(f"took {took:.1f} s (limit {limit_s} s)")
+    if p.returncode == 2:
+        if p.stdout:
+            problems.append(f"a refusal printed on stdout: {p.stdout[:200]!r}")
+        lines = p.stderr.decode("utf-8", "replace").rstrip("\n").split("\n")
+        if len(lines) != 1 or not lines[0].startswith("memfit: "):
+            problems.append(f"a refusal must be one 'memfit: ...' line, got {p.stderr[:300]!r}")
+        if len(p.stderr) > 1000:
+            problems.append(f"the error line is {len(p.stderr)} bytes long")
+        if stderr_has and stderr_has not in lines[0]:
+            problems.append(f"the error does not say '{stderr_has}': {lines[0][:300]!r}")
+    if "--json" in args and p.returncode in (0, 1):
+        try:
+            value = json.loads(p.stdout.decode("utf-8"))  # strict: invalid UTF-8 fails here
+            if json_check:
+                why = json_check(value)
+                if why:
+                    problems.append(why)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            problems.append(f"--json output is not one valid UTF-8 JSON value: {e}")
+    if stdout_has and stdout_has.encode() not in p.stdout:
+        problems.append(f"stdout does not contain '{stdout_has}'")
+    if problems:
+        failures.append(f"{label}: " + "; ".join(problems))
+    else:
+        passed += 1
+
+
+def hlo_module(body, header="HloModule m"):
+    return header + "\n\n" + body + "\n"
+
+
+# -- 1. Text that is not UTF-8, wherever it can reach --json or --html ------------------------------------
+BAD = b"fa\xfflse\xc3"
+run("utf8: env value", ["env", "--capacity", "h200", "--json"], 0, env={"XLA_PYTHON_CLIENT_PREALLOCATE": BAD})
+run("utf8: env allocator", ["env", "--capacity", "h200", "--json"], 2,
+    env={"XLA_PYTHON_CLIENT_ALLOCATOR": b"bf\xffc"}, stderr_has="XLA_PYTHON_CLIENT_ALLOCATOR")
+run("utf8: env TF_GPU_ALLOCATOR", ["env", "--capacity", "h200", "--json"], 0, env={"TF_GPU_ALLOCATOR": BAD})
+bad_names = write("bad_names.hlo", b"HloModule m\xff\n\nENTRY %ma\xffin (p: f32[4]) -> f32[4] {\n"
+                  b"  %p = f32[4] parameter(0), metadata={op_name=\"\xfe\" source_file=\"/\xff.py\"}\n"
+                  b"  ROOT %n = f32[4] negate(f32[4] %p), metadata={op_name=\"jit(\xff)/neg\"}\n}\n")
+run("utf8: an instruction name that is not one", ["hlo", write("bad_inst.hlo", b"HloModule m\n\nENTRY %main "
+    b"(p: f32[4]) -> f32[4] {\n  %p\xfe = f32[4] parameter(0)\n  ROOT %n\xc3 = f32[4] negate(f32[4] %p\xfe)\n}\n"),
+    "--json"], 2)
+run("utf8: hlo names and metadata --json", ["hlo", bad_names, "--json"], 0)
+run("utf8: hlo names --html", ["hlo", bad_names, "--html", path("bad_names.html")], 0)
+odd_dir = os.path.join(WORK, "d\xe9j\xe0")  # Latin-1 bytes in a path once encoded below
+os.makedirs(os.fsencode(path("")) + b"\xff\xfe", exist_ok=True)
+weird_path = os.fsencode(path("")) + b"\xff\xfe/m.hlo"
+with open(weird_path, "wb") as f:
+    f.write(open(bad_names, "rb").read())
+run("utf8: file path --json", ["hlo", weird_path, "--json"], 0)
+run("utf8: missing file path", ["hlo", os.fsencode(path("")) + b"\xff-missing.hlo"], 2, stderr_has="cannot open")
+bad_log = write("bad.log", b"W1130 \xff\xfe Out of memory while trying to allocate 2.00GiB with allocator "
+                b"GPU_0_bfc\xff executable_name='jit_\xffstep'\nKilled process \xff\n")
+run("utf8: log lines --json", ["doctor", "--log", bad_log, "--json"], 1)
+bad_trace = write("bad.csv", b"action,addr,size,stream,time_us\nalloc,1,\xff12,0,0\n")
+run("utf8: trace field", ["replay", bad_trace, "--json"], 2)
+run("utf8: spec string", ["plan", write("bad_spec.json", b'{"model": "gp\xfft"}'), "--json"], 2)
+
+# -- 2. Deep JSON and huge quotes --------------------------------------------------------------------------
+run("deep: 10^5 nested arrays", ["plan", write("deep.json", "[" * 100000 + "]" * 100000)], 2, stderr_has="nested")
+run("deep: nested under a key", ["plan", write("deep2.json", '{"mesh": ' + "[" * 100000 + "]" * 100000 + "}")],
+    2, stderr_has="nested")
+run("deep: strings hide brackets", ["plan", write("brackets.json", '{"model": "' + "[" * 5000 + '"}')], 2,
+    stderr_has="not one of")
+run("huge: 50 MB model name", ["plan", write("huge.json", '{"model": "' + "a" * 50_000_000 + '"}')], 2,
+    stderr_has="bytes)")
+run("huge: 100 KB capacity", ["plan", "--model", "gpt", "--capacity", "9" * 100_000], 2, stderr_has="too large")
+run("huge: 100 KB env value", ["env", "--capacity", "h200"], 2,
+    env={"XLA_CLIENT_MEM_FRACTION": "x" * 100_000}, stderr_has="bytes)")
+
+# -- 3. Sums that wrap -------------------------------------------------------------------------------------
+big = "f32[1152921504606846976]"  # 2^60 elements x 4 B = 2^62 B; four are 2^64
+wrap = write("wrap.hlo", hlo_module(
+    f"ENTRY %main (a: {big}, b: {big}, c: {big}, d: {big}) -> f32[] {{\n" +
+    "".join(f"  %{n} = {big} parameter({i})\n" for i, n in enumerate("abcd")) +
+    "  ROOT %r = f32[] constant(0)\n}"))
+run("wrap: four f32[2^60] arguments", ["hlo", wrap, "--json"], 2, stderr_has="overflow")
+run("wrap: one shape over 2^64", ["hlo", write("wrap1.hlo", hlo_module(
+    "ENTRY %main (a: f32[4611686018427387904]) -> f32[] {\n  %a = f32[4611686018427387904] parameter(0)\n"
+    "  ROOT %r = f32[] constant(0)\n}"))], 2, stderr_has="overflows")
+run("wrap: plan at batch 1e11", ["plan", "--model", "gpt", "--batch", "100000000000", "--json"], 2,
+    stderr_has="2^64")
+run("wrap: plan at batch 1e9 is exact", ["plan", "--model", "gpt", "--batch", "1000000000", "--json"], 0,
+    json_check=lambda j: None if j["peak_bytes"] > 10**18 else f"peak {j['peak_bytes']} is too small")
+run("wrap: vocab x d_model", ["plan", "--model", "gpt", "--vocab", "4000000000000", "--d-model", "4000000000"],
+    2)
+
+# -- 4. NaN and numbers out of range -----------------------------------------------------------------------
+for v in ["nan", "NaN", "inf", "-0.5", "0", "2", "1e400", ""]:
+    run(f"range: --mem-fraction {v!r}", ["plan", "--model", "gpt", "--capacity", "1GiB", "--mem-fraction", v], 2)
+for v in ["1e9", "nan", "inf", "-1", "0", "1e400", "0x1p-1", "abc"]:
+    run(f"range: XLA_CLIENT_MEM_FRACTION={v}", ["env", "--capacity", "h200", "--json"], 2,
+        env={"XLA_CLIENT_MEM_FRACTION": v})
+run("range: fraction 1_0e-1 (float() reads it)", ["env", "--capacity", "h200", "--json"], 0,
+    env={"XLA_CLIENT_MEM_FRACTION": " +0.7_5 "},
+    json_check=lambda j: None if j["memory_fraction"] == 0.75 else f"fraction {j['memory_fraction']}")
+run("range: collective MB overflow", ["env", "--capacity", "h200"], 2,
+    env={"XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB": "99999999999999999"})
+run("range: --batch -3", ["plan", "--model", "gpt", "--batch", "-3"], 2)
+run("range: --batch 2^64", ["plan", "--model", "gpt", "--batch", "18446744073709551616"], 2)
+
+# -- 5. Units ------------------------------------------------------------------------------------------------
+run("units: --capacity 1EiB", ["plan", "--model", "mlp", "--capacity", "1EiB", "--json"], 0,
+    json_check=lambda j: None if j["capacity_bytes"] == 2**60 else f"capacity {j['capacity_bytes']}")
+run("units: env --capacity 1EiB", ["env", "--capacity", "1EiB", "--json"], 0)
+run("units: --capacity 16EiB", ["env", "--capacity", "16EiB"], 2, stderr_has="too large")
+run("units: --capacity 0", ["env", "--capacity", "0"], 2)
+run("units: doctor keeps 16.00EiB", ["doctor", "--log", write("eib.log",
+    "Allocator (GPU_0_bfc) ran out of memory trying to allocate 16.00EiB (rounded to 18446744073709551360)\n"),
+    "--json"], 1, json_check=lambda j: None if "16.00EiB" in j["findings"][0]["message"] else "lost 16.00EiB")
+
+# -- 6. Time that grows too fast: a budget or a fast answer ---------------------------------------------------
+run("time: plan --layers 1000", ["plan", "--model", "gpt", "--layers", "1000"], 2, limit_s=5, stderr_has="--scan")
+run("time: plan --layers 10^6", ["plan", "--model", "gpt", "--layers", "1000000"], 2, limit_s=5)
+run("time: plan --layers 10^6 --scan", ["plan", "--model", "gpt", "--layers", "1000000", "--scan"], 2, limit_s=5)
+run("time: plan --depth 10^6", ["plan", "--model", "mlp", "--depth", "1000000"], 2, limit_s=5)
+run("time: fit --layers 10^6", ["fit", "--model", "gpt", "--layers", "1000000", "--capacity", "16GiB"], 2,
+    limit_s=5)
+n = 30000
+live = ["HloModule live, is_scheduled=true", "", "ENTRY %main (p: f32[]) -> f32[1000] {", "  %p = f32[] parameter(0)"]
+live += [f"  %b{i} = f32[{1000 + i}] broadcast(f32[] %p), dimensions={{}}" for i in range(n)]
+live.append("  %t = (" + ", ".join(f"f32[{1000 + i}]" for i in range(n)) + ") tuple(" +
+            ", ".join(f"%b{i}" for i in range(n)) + ")")
+live += ["  ROOT %r = f32[1000] get-tuple-element(%t), index=0", "}"]
+run("time: hlo with 30000 buffers live at once", ["hlo", write("live.hlo", "\n".join(live) + "\n", True), "--json"],
+    0, limit_s=10, json_check=lambda j: None if j["temp_bytes"] >= 4 * sum(range(1000, 1000 + n)) else "temp")
+rows = ["action,addr,size,stream,time_us"] + [f"alloc,{4096 * (i + 1)},4096,0,{i}" for i in range(1_000_000)]
+run("time: replay 10^6 live allocations, bfc, 1 GiB", ["replay", write("live.csv", "\n".join(rows) + "\n", True),
+    "--capacity", "1GiB", "--policy", "bfc", "--json"], 1, limit_s=10,  # 1: the answer is "it runs out"
+    json_check=lambda j: None if j["policies"][0]["oom_events"] >= 1_000_000 - 262144 else "oom count")
+run("time: a gzip bomb", ["hlo", write("bomb.hlo.gz", b"\0" * 200_000_000, True)], 2, limit_s=10)
+
+# -- 7. HTML injection -------------------------------------------------------------------------------------------
+xss = write("xss.hlo", hlo_module(
+    "ENTRY %main (p: f32[1024]) -> f32[1024] {\n  %p = f32[1024] parameter(0)\n"
+    "  %e = f32[1024] exponential(f32[1024] %p), metadata={op_name=\"<img src=x onerror=alert(1)></script><!--\"}\n"
+    "  ROOT %n = f32[1024] negate(f32[1024] %e)\n}", header="HloModule x<script>alert(2)</script>"))
+html_file = path("xss.html")
+run("html: op names and module name", ["hlo", xss, "--html", html_file], 0)
+if os.path.exists(html_file):
+    page = open(html_file, encoding="utf-8").read()
+    for needle in ["<img", "alert(1)></script>", "<script>alert(2)", "<!--\""]:
+        if needle in page:
+            failures.append(f"html: the page carries {needle!r} raw")
+    if "esc(Bf.op[i])" not in page:
+        failures.append("html: the tooltip does not escape op names")
+
+# -- 8. Exit codes and JAX's own semantics ---------------------------------------------------------------------
+run("exit: doctor --log DIR", ["doctor", "--log", WORK], 2, stderr_has="directory")
+run("exit: doctor --log missing", ["doctor", "--log", path("missing.log")], 2)
+run("exit: doctor --root /nonexistent", ["doctor", "--root", "/nonexistent-memfit", "--no-gpu"], 2)
+run("exit: doctor --root without proc", ["doctor", "--root", WORK, "--no-gpu"], 2, stderr_has="proc/")
+run("exit: doctor --pid 0", ["doctor", "--pid", "0", "--no-gpu"], 2, stderr_has="process id")
+run("exit: doctor --pid -1", ["doctor", "--pid", "-1", "--no-gpu"], 2)
+run("exit: doctor --pid 2^31", ["doctor", "--pid", "2147483648", "--no-gpu"], 2)
+run("exit: plan --json without a device", ["plan", "--model", "mlp", "--json"], 0,
+    json_check=lambda j: None if j["fits"] is None and j["capacity_bytes"] is None else "fits without a device")
+run("exit: empty XLA_CLIENT_MEM_FRACTION is unset", ["env", "--capacity", "h200", "--json"], 0,
+    env={"XLA_CLIENT_MEM_FRACTION": ""},
+    json_check=lambda j: None if j["memory_fraction"] == 0.75 and j["limit_bytes"] == 112583507968 else "limit")
+run("exit: both fractions set, one empty", ["env", "--capacity", "h200", "--json"], 0,
+    env={"XLA_CLIENT_MEM_FRACTION": "0.5", "XLA_PYTHON_CLIENT_MEM_FRACTION": ""})
+run("exit: both fractions set", ["env", "--capacity", "h200"], 2,
+    env={"XLA_CLIENT_MEM_FRACTION": "0.5", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5"})
+p0 = "  %a = f32[2] parameter(0)\n"
+run("hlo: a second ENTRY", ["hlo", write("entry2.hlo", hlo_module(
+    "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + "  ROOT %r = f32[2] negate(f32[2] %a)\n}\n\n"
+    "ENTRY %b (a: f32[2]) -> f32[2] {\n" + p0 + "  ROOT %r = f32[2] negate(f32[2] %a)\n}"))], 2,
+    stderr_has="second ENTRY")
+run("hlo: duplicate instruction names", ["hlo", write("dupname.hlo", hlo_module(
+    "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + "  %r = f32[2] negate(f32[2] %a)\n"
+    "  ROOT %r = f32[2] negate(f32[2] %a)\n}"))], 2, stderr_has="second instruction")
+run("hlo: duplicate parameter(0)", ["hlo", write("dupparam.hlo", hlo_module(
+    "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + "  %b = f32[2] parameter(0)\n"
+    "  ROOT %r = f32[2] add(f32[2] %a, f32[2] %b)\n}"))], 2, stderr_has="second parameter(0)")
+run("hlo: duplicate computation names", ["hlo", write("dupcomp.hlo", hlo_module(
+    "%c (x: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  ROOT %y = f32[] negate(f32[] %x)\n}\n\n"
+    "%c (x: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  ROOT %y = f32[] negate(f32[] %x)\n}\n\n"
+    "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + "  ROOT %r = f32[2] negate(f32[2] %a)\n}"))], 2,
+    stderr_has="two computations")
+run("hlo: recursion", ["hlo", write("rec.hlo", hlo_module(
+    "%c1 (p: f32[2]) -> f32[2] {\n  %p = f32[2] parameter(0)\n  ROOT %r = f32[2] call(f32[2] %p), to_apply=%c1\n}\n\n"
+    "ENTRY %main (a: f32[2]) -> f32[2] {\n" + p0 + "  ROOT %r = f32[2] call(f32[2] %a), to_apply=%c1\n}"))], 2,
+    stderr_has="calls itself")
+run("hlo: mutual recursion", ["hlo", write("rec2.hlo", hlo_module(
+    "%c1 (p: f32[2]) -> f32[2] {\n  %p = f32[2] parameter(0)\n  ROOT %r = f32[2] call(f32[2] %p), to_apply=%c2\n}\n\n"
+    "%c2 (p: f32[2]) -> f32[2] {\n  %p = f32[2] parameter(0)\n  ROOT %r = f32[2] call(f32[2] %p), to_apply=%c1\n}\n\n"
+    "ENTRY %main (a: f32[2]) -> f32[2] {\n" + p0 + "  ROOT %r = f32[2] call(f32[2] %a), to_apply=%c1\n}"))], 2,
+    stderr_has="calls itself")
+
+# -- 9. JAX's float() trap ----------------------------------------------------------------------------------
+for v in ["0.75-0.75", "0.75+", "0.5-0.9", "75%"]:
+    run(f"trap: XLA_CLIENT_MEM_FRACTION={v}", ["env", "--capacity", "h200"], 2,
+        env={"XLA_CLIENT_MEM_FRACTION": v}, stderr_has="falls back to the CPU")
+run("trap: doctor sees the fallback in the environment", ["doctor", "--no-gpu", "--json"], 1,
+    env={"XLA_CLIENT_MEM_FRACTION": "0.75+"},
+    json_check=lambda j: None if any("falls back to the CPU" in f["message"] for f in j["findings"])
+    else "no fallback finding")
+run("trap: doctor sees the fallback in a log", ["doctor", "--log", write("fallback.log",
+    "ValueError: could not convert string to float: '0.75-0.75'\n"
+    "An NVIDIA GPU may be present on this machine, but a CUDA-enabled jaxlib is not installed. "
+    "Falling back to cpu.\n"), "--json"], 1,
+    json_check=lambda j: None if j["findings"][0]["code"] == "jax_cpu_fallback" else "no jax_cpu_fallback")
+
+# -- 10. Empty, binary and truncated input for every subcommand that reads a file ------------------------------
+garbage = bytes(range(256)) * 64
+for name, data in [("empty", b""), ("garbage", garbage), ("nul", b"\0" * 1000),
+                   ("truncated-gzip", gzip.compress(b"HloModule m\n" * 1000)[:200])]:
+    f = write(f"in-{name}", data)
+    run(f"input {name}: hlo", ["hlo", f, "--json"], 2)
+    run(f"input {name}: replay", ["replay", f, "--json"], 2)
+    run(f"input {name}: plan spec", ["plan", f, "--json"], 2)
+    run(f"input {name}: doctor --log", ["doctor", "--log", f, "--json"], {0, 1, 2})
+run("input: /dev/zero as a log", ["doctor", "--log", "/dev/zero"], 2, limit_s=10, stderr_has="larger than")
+run("input: hlo from a real program still plans", ["hlo", os.path.join(DATA, "xla", "mlp_fp32.hlo.txt.gz"),
+    "--json"], 0, json_check=lambda j: None if j["temp_bytes"] > 0 else "no temp")
+
+print(f"hostile inputs: {passed} passed, {len(failures)} failed")
+for f in failures:
+    print("  FAIL " + f)
+sys.exit(1 if failures else 0)
