@@ -163,3 +163,31 @@ TEST(Environment, ParsesProcEnvironBlocks) {
 
 }  // namespace
 }  // namespace memfit
+
+namespace memfit {
+namespace {
+
+// jaxlib 0.11 reads the fraction with Python's float() and tests `if memory_fraction:`.
+TEST(XlaEnv, FractionAsJaxlibReadsIt) {
+  EXPECT_EQ(plan_for({{"XLA_CLIENT_MEM_FRACTION", ""}}).limit_bytes, 112583507968u);  // empty = unset
+  EXPECT_EQ(plan_for({{"XLA_CLIENT_MEM_FRACTION", " +0.3_0 "}}).limit_bytes, 45034242048u);
+  // Both set but one empty: only one counts, so JAX does not refuse.
+  EXPECT_EQ(
+      plan_for({{"XLA_CLIENT_MEM_FRACTION", "0.30"}, {"XLA_PYTHON_CLIENT_MEM_FRACTION", ""}}).limit_bytes,
+      45034242048u);
+  for (const char* form : {"0.75-0.75", "0.75+", "0.5-0.9", "75%", "0._5", "_0.5"}) {
+    EXPECT_NE(error_for({{"XLA_CLIENT_MEM_FRACTION", form}}).find("falls back to the CPU"), std::string::npos)
+        << form;
+  }
+  EXPECT_NE(error_for({{"XLA_CLIENT_MEM_FRACTION", "1e9"}}).find("overflows"), std::string::npos);
+  EXPECT_NE(error_for({{"XLA_CLIENT_MEM_FRACTION", "nan"}}).find("greater than 0"), std::string::npos);
+}
+
+TEST(XlaEnv, LimitsSaturateInsteadOfWrapping) {
+  EXPECT_EQ(bfc_memory_limit(1000.0, ~uint64_t{0}),
+            ~uint64_t{0} / kBfcLimitAlignmentBytes * kBfcLimitAlignmentBytes);
+  EXPECT_EQ(bfc_memory_limit(0.75, 0), 0u);
+}
+
+}  // namespace
+}  // namespace memfit

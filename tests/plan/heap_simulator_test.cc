@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <tuple>
 
 namespace memfit {
 namespace {
@@ -72,6 +74,63 @@ TEST(HeapSimulator, RandomIntervalsPackValidlyAndNeverBelowTheBound) {
       expect_valid(iv, h, 64);
       EXPECT_GE(h.heap_bytes, live_bytes_peak(iv).bytes);
     }
+  }
+}
+
+}  // namespace
+}  // namespace memfit
+
+namespace memfit {
+namespace {
+
+// The best fit written the plain way, as XLA writes it: list every placed chunk that overlaps in time, sort
+// them by offset, take the smallest gap. O(n^2 log n); the heap's offset tree must choose the same offsets.
+std::vector<uint64_t> plain_best_fit(const std::vector<HeapInterval>& iv, uint64_t alignment) {
+  std::vector<uint32_t> order(iv.size());
+  for (uint32_t i = 0; i < iv.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    const uint64_t sa = iv[a].end - iv[a].start, sb = iv[b].end - iv[b].start;
+    return std::make_tuple(-static_cast<int64_t>(iv[a].size_bytes), -static_cast<int64_t>(sa), a) <
+           std::make_tuple(-static_cast<int64_t>(iv[b].size_bytes), -static_cast<int64_t>(sb), b);
+  });
+  std::vector<uint64_t> offsets(iv.size(), 0);
+  std::vector<uint32_t> placed;
+  for (uint32_t i : order) {
+    std::vector<std::pair<uint64_t, uint64_t>> used;
+    for (uint32_t p : placed) {
+      if (iv[p].start <= iv[i].end && iv[i].start <= iv[p].end)
+        used.emplace_back(offsets[p], offsets[p] + iv[p].size_bytes);
+    }
+    std::sort(used.begin(), used.end());
+    uint64_t top = 0, best = 0, best_gap = UINT64_MAX;
+    for (const auto& [off, end] : used) {
+      const uint64_t gap_start = (top + alignment - 1) / alignment * alignment;
+      if (off > gap_start && off - gap_start >= iv[i].size_bytes && off - gap_start < best_gap) {
+        best_gap = off - gap_start;
+        best = gap_start;
+      }
+      top = std::max(top, end);
+    }
+    offsets[i] = best_gap == UINT64_MAX ? (top + alignment - 1) / alignment * alignment : best;
+    placed.push_back(i);
+  }
+  return offsets;
+}
+
+TEST(HeapSimulator, OffsetTreeChoosesWhatThePlainBestFitChooses) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 40; ++round) {
+    // Dense rounds: hundreds of buffers live at once (the offset tree's path); sparse rounds: short lives.
+    const bool dense = round % 2 == 0;
+    const uint64_t alignment = round % 3 == 0 ? 1 : 64;
+    std::vector<HeapInterval> iv(600);
+    for (HeapInterval& h : iv) {
+      h.start = rng() % 1000;
+      h.end = dense ? h.start + 300 + rng() % 700 : h.start + rng() % 30;
+      h.size_bytes = round % 4 == 0 ? 4096 * (1 + rng() % 4) : 1 + rng() % 100000;
+    }
+    const HeapAssignment h = best_fit_heap(iv, alignment, HeapPacking::kSpatial);
+    EXPECT_EQ(h.offsets, plain_best_fit(iv, alignment)) << "round " << round;
   }
 }
 
