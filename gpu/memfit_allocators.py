@@ -18,6 +18,7 @@ def _lib(path):
     lib.memfit_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
     lib.memfit_stats_json.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
     lib.memfit_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.memfit_empty_cache.argtypes = [ctypes.c_int]
     return lib
 
 
@@ -27,6 +28,12 @@ def stats(path, device=0):
     buf = ctypes.create_string_buffer(1 << 16)
     n = lib.memfit_stats_json(device, buf, len(buf))
     return json.loads(buf.value.decode()) if n > 0 else None
+
+
+def empty_cache(path, device=0):
+    """Gives the page-mapped pool's cached pages back to the GPU once their work is done
+    (torch.cuda.empty_cache() for memfit's allocator). 0 on success."""
+    return _lib(path).memfit_empty_cache(device)
 
 
 def last_error(path):

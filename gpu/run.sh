@@ -64,18 +64,31 @@ want gpt2_growth && fw gpt2_memfit_bfc_growth XLA_PYTHON_CLIENT_PREALLOCATE=fals
 want gpt2_vmm && fw gpt2_memfit_vmm XLA_PYTHON_CLIENT_ALLOCATOR=vmm timeout 120 python3 gpu/pytorch_gpt2.py memfit "$lib"
 want cupy && fw cupy_memfit_bfc_growth XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 60 python3 gpu/cupy_check.py "$lib"
 python3 - "$F" <<'PY' | tee -a "$S"
-import json, sys
+import json, statistics, sys
 name = None
+runs = {}
 for line in open(sys.argv[1]):
     if line.startswith("=== "):
         name = line[4:].strip()
     elif line.startswith("{"):
         r = json.loads(line)
+        runs[name] = r
         if "losses" in r:
             peak = r.get("max_memory_reserved") or (r.get("memfit_stats") or {}).get("peak_pool_bytes")
             print(name, "losses", r["losses"], "step_s", [round(t, 3) for t in r["step_s"]], "peak_reserved", peak)
         else:
             print(name, r)
+# The page-mapped pool's targets: step time within 3% of the BFC pool's (steps after the first, which
+# compiles and warms), peak reserved <= 1.02x peak live, the same losses.
+vmm, bfc = runs.get("gpt2_memfit_vmm"), runs.get("gpt2_memfit_bfc")
+if vmm and bfc and "step_s" in vmm and "step_s" in bfc:
+    v, b = statistics.median(vmm["step_s"][1:]), statistics.median(bfc["step_s"][1:])
+    st = vmm.get("memfit_stats") or {}
+    live = st.get("peak_bytes_in_use") or 0
+    pool = st.get("peak_pool_bytes") or 0
+    print(f"vmm vs bfc: step {v:.4f} s vs {b:.4f} s = {v / b:.3f}x (target <= 1.03); "
+          f"peak pool {pool} / peak live {live} = {pool / live if live else 0:.4f}x (target <= 1.02); "
+          f"same losses: {vmm.get('losses') == bfc.get('losses')}")
 PY
 if want cpubench; then
 step "CPU allocator benchmarks"

@@ -12,6 +12,7 @@
 #include "memfit/alloc/async_allocator.h"
 #include "memfit/alloc/vmm_allocator.h"
 #include "memfit/alloc/xla_allocator.h"
+#include "memfit/core/bytes.h"
 #include "memfit/core/device_catalog.h"
 #include "memfit/core/environment.h"
 #include "memfit/core/json.h"
@@ -31,18 +32,19 @@ constexpr int kMaxDevices = 64;
 struct PerDevice {
   std::unique_ptr<DeviceMemory> device;
   std::unique_ptr<Allocator> allocator;
+  memfit::VmmAllocator* vmm = nullptr;  // the allocator, when it is the page-mapped pool (stream-ordered)
 };
 
 std::mutex g_mutex;  // guards creation; the allocators are thread-safe themselves
 std::array<PerDevice, kMaxDevices> g_devices;
 thread_local std::string t_last_error;
 
-Expected<Allocator*> allocator_for(int device) {
+Expected<PerDevice*> device_for(int device) {
   if (device < 0 || device >= kMaxDevices)
     return memfit::invalid_argument(fmt::format("device {} is out of range", device));
   std::lock_guard<std::mutex> lock(g_mutex);
   PerDevice& d = g_devices[static_cast<size_t>(device)];
-  if (d.allocator) return d.allocator.get();
+  if (d.allocator) return &d;
   const memfit::Environment env = memfit::Environment::from_process();
   MEMFIT_ASSIGN_OR_RETURN(memfit::XlaAllocatorConfig config, memfit::parse_xla_allocator_env(env));
   if (auto simulated = env.get("MEMFIT_SIMULATED_BYTES"); simulated && !simulated->empty()) {
@@ -60,7 +62,7 @@ Expected<Allocator*> allocator_for(int device) {
       o.limit_bytes = *memfit::plan_xla_allocator(config, gpu->total_bytes()).limit_bytes;
       MEMFIT_ASSIGN_OR_RETURN(d.allocator, memfit::AsyncAllocator::create(*gpu, o));
       d.device = std::move(gpu);
-      return d.allocator.get();
+      return &d;
     }
     d.device = std::move(gpu);
   }
@@ -69,17 +71,25 @@ Expected<Allocator*> allocator_for(int device) {
     memfit::VmmOptions o;
     o.name = fmt::format("GPU_{}_vmm", device);
     o.limit_bytes = *memfit::plan_xla_allocator(config, d.device->total_bytes()).limit_bytes;
+    if (auto cache = env.get("MEMFIT_VMM_CACHE"); cache && !cache->empty()) {
+      auto bytes = memfit::parse_bytes(*cache);
+      if (!bytes.ok()) return bytes.error().with_context("MEMFIT_VMM_CACHE");
+      o.cache_bytes = *bytes;
+    }
+    std::unique_ptr<memfit::VmmAllocator> vmm;
     if (env.get("MEMFIT_SIMULATED_BYTES")) {
-      d.allocator = std::make_unique<memfit::VmmAllocator>(*d.device, o);
+      vmm = std::make_unique<memfit::VmmAllocator>(*d.device, o);
     } else {  // cuMemCreate/cuMemMap pages of the real GPU
       MEMFIT_ASSIGN_OR_RETURN(auto mapper, memfit::CudaPageMapper::create(device));
-      d.allocator = std::make_unique<memfit::VmmAllocator>(std::move(mapper), o);
+      vmm = std::make_unique<memfit::VmmAllocator>(std::move(mapper), o);
     }
+    d.vmm = vmm.get();
+    d.allocator = std::move(vmm);
   } else {
     MEMFIT_ASSIGN_OR_RETURN(d.allocator,
                             memfit::make_xla_allocator(config, *d.device, std::chrono::milliseconds(0)));
   }
-  return d.allocator.get();
+  return &d;
 }
 
 int copy_out(const std::string& text, char* buffer, size_t capacity) {
@@ -100,17 +110,21 @@ std::string describe(const memfit::Error& e) {
 
 extern "C" {
 
-void* memfit_alloc(ssize_t size, int device, void* /*stream*/) {
+void* memfit_alloc(ssize_t size, int device, void* stream) {
   if (size < 0) {
     t_last_error = fmt::format("memfit_alloc: negative size {}", size);
     return nullptr;
   }
-  auto allocator = allocator_for(device);
-  if (!allocator.ok()) {
-    t_last_error = describe(allocator.error());
+  auto d = device_for(device);
+  if (!d.ok()) {
+    t_last_error = describe(d.error());
     return nullptr;
   }
-  auto ptr = (*allocator)->allocate(static_cast<uint64_t>(size), "memfit_alloc");
+  // The page-mapped pool orders its page release on the stream; the others serve one compute stream, as
+  // XLA's allocators do.
+  auto ptr = (*d)->vmm != nullptr
+                 ? (*d)->vmm->allocate_on(static_cast<uint64_t>(size), reinterpret_cast<uintptr_t>(stream))
+                 : (*d)->allocator->allocate(static_cast<uint64_t>(size), "memfit_alloc");
   if (!ptr.ok()) {
     t_last_error = describe(ptr.error());
     return nullptr;
@@ -118,14 +132,34 @@ void* memfit_alloc(ssize_t size, int device, void* /*stream*/) {
   return *ptr;
 }
 
-void memfit_free(void* ptr, ssize_t /*size*/, int device, void* /*stream*/) {
+void memfit_free(void* ptr, ssize_t /*size*/, int device, void* stream) {
   if (ptr == nullptr) return;
-  auto allocator = allocator_for(device);
-  if (!allocator.ok()) {
-    t_last_error = describe(allocator.error());
+  auto d = device_for(device);
+  if (!d.ok()) {
+    t_last_error = describe(d.error());
     return;
   }
-  if (auto s = (*allocator)->deallocate(ptr); !s.ok()) t_last_error = describe(s.error());
+  const memfit::Status freed = (*d)->vmm != nullptr
+                                   ? (*d)->vmm->deallocate_on(ptr, reinterpret_cast<uintptr_t>(stream))
+                                   : (*d)->allocator->deallocate(ptr);
+  if (!freed.ok()) t_last_error = describe(freed.error());
+}
+
+int memfit_empty_cache(int device) {
+  if (device < 0 || device >= kMaxDevices) return -1;
+  memfit::VmmAllocator* vmm = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    PerDevice& d = g_devices[static_cast<size_t>(device)];
+    if (!d.allocator) return -1;
+    vmm = d.vmm;
+  }
+  if (vmm == nullptr) return 0;  // the BFC and platform pools keep no cache apart from their pool
+  if (auto s = vmm->trim_cache(0); !s.ok()) {
+    t_last_error = describe(s.error());
+    return -1;
+  }
+  return 0;
 }
 
 int memfit_stats_json(int device, char* buffer, size_t capacity) {

@@ -74,6 +74,10 @@ class DevicePageMapper final : public PageMapper {
   }
 
   Status unmap(uintptr_t address, uint64_t size_bytes) override {
+    if (device_.work_pending_on(address, size_bytes)) {
+      return failed_precondition(fmt::format(
+          "unmap of {:#x} (+{} B) while work queued on it has not finished", address, size_bytes));
+    }
     void* physical = nullptr;
     bool host = false;
     {
@@ -94,6 +98,10 @@ class DevicePageMapper final : public PageMapper {
   uint64_t total_bytes() const override { return device_.total_bytes(); }
   uint64_t free_bytes() const override { return device_.free_bytes(); }
   std::string name() const override { return device_.name(); }
+  Expected<Event> record_event(uintptr_t stream) override { return device_.record_event(stream); }
+  bool event_done(Event event) override { return device_.event_done(event); }
+  Status wait_event(Event event) override { return device_.wait_event(event); }
+  void release_event(Event event) override { device_.release_event(event); }
 
  private:
   struct Range {

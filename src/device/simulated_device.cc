@@ -175,4 +175,88 @@ uint64_t SimulatedDevice::reserve_calls() const {
   return reserve_calls_;
 }
 
+void SimulatedDevice::finish_locked(Stream& stream, uint64_t upto) {
+  upto = std::min(upto, stream.queued);
+  if (upto <= stream.finished) return;
+  stream.finished = upto;
+  std::erase_if(stream.work, [&](const Work& w) { return w.number <= upto; });
+}
+
+Expected<DeviceMemory::Event> SimulatedDevice::record_event(uintptr_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Event e = next_event_++;
+  events_[e] = {stream, streams_[stream].queued};
+  return e;
+}
+
+bool SimulatedDevice::event_done(Event event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = events_.find(event);
+  if (it == events_.end()) return true;
+  return streams_[it->second.first].finished >= it->second.second;
+}
+
+Status SimulatedDevice::wait_event(Event event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = events_.find(event);
+  if (it == events_.end())
+    return failed_precondition(fmt::format("wait on event {}, which is not recorded", event));
+  Stream& stream = streams_[it->second.first];
+  if (stream.finished < it->second.second) {
+    ++blocking_waits_;  // a real device would block here until the stream's work got this far
+    finish_locked(stream, it->second.second);
+  }
+  return ok_status();
+}
+
+void SimulatedDevice::release_event(Event event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.erase(event);
+}
+
+bool SimulatedDevice::work_pending_on(uintptr_t address, uint64_t size_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, stream] : streams_) {
+    for (const Work& w : stream.work) {
+      if (w.address < address + size_bytes && address < w.address + w.size_bytes) {
+        ++unsafe_unmaps_;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+uint64_t SimulatedDevice::enqueue_work(uintptr_t stream, uintptr_t address, uint64_t size_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stream& s = streams_[stream];
+  s.work.push_back({++s.queued, address, size_bytes});
+  return s.queued;
+}
+
+void SimulatedDevice::finish_work(uintptr_t stream, uint64_t upto) {
+  std::lock_guard<std::mutex> lock(mu_);
+  finish_locked(streams_[stream], upto);
+}
+
+void SimulatedDevice::finish_all_work() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, stream] : streams_) finish_locked(stream, stream.queued);
+}
+
+uint64_t SimulatedDevice::blocking_waits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return blocking_waits_;
+}
+
+uint64_t SimulatedDevice::unsafe_unmap_attempts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unsafe_unmaps_;
+}
+
+uint64_t SimulatedDevice::live_events() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_.size();
+}
+
 }  // namespace memfit

@@ -18,6 +18,7 @@ struct Lib {
   decltype(&memfit_stats_json) stats = nullptr;
   decltype(&memfit_last_error) last_error = nullptr;
   decltype(&memfit_reset_peak) reset_peak = nullptr;
+  decltype(&memfit_empty_cache) empty_cache = nullptr;
 };
 
 Lib load() {
@@ -34,6 +35,7 @@ Lib load() {
   lib.stats = reinterpret_cast<decltype(lib.stats)>(::dlsym(lib.handle, "memfit_stats_json"));
   lib.last_error = reinterpret_cast<decltype(lib.last_error)>(::dlsym(lib.handle, "memfit_last_error"));
   lib.reset_peak = reinterpret_cast<decltype(lib.reset_peak)>(::dlsym(lib.handle, "memfit_reset_peak"));
+  lib.empty_cache = reinterpret_cast<decltype(lib.empty_cache)>(::dlsym(lib.handle, "memfit_empty_cache"));
   return lib;
 }
 
@@ -54,7 +56,7 @@ std::string last_error(const Lib& lib) {
 
 TEST(CApi, AllocatesFreesAndReportsLikeJax) {
   const Lib lib = load();
-  ASSERT_TRUE(lib.alloc && lib.free && lib.stats && lib.last_error && lib.reset_peak);
+  ASSERT_TRUE(lib.alloc && lib.free && lib.stats && lib.last_error && lib.reset_peak && lib.empty_cache);
   EXPECT_EQ(lib.stats(0, nullptr, 0), -1);  // no allocator before the first allocation
   void* a = lib.alloc(1 << 20, 0, nullptr);
   void* b = lib.alloc(3 << 20, 0, nullptr);
@@ -112,8 +114,32 @@ TEST(CApi, VmmMapsPagesOnlyWhileBuffersLive) {
   EXPECT_NE(last_error(lib).find("GPU_3_vmm"), std::string::npos) << last_error(lib);
   lib.free(p, 3 << 20, 3, nullptr);
   s = stats(lib, 3);
+  EXPECT_EQ(s["pool_bytes"], 4 << 20);  // freed pages stay mapped, cached for the next allocation
+  void* again = lib.alloc(3 << 20, 3, nullptr);
+  EXPECT_EQ(again, p);  // the same place, on the cached pages: no device call
+  EXPECT_EQ(stats(lib, 3)["pool_bytes"], 4 << 20);
+  lib.free(again, 3 << 20, 3, nullptr);
+  EXPECT_EQ(lib.empty_cache(3), 0);  // torch.cuda.empty_cache(): the cache goes back to the device
+  s = stats(lib, 3);
   EXPECT_EQ(s["pool_bytes"], 0);
   EXPECT_EQ(s["peak_pool_bytes"], 4 << 20);
+  EXPECT_EQ(lib.empty_cache(63), -1);       // no allocator there yet
+  void* bfc = lib.alloc(4096, 5, nullptr);  // device 5: the default BFC pool
+  ASSERT_NE(bfc, nullptr) << last_error(lib);
+  EXPECT_EQ(lib.empty_cache(5), 0);  // it keeps no cache apart from its pool: nothing to do
+  lib.free(bfc, 4096, 5, nullptr);
+}
+
+TEST(CApi, VmmCacheBoundFromTheEnvironment) {
+  const Lib lib = load();
+  ::setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "vmm", 1);
+  ::setenv("MEMFIT_VMM_CACHE", "0", 1);  // give pages back as soon as their work is done
+  void* p = lib.alloc(3 << 20, 4, nullptr);
+  ::unsetenv("XLA_PYTHON_CLIENT_ALLOCATOR");
+  ::unsetenv("MEMFIT_VMM_CACHE");
+  ASSERT_NE(p, nullptr) << last_error(lib);
+  lib.free(p, 3 << 20, 4, nullptr);
+  EXPECT_EQ(stats(lib, 4)["pool_bytes"], 0);
 }
 
 }  // namespace

@@ -147,7 +147,9 @@ TEST(CudaPageMapper, FreeWhileTheGpuStillWritesIsSafe) {
   ASSERT_TRUE(p.ok()) << p.error().message();
   for (int i = 0; i < 20; ++i)  // ~10 ms of writes queued (1 GiB each at ~2-4 TB/s)
     ASSERT_EQ(cudaMemsetAsync(*p, i, kBytes, nullptr), cudaSuccess);
-  ASSERT_TRUE(vmm.deallocate(*p).ok());  // unmaps the pages
+  ASSERT_TRUE(vmm.deallocate(*p).ok());  // the pages go to the cache with an event on the stream
+  ASSERT_TRUE(vmm.trim_cache(0).ok());   // unmaps them - only once the memsets are done
+  EXPECT_EQ(vmm.stats().pool_bytes, 0u);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
   auto again = vmm.allocate(64 << 20, "after");
   ASSERT_TRUE(again.ok()) << again.error().message();

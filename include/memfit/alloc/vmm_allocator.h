@@ -7,10 +7,17 @@
 // or two per hole of the bytes in use: the policy for traces that fragment other pools.
 // Pages come from a `PageMapper` (memfit/device/page_mapper.h): CUDA's cuMemCreate/cuMemMap on a GPU
 // (CudaPageMapper), or reservations of any DeviceMemory, so it runs on the simulated device too.
+//
+// Stream-ordered release: a frameworks frees a buffer while kernels queued on it may still run. Pages no live
+// buffer touches stay mapped in a cache; an event recorded on each stream that used them marks that work.
+// New allocations reuse cached pages first (no device call; another stream's pages only once its event is
+// done), and cached pages are unmapped - after their events are done, never under queued work - when the
+// cache passes `cache_bytes`, when mapping would pass the limit or the device is full, or on trim_cache().
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "memfit/alloc/allocator.h"
@@ -24,7 +31,13 @@ struct VmmOptions {
   uint64_t page_bytes = 2ull << 20;  // rounded up to a multiple of the mapper's granularity
   uint64_t limit_bytes = 0;          // most physical bytes mapped at once; 0 = the device's capacity
   uint64_t virtual_bytes = 0;        // virtual range; 0 = four times the device's capacity
+  // Freed pages kept mapped for reuse, at most this many bytes (MEMFIT_VMM_CACHE in libmemfit_alloc.so);
+  // absent = default_vmm_cache_bytes(device). 0 gives pages back as soon as their work has finished.
+  std::optional<uint64_t> cache_bytes;
 };
+
+// The cache's default bound: 2% of the device (2.8 GiB on an H200).
+uint64_t default_vmm_cache_bytes(uint64_t device_bytes);
 
 class VmmAllocator final : public Allocator {
  public:
@@ -36,8 +49,17 @@ class VmmAllocator final : public Allocator {
   VmmAllocator(const VmmAllocator&) = delete;
   VmmAllocator& operator=(const VmmAllocator&) = delete;
 
+  // On the default stream (0).
   Expected<void*> allocate(uint64_t size_bytes, std::string_view tag = {}) override;
+  // Frees on the stream the buffer was allocated on.
   Status deallocate(void* ptr) override;
+  // On `stream` (a cudaStream_t as an integer): the buffer's work is ordered on that stream.
+  Expected<void*> allocate_on(uint64_t size_bytes, uintptr_t stream);
+  Status deallocate_on(void* ptr, std::optional<uintptr_t> stream);
+  // Unmaps cached pages, oldest first, until at most `keep_bytes` are cached, waiting for the work queued on
+  // them (memfit_empty_cache; a share group whose lease shrinks).
+  Status trim_cache(uint64_t keep_bytes = 0);
+  uint64_t cached_bytes() const;
   AllocatorStats stats() const override;
   void reset_peak() override;
   std::string name() const override;

@@ -5,7 +5,8 @@
  * Configured like JAX, by the XLA variables of the process (XLA_PYTHON_CLIENT_ALLOCATOR, ..._PREALLOCATE,
  * XLA_CLIENT_MEM_FRACTION): the same variables give the same allocator and limit. MEMFIT_SIMULATED_BYTES=N
  * (e.g. 80GiB) uses a simulated device instead of the GPU: addresses that must not be dereferenced, for
- * tests and dry runs. One allocator per device, created at its first allocation; thread-safe. */
+ * tests and dry runs. MEMFIT_VMM_CACHE=BYTES bounds the page-mapped pool's cache of freed, still-mapped pages
+ * (default 2% of the device). One allocator per device, created at its first allocation; thread-safe. */
 #ifndef MEMFIT_C_MEMFIT_ALLOC_H_
 #define MEMFIT_C_MEMFIT_ALLOC_H_
 
@@ -31,6 +32,12 @@ int memfit_last_error(char* buffer, size_t capacity);
 
 /* Sets peak_bytes_in_use to bytes_in_use (what users ask JAX for in jax#8096). */
 void memfit_reset_peak(int device);
+
+/* Gives the pages the page-mapped pool (XLA_PYTHON_CLIENT_ALLOCATOR=vmm) keeps mapped for reuse back to the
+ * device, once the work queued on them has finished: PyTorch's torch.cuda.empty_cache(). 0 on success (and
+ * for the other allocators, which keep no such cache), -1 when the device has no allocator yet or it failed.
+ */
+int memfit_empty_cache(int device);
 
 #ifdef __cplusplus
 }

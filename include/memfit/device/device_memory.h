@@ -28,6 +28,31 @@ class DeviceMemory {
   virtual std::string name() const = 0;
   // True when the host may read and write the returned addresses (host-backed simulation, host memory).
   virtual bool is_host_accessible() const { return false; }
+
+  // Streams and events, for allocators that take memory back before the device has finished with it (CUDA's
+  // cudaEventRecord, cudaEventQuery, cudaEventSynchronize). An event recorded on `stream` (a cudaStream_t
+  // as an integer; 0 = the default stream) marks the work queued there so far, and is done when that work
+  // has finished. A device without asynchronous work (this default) finishes everything at once.
+  using Event = uint64_t;
+  virtual Expected<Event> record_event(uintptr_t stream) {
+    (void)stream;
+    return Event{0};
+  }
+  virtual bool event_done(Event event) {
+    (void)event;
+    return true;
+  }
+  virtual Status wait_event(Event event) {
+    (void)event;
+    return ok_status();
+  }
+  virtual void release_event(Event event) { (void)event; }
+  // Whether work queued and not finished touches [address, +size_bytes): memory that may not be unmapped.
+  virtual bool work_pending_on(uintptr_t address, uint64_t size_bytes) {
+    (void)address;
+    (void)size_bytes;
+    return false;
+  }
 };
 
 }  // namespace memfit

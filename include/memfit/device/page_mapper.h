@@ -34,11 +34,29 @@ class PageMapper {
   virtual uint64_t total_bytes() const = 0;
   virtual uint64_t free_bytes() const = 0;
   virtual std::string name() const = 0;
+
+  // Stream order (see DeviceMemory::record_event): a pool that frees while work is queued records an event
+  // and unmaps only once it is done. The default is a device with no asynchronous work.
+  using Event = DeviceMemory::Event;
+  virtual Expected<Event> record_event(uintptr_t stream) {
+    (void)stream;
+    return Event{0};
+  }
+  virtual bool event_done(Event event) {
+    (void)event;
+    return true;
+  }
+  virtual Status wait_event(Event event) {
+    (void)event;
+    return ok_status();
+  }
+  virtual void release_event(Event event) { (void)event; }
 };
 
 // Pages as reservations of `device` (one per map call; `device` must outlive the mapper). The address
 // range is host memory (mmap'd, pages dropped on unmap) when the device is host-accessible, so tests can
-// write through it; otherwise it is address space no one dereferences.
+// write through it; otherwise it is address space no one dereferences. Events are the device's; an unmap
+// of memory that queued work still touches is refused (the simulated device counts such attempts).
 std::unique_ptr<PageMapper> make_device_page_mapper(DeviceMemory& device, uint64_t granularity_bytes);
 
 }  // namespace memfit

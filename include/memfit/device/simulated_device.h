@@ -42,6 +42,24 @@ class SimulatedDevice final : public DeviceMemory {
   std::string name() const override { return options_.name; }
   bool is_host_accessible() const override { return options_.host_backed; }
 
+  // Simulated streams (CI has no GPU, the ordering rules are tested here): work queued on a stream over an
+  // address range, finished in queue order when a test says so or when an event on it is waited for.
+  Expected<Event> record_event(uintptr_t stream) override;
+  bool event_done(Event event) override;
+  Status wait_event(Event event) override;
+  void release_event(Event event) override;
+  bool work_pending_on(uintptr_t address, uint64_t size_bytes) override;
+  // Queues work touching [address, +size_bytes) on `stream`; returns its number on that stream (from 1).
+  uint64_t enqueue_work(uintptr_t stream, uintptr_t address, uint64_t size_bytes);
+  // Finishes the work on `stream` up to number `upto`; finish_all_work() finishes everything.
+  void finish_work(uintptr_t stream, uint64_t upto);
+  void finish_all_work();
+  // wait_event calls that found the event's work unfinished (what a real device would block on).
+  uint64_t blocking_waits() const;
+  // work_pending_on calls that found pending work: an unmap the allocator should never have tried.
+  uint64_t unsafe_unmap_attempts() const;
+  uint64_t live_events() const;
+
   uint64_t live_ranges() const;
   // Bytes reserved now and at most since creation (granularity-rounded): what nvidia-smi would show.
   uint64_t used_bytes() const;
@@ -67,6 +85,23 @@ class SimulatedDevice final : public DeviceMemory {
   // differs, and a reserve that finds no fitting range flushes the quick lists back first.
   std::unordered_map<uint64_t, std::vector<uint64_t>> quick_;
   uint64_t quick_ranges_ = 0;
+
+  struct Work {
+    uint64_t number;
+    uintptr_t address;
+    uint64_t size_bytes;
+  };
+  struct Stream {
+    uint64_t queued = 0;     // numbers handed out
+    uint64_t finished = 0;   // all work up to this number has finished
+    std::vector<Work> work;  // queued and not finished, in order
+  };
+  void finish_locked(Stream& stream, uint64_t upto);
+  std::unordered_map<uintptr_t, Stream> streams_;
+  std::unordered_map<Event, std::pair<uintptr_t, uint64_t>> events_;  // event -> (stream, number)
+  Event next_event_ = 1;
+  uint64_t blocking_waits_ = 0;
+  uint64_t unsafe_unmaps_ = 0;
 };
 
 }  // namespace memfit
