@@ -39,8 +39,9 @@ TEST(Replay, EveryPolicyOnBothRealTraces) {
       EXPECT_FALSE(p.samples.empty());
       EXPECT_GT(p.events_per_second, 0.0);
     }
-    // The page-mapped pool is the best pool: within 2% of the lower bound, and better than PyTorch's own.
-    EXPECT_LE(policy(*r, "vmm").ratio_to_peak_live, 1.02);
+    // The page-mapped pool is the best pool: within 1% of the lower bound (its cache of freed pages
+    // included), and better than PyTorch's own.
+    EXPECT_LE(policy(*r, "vmm").ratio_to_peak_live, 1.01);
     EXPECT_LT(policy(*r, "vmm").peak_reserved_bytes, *t.recorded_peak_reserved_bytes);
     // A growing BFC keeps every region it ever took: it cannot do better than the preallocated one here.
     EXPECT_GE(policy(*r, "bfc-growth").peak_reserved_bytes, policy(*r, "bfc").peak_reserved_bytes);
