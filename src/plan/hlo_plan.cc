@@ -5,15 +5,30 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
 #include "memfit/core/checked.h"
+#include "memfit/plan/xla_gpu_model.h"
 
 namespace memfit {
 
-Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& options) {
-  MEMFIT_ASSIGN_OR_RETURN(EntrySizes sizes, entry_sizes(module));
+Expected<HloPlan> plan_hlo(const HloModule& input, const HloPlanOptions& options) {
+  if (is_lowered_module(input)) {
+    // A program before optimization: the buffers XLA:GPU would materialize, under the better of two
+    // schedules (as XLA's DefaultMemoryScheduler keeps the best of its schedulers).
+    std::optional<HloPlan> best;
+    for (GpuSchedule schedule : {GpuSchedule::kProgramOrder, GpuSchedule::kList}) {
+      MEMFIT_ASSIGN_OR_RETURN(HloModule modeled, model_xla_gpu(input, schedule));
+      MEMFIT_ASSIGN_OR_RETURN(HloPlan plan, plan_hlo(modeled, options));
+      if (!best || plan.temp_bytes < best->temp_bytes) best = std::move(plan);
+    }
+    best->source = "lowered-hlo";
+    return std::move(*best);
+  }
+  MEMFIT_ASSIGN_OR_RETURN(EntrySizes sizes, entry_sizes(input));
+  const HloModule& module = input;
   MEMFIT_ASSIGN_OR_RETURN(BufferModel model, build_buffer_model(module));
   HloPlan plan;
   plan.module = module.name;

@@ -178,13 +178,27 @@ std::vector<std::string_view> split_top(std::string_view s) {
 }
 
 // Every "%name" in a value ("%a", "{%a, %b}").
+bool is_name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+}
+
+// The instruction or computation names in `value`: "%a", "f32[4] %a", "{%a, %b}" as compiled modules print
+// them, or bare "a", "{a, b}" as lowered modules (lowered.as_text(dialect="hlo")) do.
 void names_in(std::string_view value, std::vector<std::string>& out) {
+  if (value.find('%') == std::string_view::npos) {
+    size_t at = 0;
+    while (at < value.size()) {
+      while (at < value.size() && !is_name_char(value[at])) ++at;
+      size_t end = at;
+      while (end < value.size() && is_name_char(value[end])) ++end;
+      if (end > at) out.emplace_back(value.substr(at, end - at));
+      at = end;
+    }
+    return;
+  }
   for (size_t at = value.find('%'); at != std::string_view::npos; at = value.find('%', at + 1)) {
     size_t end = at + 1;
-    while (end < value.size() && (std::isalnum(static_cast<unsigned char>(value[end])) || value[end] == '_' ||
-                                  value[end] == '.' || value[end] == '-')) {
-      ++end;
-    }
+    while (end < value.size() && is_name_char(value[end])) ++end;
     if (end > at + 1) out.emplace_back(value.substr(at + 1, end - at - 1));
   }
 }

@@ -158,3 +158,57 @@ TEST(HloPlan, SharesAllocationsAsXlaDidForGptDonate) {
 
 }  // namespace
 }  // namespace memfit
+
+namespace memfit {
+namespace {
+
+// The same programs before XLA optimized them (lowered.as_text(dialect="hlo")): argument, output and alias
+// bytes are exact; temp is memfit's prediction of XLA:GPU (plan/xla_gpu_model.h), printed against XLA's
+// own and the H200's. The four programs it predicts within 5% today are held there; the scan program
+// (-45%: loop-carried stacked activations are not modeled yet) is printed, not asserted.
+TEST(HloPlan, LoweredProgramsPlannedThroughTheGpuModel) {
+  auto text = read_file(data("programs.json"));
+  ASSERT_TRUE(text.ok());
+  auto programs = parse_json(*text, "programs.json");
+  ASSERT_TRUE(programs.ok());
+  const std::set<std::string> held = {"gpt_fp32", "gpt_fp32_donate", "mlp_fp32_donate",
+                                      "mlp_fp32_donate_remat_full"};
+  std::printf("%-28s %15s %15s %9s %15s %15s %9s\n", "lowered program", "xla temp", "predicted", "error",
+              "measured peak", "predicted", "error");
+  int checked = 0;
+  for (const Json& p : (*programs)["programs"]) {
+    const std::string name = p["name"];
+    if (p["backend"] != "gpu") continue;
+    SCOPED_TRACE(name);
+    auto lowered_text = read_file(data(name + ".lowered.hlo.txt.gz"));
+    ASSERT_TRUE(lowered_text.ok()) << lowered_text.error().message();
+    auto module = parse_hlo_module(*lowered_text);
+    ASSERT_TRUE(module.ok()) << module.error().message();
+    EXPECT_FALSE(module->is_scheduled);
+    auto plan = plan_hlo(*module);
+    ASSERT_TRUE(plan.ok()) << plan.error().message();
+    EXPECT_EQ(plan->source, "lowered-hlo");
+    const Json& xla = p["xla_memory_analysis"];
+    EXPECT_EQ(plan->argument_bytes, xla["argument_size_in_bytes"].get<uint64_t>());
+    EXPECT_EQ(plan->output_bytes, xla["output_size_in_bytes"].get<uint64_t>());
+    EXPECT_EQ(plan->alias_bytes, xla["alias_size_in_bytes"].get<uint64_t>());
+    const double xla_temp = xla["temp_size_in_bytes"].get<double>();
+    const Json& m = p["measured"];
+    const double measured =
+        m["peak_bytes_in_use_after_step"].get<double>() -
+        (m["bytes_in_use_before_step"].get<double>() - xla["argument_size_in_bytes"].get<double>());
+    const double peak_error = relative(static_cast<double>(plan->peak_bytes), measured);
+    std::printf("%-28s %15.0f %15llu %8.1f%% %15.0f %15llu %8.1f%%\n", name.c_str(), xla_temp,
+                static_cast<unsigned long long>(plan->temp_bytes),
+                100 * relative(static_cast<double>(plan->temp_bytes), xla_temp), measured,
+                static_cast<unsigned long long>(plan->peak_bytes), 100 * peak_error);
+    if (held.contains(name)) {
+      EXPECT_LE(std::abs(peak_error), 0.05) << "peak " << plan->peak_bytes;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6);
+}
+
+}  // namespace
+}  // namespace memfit

@@ -18,6 +18,7 @@ Json to_json(const std::string& path, const HloPlan& plan, bool all_buffers) {
   Json j;
   j["file"] = path;
   j["module"] = plan.module;
+  j["source"] = plan.source;
   j["instructions"] = plan.instructions;
   j["argument_bytes"] = plan.argument_bytes;
   j["output_bytes"] = plan.output_bytes;
@@ -65,6 +66,13 @@ void print_table(std::ostream& out, const std::string& path, const HloPlan& plan
   };
   out << fmt::format("memfit hlo: {} (module {}, {} scheduled instructions)\n", path, plan.module,
                      plan.instructions);
+  if (plan.source == "lowered-hlo") {
+    out << "  read: the program before XLA optimized it (lowered HLO); planned through memfit's model of "
+           "XLA:GPU's\n"
+           "  fusion and scheduling - a prediction for an H100/H200-class GPU, approximate (the README gives "
+           "its\n"
+           "  measured error; the compiled module, `compiled.as_text()`, gives XLA's figures exactly)\n";
+  }
   row("argument", plan.argument_bytes, "entry parameters");
   row("output", plan.output_bytes, "results, with their tuple tables");
   row("alias", plan.alias_bytes, "outputs written over donated arguments");

@@ -43,6 +43,10 @@ struct BufferGroup {
 
 struct HloPlan {
   std::string module;
+  // "optimized": the module XLA compiled, planned as XLA's buffer assignment does; "lowered-hlo": the
+  // program before optimization, run through memfit's model of XLA:GPU (plan/xla_gpu_model.h) first - a
+  // prediction for an H100/H200-class GPU.
+  std::string source = "optimized";
   uint64_t instructions = 0;            // in sequential computations (fusion bodies not counted)
   uint64_t argument_bytes = 0;          // memory_analysis().argument_size_in_bytes
   uint64_t output_bytes = 0;            // output_size_in_bytes

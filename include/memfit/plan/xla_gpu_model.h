@@ -1,0 +1,36 @@
+// memfit/plan/xla_gpu_model.h - a program before XLA optimized it (lowered.as_text(dialect="hlo")), turned
+// into the buffers XLA:GPU will materialize, so that the buffer model and heap can plan it.
+//
+// What it models of XLA:GPU's pipeline, and how closely:
+//   - fusion (xla/service/gpu/transforms/priority_fusion.cc, instruction_fusion.cc): elementwise ops,
+//     broadcasts, reshapes, transposes, converts, slices, pads, concatenates, iotas and gathers fuse into
+//     their consumers and get no buffer; cheap ones are duplicated into every consumer, expensive ones
+//     (transcendentals, divisions: HloInstruction::IsExpensive) with several consumers keep one buffer;
+//   - library calls and fusion roots get a buffer: dots and convolutions (cuBLAS, cuDNN, Triton GEMM, with
+//     one elementwise epilogue such as a bias add or a convert folded into the GEMM's output,
+//     gemm_rewriter.cc), reductions, scatters, sorts, custom calls, collectives, loops and calls;
+//   - whatever a tuple, a loop, a call, an optimization barrier (jax.checkpoint) or the program's result
+//     takes is materialized, as XLA must;
+//   - the schedule: XLA's DefaultMemoryScheduler keeps the best of a list scheduler and post orders
+//     (hlo_memory_scheduler.cc); plan_hlo plans both the program's own order (JAX prints a post order) and
+//     a list schedule (kList) and keeps the smaller. Layouts cost no copies (approximated); algebraic
+//     simplification is only what fusion leaves out (dot+reduce rewrites are not modeled yet).
+// The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
+// the README's table.
+#pragma once
+
+#include "memfit/core/status.h"
+#include "memfit/program/hlo_module.h"
+
+namespace memfit {
+
+// True for a module as JAX lowers it (no schedule): what `memfit hlo` runs through the model first.
+bool is_lowered_module(const HloModule& module);
+
+// The module with only the instructions XLA:GPU materializes; each keeps its shape and op name, and reads
+// the materialized values its fused operands were computed from.
+enum class GpuSchedule { kProgramOrder, kList };
+Expected<HloModule> model_xla_gpu(const HloModule& lowered,
+                                  GpuSchedule schedule = GpuSchedule::kProgramOrder);
+
+}  // namespace memfit

@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""memfit hlo against XLA and the H200 on every program of ../shared/data/xla/programs.json.
+
+    scripts/xla_table.py [hlo_file|lowered_hlo_file]   (default lowered_hlo_file; needs build/release)
+
+Prints, per program, XLA's temp and memfit's, the step's measured peak (programs.json's definition) and
+memfit's, and their errors.
+"""
+import os
+import json,subprocess,sys
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, '..', 'shared', 'data')
+d=json.load(open(os.path.join(DATA, 'xla', 'programs.json')))
+M=os.path.join(ROOT, 'build', 'release', 'tools', 'memfit', 'memfit')
+key=sys.argv[1] if len(sys.argv)>1 else 'lowered_hlo_file'
+print(f"{'program':40} {'xla temp':>12} {'ours':>12} {'err%':>7} {'meas peak':>12} {'ours':>12} {'err%':>7}")
+errs=[]
+for p in d['programs']:
+    ma=p['xla_memory_analysis']
+    r=subprocess.run([M,'hlo',os.path.join(DATA, p[key]),'--json'],capture_output=True,text=True)
+    if r.returncode!=0:
+        print(f"{p['name']:40} ERROR {r.stderr.strip()[:120]}"); continue
+    j=json.loads(r.stdout)
+    err=(j['temp_bytes']-ma['temp_size_in_bytes'])/max(ma['temp_size_in_bytes'],1)*100
+    meas=p.get('measured'); ms=''
+    if meas:
+        peak=meas['peak_bytes_in_use_after_step']-(meas['bytes_in_use_before_step']-ma['argument_size_in_bytes'])
+        ours=j['argument_bytes']+j['output_bytes']-j['alias_bytes']+j['temp_bytes']
+        e2=(ours-peak)/peak*100; errs.append(abs(e2))
+        ms=f"{peak:>12} {ours:>12} {e2:>7.1f}"
+    ok = '' if (j['argument_bytes'],j['output_bytes'],j['alias_bytes'])==(ma['argument_size_in_bytes'],ma['output_size_in_bytes'],ma['alias_size_in_bytes']) else 'ARG/OUT/ALIAS DIFF'
+    print(f"{p['name']:40} {ma['temp_size_in_bytes']:>12} {j['temp_bytes']:>12} {err:>7.1f} {ms} {ok}")
+import statistics
+print("median |peak err| %.1f%%, within 5%%: %d of %d" % (statistics.median(errs), sum(e<=5 for e in errs), len(errs)))

@@ -1,0 +1,461 @@
+#include "memfit/plan/xla_gpu_model.h"
+
+#include <fmt/format.h>
+
+#include "memfit/core/text.h"
+
+#include <algorithm>
+#include <queue>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace memfit {
+namespace {
+
+// What an opcode is to fusion, resolved once per instruction.
+enum class Role {
+  kCheap,      // elementwise or data movement XLA fuses into its consumers and duplicates freely
+  kExpensive,  // elementwise, fused, but not duplicated into several consumers (IsExpensive)
+  kGemm,       // a library call or GEMM fusion root: dot, convolution
+  kRoot,       // gets its own buffer: reductions, scatter, sort, custom calls, collectives, rng ...
+  kForward,    // no buffer of its own: tuple, get-tuple-element, bitcast, optimization barrier
+  kControl,    // while, call, conditional: its operands and result are buffers
+  kParameter,
+  kConstant,
+};
+
+Role role_of(std::string_view op) {
+  static const std::unordered_map<std::string_view, Role> kRoles = {
+      // Cheap elementwise and data movement (fused, duplicated).
+      {"add", Role::kCheap},
+      {"subtract", Role::kCheap},
+      {"multiply", Role::kCheap},
+      {"maximum", Role::kCheap},
+      {"minimum", Role::kCheap},
+      {"negate", Role::kCheap},
+      {"abs", Role::kCheap},
+      {"compare", Role::kCheap},
+      {"select", Role::kCheap},
+      {"clamp", Role::kCheap},
+      {"convert", Role::kCheap},
+      {"and", Role::kCheap},
+      {"or", Role::kCheap},
+      {"xor", Role::kCheap},
+      {"not", Role::kCheap},
+      {"sign", Role::kCheap},
+      {"floor", Role::kCheap},
+      {"ceil", Role::kCheap},
+      {"round-nearest-afz", Role::kCheap},
+      {"round-nearest-even", Role::kCheap},
+      {"shift-left", Role::kCheap},
+      {"shift-right-arithmetic", Role::kCheap},
+      {"shift-right-logical", Role::kCheap},
+      {"is-finite", Role::kCheap},
+      {"real", Role::kCheap},
+      {"imag", Role::kCheap},
+      {"bitcast-convert", Role::kCheap},
+      {"reduce-precision", Role::kCheap},
+      {"broadcast", Role::kCheap},
+      {"reshape", Role::kCheap},
+      {"transpose", Role::kCheap},
+      {"slice", Role::kCheap},
+      {"dynamic-slice", Role::kCheap},
+      {"pad", Role::kCheap},
+      {"concatenate", Role::kCheap},
+      {"iota", Role::kCheap},
+      {"reverse", Role::kCheap},
+      {"gather", Role::kCheap},
+      {"copy", Role::kCheap},
+      {"popcnt", Role::kCheap},
+      {"stochastic-convert", Role::kCheap},
+      // Expensive elementwise (xla/hlo/ir/hlo_instruction.cc, IsExpensive).
+      {"exponential", Role::kExpensive},
+      {"exponential-minus-one", Role::kExpensive},
+      {"log", Role::kExpensive},
+      {"log-plus-one", Role::kExpensive},
+      {"logistic", Role::kExpensive},
+      {"tanh", Role::kExpensive},
+      {"sqrt", Role::kExpensive},
+      {"rsqrt", Role::kExpensive},
+      {"cbrt", Role::kExpensive},
+      {"power", Role::kExpensive},
+      {"divide", Role::kExpensive},
+      {"remainder", Role::kExpensive},
+      {"sine", Role::kExpensive},
+      {"cosine", Role::kExpensive},
+      {"tan", Role::kExpensive},
+      {"atan2", Role::kExpensive},
+      {"erf", Role::kExpensive},
+      // Library calls.
+      {"dot", Role::kGemm},
+      {"convolution", Role::kGemm},
+      // Fusion roots and ops that always write their own buffer.
+      {"reduce", Role::kRoot},
+      {"reduce-window", Role::kRoot},
+      {"select-and-scatter", Role::kRoot},
+      {"scatter", Role::kRoot},
+      {"dynamic-update-slice", Role::kRoot},
+      {"sort", Role::kRoot},
+      {"custom-call", Role::kRoot},
+      {"rng", Role::kRoot},
+      {"rng-bit-generator", Role::kRoot},
+      {"rng-get-and-update-state", Role::kRoot},
+      {"all-reduce", Role::kRoot},
+      {"all-gather", Role::kRoot},
+      {"reduce-scatter", Role::kRoot},
+      {"all-to-all", Role::kRoot},
+      {"collective-permute", Role::kRoot},
+      {"cholesky", Role::kRoot},
+      {"triangular-solve", Role::kRoot},
+      {"fft", Role::kRoot},
+      {"batch-norm-training", Role::kRoot},
+      {"batch-norm-inference", Role::kRoot},
+      {"batch-norm-grad", Role::kRoot},
+      {"infeed", Role::kRoot},
+      {"outfeed", Role::kRoot},
+      {"send", Role::kRoot},
+      {"recv", Role::kRoot},
+      {"map", Role::kRoot},
+      {"top-k", Role::kRoot},
+      {"after-all", Role::kForward},
+      {"partition-id", Role::kCheap},
+      {"replica-id", Role::kCheap},
+      // No buffer of their own.
+      {"tuple", Role::kForward},
+      {"get-tuple-element", Role::kForward},
+      {"bitcast", Role::kForward},
+      {"opt-barrier", Role::kForward},
+      {"optimization-barrier", Role::kForward},
+      {"add-dependency", Role::kForward},
+      {"domain", Role::kForward},
+      // Control flow.
+      {"while", Role::kControl},
+      {"call", Role::kControl},
+      {"conditional", Role::kControl},
+      {"async-start", Role::kControl},
+      {"async-done", Role::kControl},
+      {"parameter", Role::kParameter},
+      {"constant", Role::kConstant},
+  };
+  auto it = kRoles.find(op);
+  return it == kRoles.end() ? Role::kRoot : it->second;  // unknown: its own buffer, the safe side
+}
+
+bool fuses(Role r) { return r == Role::kCheap || r == Role::kExpensive; }
+
+// Consumers that take their operands as buffers, never fusing them in.
+bool needs_buffers(Role r) { return r == Role::kForward || r == Role::kControl || r == Role::kRoot; }
+
+uint64_t elements(const Shape& s) {
+  uint64_t n = 1;
+  for (uint64_t d : s.dims) n *= d;  // shapes were checked when parsed
+  return n;
+}
+
+Status model_computation(HloComputation& comp) {
+  const size_t n = comp.instructions.size();
+  std::unordered_map<std::string_view, uint32_t> index;
+  for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
+  std::vector<Role> role(n);
+  std::vector<std::vector<uint32_t>> operands(n), users(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const HloInstruction& inst = comp.instructions[i];
+    role[i] = role_of(inst.opcode);
+    for (const std::string& o : inst.operands) {
+      auto it = index.find(o);
+      if (it == index.end())
+        return invalid_argument(fmt::format(
+            "line {}: operand '{}' of '{}' is not defined in this computation", inst.line, o, inst.name));
+      operands[i].push_back(it->second);
+      users[it->second].push_back(i);
+    }
+  }
+  // Which values get a buffer. A large constant is a buffer; a scalar one is folded into its users.
+  std::vector<bool> materialized(n, false);
+  const HloInstruction* root = comp.root();
+  for (uint32_t i = 0; i < n; ++i) {
+    const HloInstruction& inst = comp.instructions[i];
+    switch (role[i]) {
+      case Role::kParameter:
+      case Role::kGemm:
+      case Role::kRoot:
+      case Role::kControl:
+      case Role::kForward:
+        materialized[i] = true;
+        break;
+      case Role::kConstant:
+      case Role::kCheap:
+      case Role::kExpensive: {
+        std::unordered_set<uint32_t> distinct(users[i].begin(), users[i].end());
+        bool needed = &inst == root;
+        for (uint32_t u : distinct) needed = needed || needs_buffers(role[u]);
+        if (role[i] == Role::kConstant) needed = needed || inst.shape.is_tuple() || elements(inst.shape) > 1;
+        // An expensive value read by several fusions is computed once, into a buffer.
+        if (role[i] == Role::kExpensive && distinct.size() > 1) needed = true;
+        materialized[i] = needed;
+        break;
+      }
+    }
+  }
+  // A GEMM's one elementwise epilogue (bias add, activation, convert to bf16) is written by the GEMM itself.
+  std::vector<bool> gemm_epilogue(n, false);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (role[i] != Role::kGemm || users[i].size() != 1 || &comp.instructions[i] == root) continue;
+    const uint32_t u = users[i][0];
+    if (!fuses(role[u]) || comp.instructions[u].shape.is_tuple() ||
+        elements(comp.instructions[u].shape) != elements(comp.instructions[i].shape))
+      continue;
+    materialized[i] = false;
+    materialized[u] = true;
+    gemm_epilogue[u] = true;
+  }
+  // Elementwise values a materialized consumer still reads become buffers when their inputs are: the
+  // consumer reads the buffers they were computed from (fused values are recomputed inside it).
+  std::vector<std::vector<uint32_t>> sources(n);  // per fused value, the buffers it is computed from
+  std::vector<bool> sources_known(n, false);
+  auto sources_of = [&](uint32_t v, auto&& self) -> const std::vector<uint32_t>& {
+    if (sources_known[v]) return sources[v];
+    sources_known[v] = true;
+    std::vector<uint32_t> out;
+    for (uint32_t o : operands[v]) {
+      if (materialized[o]) {
+        out.push_back(o);
+      } else {
+        const auto& inner = self(o, self);
+        out.insert(out.end(), inner.begin(), inner.end());
+      }
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    sources[v] = std::move(out);
+    return sources[v];
+  };
+  // Operands precede users (schedule order), so a forward pass fills every list before it is read.
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!materialized[i]) sources_of(i, sources_of);
+  }
+  std::vector<HloInstruction> out;
+  out.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!materialized[i]) continue;
+    HloInstruction inst = comp.instructions[i];
+    // Tuples, loops and calls keep their operand positions (their shapes name them one by one); every
+    // other buffer reads the buffers its fused operands came from.
+    if (role[i] == Role::kForward || role[i] == Role::kControl) {
+      out.push_back(std::move(inst));
+      continue;
+    }
+    std::vector<uint32_t> reads;
+    for (uint32_t o : operands[i]) {
+      if (materialized[o]) {
+        reads.push_back(o);
+      } else {
+        const auto& s = sources_of(o, sources_of);
+        reads.insert(reads.end(), s.begin(), s.end());
+      }
+    }
+    std::vector<uint32_t> unique;
+    for (uint32_t r : reads) {
+      if (std::find(unique.begin(), unique.end(), r) == unique.end()) unique.push_back(r);
+    }
+    inst.operands.clear();
+    for (uint32_t r : unique) inst.operands.push_back(comp.instructions[r].name);
+    if (gemm_epilogue[i]) {
+      // The GEMM writes it: a new buffer, never one of its operands' (not elementwise in XLA's sense).
+      inst.opcode = "custom-call";
+      inst.custom_call_target = "__memfit$gemm_with_epilogue";
+    }
+    out.push_back(std::move(inst));
+  }
+  comp.instructions = std::move(out);
+  return ok_status();
+}
+
+// XLA's CallInliner (xla/service/call_inliner.cc) runs first in the GPU pipeline: JAX's nested jits and
+// helpers (jnp.where, take, ...) are `call`s in the lowered program, and once inlined, fusion crosses their
+// boundaries. Each inlined instruction is named "<call>/<name>"; the callee's root takes the call's name.
+Status inline_into(const HloModule& m, const HloInstruction& call, const std::string& prefix,
+                   std::vector<std::string_view>& stack, std::vector<HloInstruction>& out) {
+  const HloComputation* callee = m.find(call.called.empty() ? std::string_view{} : call.called[0]);
+  if (callee == nullptr)
+    return invalid_argument(
+        fmt::format("line {}: '{}' calls a computation that is not in the module", call.line, call.name));
+  if (std::find(stack.begin(), stack.end(), callee->name) != stack.end()) {
+    return invalid_argument(fmt::format(
+        "computation {} calls itself (directly or through the computations it calls): HLO has no recursion, "
+        "loops are while instructions",
+        excerpt(callee->name)));
+  }
+  if (stack.size() >= 64)
+    return invalid_argument(fmt::format("line {}: calls nest deeper than 64", call.line));
+  stack.push_back(callee->name);
+  const HloInstruction* root = callee->root();
+  if (root == nullptr)
+    return invalid_argument(fmt::format("line {}: '{}' calls an empty computation", call.line, call.name));
+  std::unordered_map<std::string, std::string> names;  // callee name -> name in the caller
+  for (const HloInstruction& x : callee->instructions) {
+    if (x.opcode == "parameter") {
+      if (x.parameter_number < 0 || static_cast<size_t>(x.parameter_number) >= call.operands.size())
+        return invalid_argument(fmt::format("line {}: '{}' does not pass parameter {}", call.line, call.name,
+                                            x.parameter_number));
+      names[x.name] = call.operands[static_cast<size_t>(x.parameter_number)];
+    }
+  }
+  for (const HloInstruction& x : callee->instructions) {
+    if (x.opcode == "parameter") continue;
+    HloInstruction y = x;
+    y.is_root = false;
+    y.name = &x == root ? prefix : prefix + "/" + x.name;
+    for (std::string& o : y.operands) {
+      auto it = names.find(o);
+      if (it == names.end())
+        return invalid_argument(
+            fmt::format("line {}: operand '{}' is not defined in '{}'", x.line, o, callee->name));
+      o = it->second;
+    }
+    names[x.name] = y.name;
+    if (y.opcode == "call" && y.called.size() == 1) {
+      MEMFIT_RETURN_IF_ERROR(inline_into(m, y, y.name, stack, out));
+    } else {
+      out.push_back(std::move(y));
+    }
+  }
+  if (root->opcode == "parameter") {  // the call returns an argument as it is
+    HloInstruction alias = call;
+    alias.opcode = "bitcast";
+    alias.called.clear();
+    alias.operands = {names[root->name]};
+    alias.name = prefix;
+    alias.is_root = false;
+    out.push_back(std::move(alias));
+  }
+  stack.pop_back();
+  return ok_status();
+}
+
+Status inline_calls(HloModule& m) {
+  const HloModule original = m;  // callees are read from the module as written
+  for (HloComputation& c : m.computations) {
+    bool any = false;
+    for (const HloInstruction& x : c.instructions) any = any || (x.opcode == "call" && x.called.size() == 1);
+    if (!any) continue;
+    std::vector<HloInstruction> out;
+    out.reserve(c.instructions.size());
+    for (HloInstruction& x : c.instructions) {
+      if (x.opcode != "call" || x.called.size() != 1) {
+        out.push_back(std::move(x));
+        continue;
+      }
+      const bool was_root = x.is_root;
+      const size_t first = out.size();
+      std::vector<std::string_view> stack{c.name};
+      MEMFIT_RETURN_IF_ERROR(inline_into(original, x, x.name, stack, out));
+      if (was_root) {
+        for (size_t k = first; k < out.size(); ++k) out[k].is_root = out[k].name == x.name;
+      }
+    }
+    c.instructions = std::move(out);
+  }
+  return ok_status();
+}
+
+// XLA's ListScheduler (xla/service/hlo_memory_scheduler.cc): of the instructions whose operands are done,
+// run the one that frees the most bytes net of what it defines (ties: more users first); a buffer is
+// freed when its last user has run. Buffers are approximated as each instruction's own bytes (a forward -
+// tuple, get-tuple-element, bitcast - defines none), priorities are recomputed when an entry is popped.
+void list_schedule(HloComputation& comp) {
+  const size_t n = comp.instructions.size();
+  std::unordered_map<std::string_view, uint32_t> index;
+  for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
+  std::vector<std::vector<uint32_t>> operands(n), users(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    for (const std::string& o : comp.instructions[i].operands) {
+      auto it = index.find(o);
+      if (it == index.end()) return;  // not a well-formed computation: keep its order
+      if (std::find(operands[i].begin(), operands[i].end(), it->second) == operands[i].end()) {
+        operands[i].push_back(it->second);
+        users[it->second].push_back(i);
+      }
+    }
+  }
+  std::vector<uint64_t> bytes(n);
+  std::vector<uint32_t> unscheduled_users(n), waiting_operands(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const HloInstruction& x = comp.instructions[i];
+    const Role r = role_of(x.opcode);
+    bytes[i] = r == Role::kForward ? 0 : x.shape.own_bytes();
+    unscheduled_users[i] = static_cast<uint32_t>(users[i].size());
+    waiting_operands[i] = static_cast<uint32_t>(operands[i].size());
+  }
+  auto priority = [&](uint32_t i) {
+    int64_t freed = 0;
+    for (uint32_t o : operands[i]) {
+      if (unscheduled_users[o] == 1) freed += static_cast<int64_t>(bytes[o]);
+    }
+    return std::make_pair(freed - static_cast<int64_t>(bytes[i]), static_cast<int64_t>(users[i].size()));
+  };
+  const HloInstruction* root = comp.root();
+  using Entry = std::tuple<std::pair<int64_t, int64_t>, int64_t, uint32_t>;  // priority, -position, index
+  std::priority_queue<Entry> ready;
+  auto push = [&](uint32_t i) { ready.emplace(priority(i), -static_cast<int64_t>(i), i); };
+  std::vector<uint32_t> order;
+  order.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (comp.instructions[i].opcode == "parameter") order.push_back(i);  // parameters first, as written
+  }
+  for (uint32_t i : order) {
+    for (uint32_t u : users[i]) --waiting_operands[u];
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    if (comp.instructions[i].opcode != "parameter" && waiting_operands[i] == 0 &&
+        &comp.instructions[i] != root)
+      push(i);
+  }
+  std::vector<bool> done(n, false);
+  for (uint32_t i : order) done[i] = true;
+  auto run = [&](uint32_t i) {
+    done[i] = true;
+    order.push_back(i);
+    for (uint32_t o : operands[i]) --unscheduled_users[o];
+    for (uint32_t u : users[i]) {
+      if (--waiting_operands[u] == 0 && &comp.instructions[u] != root) push(u);
+    }
+  };
+  while (!ready.empty()) {
+    auto [p, pos, i] = ready.top();
+    ready.pop();
+    if (done[i]) continue;
+    if (priority(i) != p) {  // its operands' other users ran since it was queued
+      push(i);
+      continue;
+    }
+    run(i);
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!done[i]) run(i);  // the root, last
+  }
+  std::vector<HloInstruction> out;
+  out.reserve(n);
+  for (uint32_t i : order) out.push_back(std::move(comp.instructions[i]));
+  comp.instructions = std::move(out);
+}
+
+}  // namespace
+
+bool is_lowered_module(const HloModule& module) { return !module.is_scheduled; }
+
+Expected<HloModule> model_xla_gpu(const HloModule& lowered, GpuSchedule schedule) {
+  HloModule m = lowered;
+  MEMFIT_RETURN_IF_ERROR(inline_calls(m));
+  for (HloComputation& c : m.computations) {
+    // Reduction and sort regions are scalar code inside their op, not buffers; they stay as they are.
+    MEMFIT_RETURN_IF_ERROR(model_computation(c));
+    if (schedule == GpuSchedule::kList) list_schedule(c);
+  }
+  m.is_scheduled = true;
+  return m;
+}
+
+}  // namespace memfit
