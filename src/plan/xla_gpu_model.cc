@@ -154,7 +154,60 @@ uint64_t elements(const Shape& s) {
   return n;
 }
 
+// What algebraic simplification and dead code elimination leave after inlining: get-tuple-element of a
+// tuple built in the same computation reads the element itself (a jvp'd helper returns (value, residual)
+// tuples), and values nothing reads are gone (xla/hlo/transforms/simplifiers/tuple_simplifier.cc,
+// hlo_dce.cc). Side-effecting and control instructions stay.
+void simplify_tuples_and_dce(HloComputation& comp) {
+  const size_t n = comp.instructions.size();
+  std::unordered_map<std::string, uint32_t> index;
+  for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
+  std::unordered_map<std::string, std::string> replaced;
+  auto resolve = [&](std::string name) {
+    for (int hops = 0; hops < 64; ++hops) {
+      auto r = replaced.find(name);
+      if (r == replaced.end()) break;
+      name = r->second;
+    }
+    return name;
+  };
+  for (uint32_t i = 0; i < n; ++i) {
+    HloInstruction& x = comp.instructions[i];
+    for (std::string& o : x.operands) o = resolve(o);
+    if (x.opcode != "get-tuple-element" || x.operands.size() != 1 || x.tuple_index < 0) continue;
+    auto t = index.find(x.operands[0]);
+    if (t == index.end()) continue;
+    const HloInstruction& tuple = comp.instructions[t->second];
+    if (tuple.opcode != "tuple" || static_cast<size_t>(x.tuple_index) >= tuple.operands.size()) continue;
+    if (x.is_root) continue;  // the root keeps its name
+    replaced[x.name] = resolve(tuple.operands[static_cast<size_t>(x.tuple_index)]);
+  }
+  // Dead code: in reverse order, drop what nothing reads.
+  std::unordered_map<std::string_view, uint32_t> uses;
+  for (const HloInstruction& x : comp.instructions) {
+    for (const std::string& o : x.operands) ++uses[o];
+  }
+  std::vector<bool> dead(n, false);
+  for (size_t k = n; k-- > 0;) {
+    const HloInstruction& x = comp.instructions[k];
+    const Role r = role_of(x.opcode);
+    const bool removable = r == Role::kCheap || r == Role::kExpensive || r == Role::kGemm ||
+                           r == Role::kConstant || (r == Role::kForward && x.opcode != "after-all") ||
+                           x.opcode == "reduce";
+    if (x.is_root || !removable || uses[x.name] > 0) continue;
+    dead[k] = true;
+    for (const std::string& o : x.operands) --uses[o];
+  }
+  std::vector<HloInstruction> out;
+  out.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!dead[i]) out.push_back(std::move(comp.instructions[i]));
+  }
+  comp.instructions = std::move(out);
+}
+
 Status model_computation(HloComputation& comp) {
+  simplify_tuples_and_dce(comp);
   const size_t n = comp.instructions.size();
   std::unordered_map<std::string_view, uint32_t> index;
   for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
@@ -197,6 +250,32 @@ Status model_computation(HloComputation& comp) {
         materialized[i] = needed;
         break;
       }
+    }
+  }
+  // What a GEMM fusion takes into its operands (xla/service/gpu/transforms/gemm_fusion.cc): cheap
+  // elementwise and data movement over buffers - a layer norm's scale and shift, a convert to bf16, a
+  // transpose. A chain with an expensive op, or one that reads a reduction (a softmax's division by its
+  // sum, a norm's rsqrt of the variance), is a fusion of its own (SoftmaxRewriterTriton, loop fusion) whose
+  // result the GEMM reads from a buffer: attention probabilities are materialized.
+  std::vector<int8_t> gemm_fusible(n, -1);  // -1 unknown, 0 no, 1 yes
+  auto fusible_into_gemm = [&](uint32_t v, auto&& self) -> bool {
+    if (gemm_fusible[v] >= 0) return gemm_fusible[v] == 1;
+    bool ok = role[v] == Role::kCheap;
+    for (uint32_t o : operands[v]) {
+      if (!ok) break;
+      if (materialized[o]) {
+        ok = role[o] != Role::kRoot || comp.instructions[o].opcode != "reduce";
+      } else {
+        ok = self(o, self);
+      }
+    }
+    gemm_fusible[v] = ok ? 1 : 0;
+    return ok;
+  };
+  for (uint32_t i = 0; i < n; ++i) {
+    if (role[i] != Role::kGemm) continue;
+    for (uint32_t o : operands[i]) {
+      if (!materialized[o] && !fusible_into_gemm(o, fusible_into_gemm)) materialized[o] = true;
     }
   }
   // A GEMM's one elementwise epilogue (bias add, activation, convert to bf16) is written by the GEMM itself.

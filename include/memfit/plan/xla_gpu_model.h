@@ -2,6 +2,8 @@
 // into the buffers XLA:GPU will materialize, so that the buffer model and heap can plan it.
 //
 // What it models of XLA:GPU's pipeline, and how closely:
+//   - calls inlined (call_inliner.cc), get-tuple-element of a tuple read directly and dead code removed
+//     (tuple_simplifier.cc, hlo_dce.cc);
 //   - fusion (xla/service/gpu/transforms/priority_fusion.cc, instruction_fusion.cc): elementwise ops,
 //     broadcasts, reshapes, transposes, converts, slices, pads, concatenates, iotas and gathers fuse into
 //     their consumers and get no buffer; cheap ones are duplicated into every consumer, expensive ones
