@@ -31,4 +31,4 @@ for p in d['programs']:
     ok = '' if (j['argument_bytes'],j['output_bytes'],j['alias_bytes'])==(ma['argument_size_in_bytes'],ma['output_size_in_bytes'],ma['alias_size_in_bytes']) else 'ARG/OUT/ALIAS DIFF'
     print(f"{p['name']:40} {ma['temp_size_in_bytes']:>12} {j['temp_bytes']:>12} {err:>7.1f} {ms} {ok}")
 import statistics
-print("median |peak err| %.1f%%, within 5%%: %d of %d" % (statistics.median(errs), sum(e<=5 for e in errs), len(errs)))
+if errs: print("median |peak err| %.1f%%, within 5%%: %d of %d" % (statistics.median(errs), sum(e<=5 for e in errs), len(errs)))

@@ -24,7 +24,7 @@ Expected<HloPlan> plan_hlo(const HloModule& input, const HloPlanOptions& options
       MEMFIT_ASSIGN_OR_RETURN(HloPlan plan, plan_hlo(modeled, options));
       if (!best || plan.temp_bytes < best->temp_bytes) best = std::move(plan);
     }
-    best->source = "lowered-hlo";
+    best->source = input.from_stablehlo ? "stablehlo" : "lowered-hlo";
     return std::move(*best);
   }
   MEMFIT_ASSIGN_OR_RETURN(EntrySizes sizes, entry_sizes(input));

@@ -518,6 +518,11 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
   if (current != nullptr)
     return invalid_argument(
         fmt::format("line {}: the text ends inside computation '{}' (truncated?)", number, current->name));
+  MEMFIT_RETURN_IF_ERROR(validate_hlo_module(module));
+  return module;
+}
+
+Status validate_hlo_module(const HloModule& module) {
   if (module.entry() == nullptr) return invalid_argument("the module has no ENTRY computation");
   MEMFIT_RETURN_IF_ERROR(check_unique_names(module));
   // Shapes were parsed unchecked: reject any whose byte count, or the sum of a tuple's arrays, overflows,
@@ -541,7 +546,7 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
       }
     }
   }
-  return module;
+  return ok_status();
 }
 
 Expected<EntrySizes> entry_sizes(const HloModule& module) {

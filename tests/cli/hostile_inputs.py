@@ -252,6 +252,22 @@ run("hlo: mutual recursion", ["hlo", write("rec2.hlo", hlo_module(
     "ENTRY %main (a: f32[2]) -> f32[2] {\n" + p0 + "  ROOT %r = f32[2] call(f32[2] %a), to_apply=%c1\n}"))], 2,
     stderr_has="calls itself")
 
+# -- StableHLO (lowered.as_text()): the same bar as HLO text ---------------------------------------------------
+sh_head = "module @m {\n  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n"
+sh_ok = sh_head + "    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>\n    return %0 : tensor<4xf32>\n  }\n}\n"
+run("stablehlo: a small program", ["hlo", write("ok.mlir", sh_ok), "--json"], 0,
+    json_check=lambda j: None if j["source"] == "stablehlo" and j["argument_bytes"] == 16 else "source/arguments")
+run("stablehlo: truncated", ["hlo", write("cut.mlir", sh_ok[:len(sh_ok) // 2])], 2)
+run("stablehlo: a dynamic shape", ["hlo", write("dyn.mlir", sh_head.replace("4xf32>) ->", "?xf32>) ->"))], 2,
+    stderr_has="dynamic")
+run("stablehlo: a value from nowhere", ["hlo", write("nowhere.mlir", sh_ok.replace("%arg0, %arg0", "%arg0, %x"))], 2,
+    stderr_has="line 3")
+run("stablehlo: a shape over 2^64", ["hlo", write("huge.mlir", sh_ok.replace("tensor<4xf32>", "tensor<4611686018427387904xf32>"))],
+    2, stderr_has="overflows")
+run("stablehlo: bytes that are not UTF-8", ["hlo", write("bad.mlir", sh_ok.encode().replace(b"@m", b"@m\xff\xfe")), "--json"],
+    {0, 2})
+run("stablehlo: '} do {' with no while", ["hlo", write("do.mlir", sh_head + "    } do {\n")], 2)
+
 # -- 9. JAX's float() trap ----------------------------------------------------------------------------------
 for v in ["0.75-0.75", "0.75+", "0.5-0.9", "75%"]:
     run(f"trap: XLA_CLIENT_MEM_FRACTION={v}", ["env", "--capacity", "h200"], 2,

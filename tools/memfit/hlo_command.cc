@@ -9,6 +9,7 @@
 #include "memfit/core/json.h"
 #include "memfit/plan/hlo_plan.h"
 #include "memfit/program/hlo_source.h"
+#include "memfit/program/stablehlo_module.h"
 #include "progress.h"
 
 namespace memfit::cli {
@@ -66,12 +67,13 @@ void print_table(std::ostream& out, const std::string& path, const HloPlan& plan
   };
   out << fmt::format("memfit hlo: {} (module {}, {} scheduled instructions)\n", path, plan.module,
                      plan.instructions);
-  if (plan.source == "lowered-hlo") {
-    out << "  read: the program before XLA optimized it (lowered HLO); planned through memfit's model of "
-           "XLA:GPU's\n"
-           "  fusion and scheduling - a prediction for an H100/H200-class GPU, approximate (the README gives "
-           "its\n"
-           "  measured error; the compiled module, `compiled.as_text()`, gives XLA's figures exactly)\n";
+  if (plan.source != "optimized") {
+    out << fmt::format(
+        "  read: the program before XLA optimized it ({}); planned through memfit's model of XLA:GPU's\n"
+        "  fusion and scheduling - a prediction for an H100/H200-class GPU, approximate (the README gives "
+        "its\n"
+        "  measured error; the compiled module, `compiled.as_text()`, gives XLA's figures exactly)\n",
+        plan.source == "stablehlo" ? "StableHLO" : "lowered HLO");
   }
   row("argument", plan.argument_bytes, "entry parameters");
   row("output", plan.output_bytes, "results, with their tuple tables");
@@ -106,7 +108,9 @@ Action add_hlo_command(CLI::App& app, Io& io) {
   };
   auto options = std::make_shared<Options>();
   app.add_option("PATH", options->path,
-                 "Optimized HLO text (compiled.as_text(), gzip accepted) or an XLA dump folder")
+                 "A program as HLO text - optimized (compiled.as_text()) or lowered "
+                 "(lowered.as_text(dialect=\"hlo\"))"
+                 " - or as StableHLO (lowered.as_text()), gzip accepted; or an XLA dump folder")
       ->required();
   app.add_option("--module", options->module, "In a dump folder: the module whose file name contains this");
   app.add_option("--top", options->top, "Groups of buffers listed at the peak (default 10)");
@@ -120,7 +124,8 @@ Action add_hlo_command(CLI::App& app, Io& io) {
     auto source = read_hlo_source(options->path, options->module);
     if (!source.ok()) return fail(io, source.error());
     progress.update("memfit hlo: parsing " + source->path);
-    auto module = parse_hlo_module(source->text);
+    // Optimized HLO, the lowered program as HLO, or as StableHLO: told apart by the text itself.
+    auto module = parse_program_text(source->text);
     if (!module.ok()) return fail(io, module.error().with_context(source->path));
     progress.update("memfit hlo: planning " + module->name);
     HloPlanOptions po;

@@ -83,6 +83,7 @@ struct HloAlias {
 struct HloModule {
   std::string name;
   bool is_scheduled = false;
+  bool from_stablehlo = false;  // read from StableHLO MLIR text (program/stablehlo_module.h)
   HloPlatform platform = HloPlatform::kUnknown;
   std::vector<HloAlias> aliases;
   std::vector<HloComputation> computations;
@@ -98,6 +99,10 @@ inline constexpr uint64_t kMaxHloInstructions = 4'000'000;
 // Errors name the line and what was expected there. Every size is checked (no overflow). Two ENTRY
 // computations, two computations or instructions of one name, or two parameters of one number are errors.
 Expected<HloModule> parse_hlo_module(std::string_view text);
+
+// The checks every importer's module passes (HLO text, StableHLO): one ENTRY, unique names, one parameter
+// per number, and no shape or tuple whose bytes overflow 64 bits.
+Status validate_hlo_module(const HloModule& module);
 
 struct EntrySizes {
   uint64_t argument_bytes = 0;

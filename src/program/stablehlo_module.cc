@@ -1,0 +1,765 @@
+#include "memfit/program/stablehlo_module.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <charconv>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "memfit/core/checked.h"
+#include "memfit/core/text.h"
+
+namespace memfit {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+Error error_at(uint64_t line, std::string_view what) {
+  return invalid_argument(fmt::format("line {}: {}", line, what));
+}
+
+// Depth-aware scanning: brackets of every kind and double-quoted strings (with escapes).
+template <typename F>
+void scan_top_level(std::string_view s, F&& at_top) {
+  int depth = 0;
+  bool quoted = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (quoted) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      quoted = true;
+    } else if (c == '(' || c == '[' || c == '{' || c == '<') {
+      ++depth;
+    } else if (c == ')' || c == ']' || c == '}' || (c == '>' && (i == 0 || s[i - 1] != '-'))) {
+      if (depth > 0) --depth;
+    } else if (depth == 0) {
+      if (!at_top(i)) return;
+    }
+  }
+}
+
+std::vector<std::string_view> split_top_level(std::string_view s) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  scan_top_level(s, [&](size_t i) {
+    if (s[i] == ',') {
+      out.push_back(trim(s.substr(start, i - start)));
+      start = i + 1;
+    }
+    return true;
+  });
+  const std::string_view last = trim(s.substr(start));
+  if (!last.empty()) out.push_back(last);
+  return out;
+}
+
+// The last " : " outside brackets: what follows is the op's type signature.
+size_t signature_colon(std::string_view s) {
+  size_t found = std::string_view::npos;
+  scan_top_level(s, [&](size_t i) {
+    if (s[i] == ':' && i > 0 && s[i - 1] == ' ' && i + 1 < s.size() && s[i + 1] == ' ') found = i;
+    return true;
+  });
+  return found;
+}
+
+// The top-level "->" in a signature, if any.
+size_t arrow(std::string_view s) {
+  size_t found = std::string_view::npos;
+  scan_top_level(s, [&](size_t i) {
+    if (s[i] == '-' && i + 1 < s.size() && s[i + 1] == '>') {
+      found = i;
+      return false;
+    }
+    return true;
+  });
+  return found;
+}
+
+// MLIR element types as HLO names them.
+std::optional<PrimitiveType> element_type(std::string_view t) {
+  static const std::unordered_map<std::string_view, std::string_view> kNames = {
+      {"i1", "pred"},
+      {"i2", "s2"},
+      {"i4", "s4"},
+      {"i8", "s8"},
+      {"i16", "s16"},
+      {"i32", "s32"},
+      {"i64", "s64"},
+      {"ui2", "u2"},
+      {"ui4", "u4"},
+      {"ui8", "u8"},
+      {"ui16", "u16"},
+      {"ui32", "u32"},
+      {"ui64", "u64"},
+      {"f16", "f16"},
+      {"bf16", "bf16"},
+      {"f32", "f32"},
+      {"f64", "f64"},
+      {"f8E5M2", "f8e5m2"},
+      {"f8E4M3", "f8e4m3"},
+      {"f8E4M3FN", "f8e4m3fn"},
+      {"f8E4M3B11FNUZ", "f8e4m3b11fnuz"},
+      {"f8E5M2FNUZ", "f8e5m2fnuz"},
+      {"f8E4M3FNUZ", "f8e4m3fnuz"},
+      {"f8E3M4", "f8e3m4"},
+      {"f8E8M0FNU", "f8e8m0fnu"},
+      {"f4E2M1FN", "f4e2m1fn"},
+      {"complex<f32>", "c64"},
+      {"complex<f64>", "c128"}};
+  auto it = kNames.find(t);
+  if (it == kNames.end()) return std::nullopt;
+  return parse_primitive_type(it->second);
+}
+
+Expected<Shape> parse_type(std::string_view t, uint64_t line) {
+  t = trim(t);
+  Shape s;
+  if (t == "!stablehlo.token" || t == "!mhlo.token") {
+    s.type = PrimitiveType::kToken;
+    return s;
+  }
+  if (t.starts_with("tuple<") && t.ends_with(">")) {
+    for (std::string_view e : split_top_level(t.substr(6, t.size() - 7))) {
+      MEMFIT_ASSIGN_OR_RETURN(Shape inner, parse_type(e, line));
+      s.elements.push_back(std::move(inner));
+    }
+    return s;
+  }
+  if (!t.starts_with("tensor<") || !t.ends_with(">"))
+    return error_at(line, fmt::format("expected a tensor type, got {}", excerpt(t)));
+  std::string_view body = t.substr(7, t.size() - 8);
+  // An encoding after a top-level comma (sparsity, bounds) does not change the dense size.
+  if (auto parts = split_top_level(body); parts.size() > 1) body = parts[0];
+  std::vector<uint64_t> dims;
+  while (true) {
+    const size_t x = body.find('x');
+    if (x == std::string_view::npos || body.empty() || !std::isdigit(static_cast<unsigned char>(body[0]))) {
+      if (!body.empty() && body[0] == '?')
+        return error_at(line, "a dynamic dimension ('?'): memfit plans static shapes");
+      break;
+    }
+    uint64_t d = 0;
+    const auto [end, ec] = std::from_chars(body.data(), body.data() + x, d);
+    if (ec != std::errc() || end != body.data() + x) break;  // "complex<f32>" and friends start with a letter
+    dims.push_back(d);
+    body.remove_prefix(x + 1);
+  }
+  auto type = element_type(body);
+  if (!type) return error_at(line, fmt::format("unknown element type {}", excerpt(body)));
+  s.type = *type;
+  s.dims = std::move(dims);
+  if (!array_bytes(s.type, s.dims, 0).ok())
+    return error_at(line, fmt::format("the type {} overflows 64 bits", excerpt(t)));
+  return s;
+}
+
+Expected<std::vector<Shape>> parse_type_list(std::string_view s, uint64_t line) {
+  s = trim(s);
+  if (s.starts_with("(") && s.ends_with(")")) s = s.substr(1, s.size() - 2);
+  std::vector<Shape> out;
+  for (std::string_view t : split_top_level(s)) {
+    // A result type may carry attributes: "tensor<4xf32> {jax.result_info = ...}".
+    if (const size_t brace = t.find(" {"); brace != std::string_view::npos) t = trim(t.substr(0, brace));
+    MEMFIT_ASSIGN_OR_RETURN(Shape shape, parse_type(t, line));
+    out.push_back(std::move(shape));
+  }
+  return out;
+}
+
+// StableHLO (and the few CHLO/MHLO/SDY) op names as HLO opcodes.
+std::string hlo_opcode(std::string_view op) {
+  static const std::unordered_map<std::string_view, std::string_view> kOps = {
+      {"stablehlo.dot_general", "dot"},
+      {"stablehlo.dot", "dot"},
+      {"stablehlo.broadcast_in_dim", "broadcast"},
+      {"stablehlo.broadcast", "broadcast"},
+      {"stablehlo.optimization_barrier", "opt-barrier"},
+      {"stablehlo.custom_call", "custom-call"},
+      {"stablehlo.get_tuple_element", "get-tuple-element"},
+      {"stablehlo.is_finite", "is-finite"},
+      {"stablehlo.exponential_minus_one", "exponential-minus-one"},
+      {"stablehlo.log_plus_one", "log-plus-one"},
+      {"stablehlo.round_nearest_even", "round-nearest-even"},
+      {"stablehlo.round_nearest_afz", "round-nearest-afz"},
+      {"stablehlo.count_leading_zeros", "clz"},
+      {"stablehlo.shift_left", "shift-left"},
+      {"stablehlo.shift_right_arithmetic", "shift-right-arithmetic"},
+      {"stablehlo.shift_right_logical", "shift-right-logical"},
+      {"stablehlo.cosine", "cosine"},
+      {"stablehlo.sine", "sine"},
+      {"chlo.square", "multiply"},
+      {"chlo.erf", "erf"},
+      {"chlo.erf_inv", "erf"},
+      {"chlo.tan", "tan"},
+      {"chlo.top_k", "top-k"},
+      {"sdy.sharding_constraint", "bitcast"},
+      {"sdy.reshard", "bitcast"},
+      {"mhlo.sharding", "bitcast"},
+      {"func.call", "call"},
+      {"call", "call"},
+  };
+  if (auto it = kOps.find(op); it != kOps.end()) return std::string(it->second);
+  std::string_view name = op;
+  if (const size_t dot = name.find('.'); dot != std::string_view::npos) name = name.substr(dot + 1);
+  std::string out(name);
+  for (char& c : out) {
+    if (c == '_') c = '-';
+  }
+  return out;
+}
+
+struct Value {
+  std::string instruction;  // the HLO instruction holding it in the current computation
+  Shape shape;
+};
+
+struct Scope {
+  size_t computation = 0;  // index into the module's computations (the vector grows while reading)
+  std::unordered_map<std::string, Value> values;  // SSA name (without '%') -> value
+};
+
+// A stablehlo.while being read: its cond and do regions become computations over the carried tuple.
+struct PendingWhile {
+  std::string name;  // SSA name of its results
+  std::vector<Shape> types;
+  std::vector<std::string> iter_args;  // region argument names
+  std::string init_tuple;              // the instruction that builds the initial carry
+  size_t cond = 0, body = 0;           // computation indices
+  uint64_t line = 0;
+  bool in_body = false;
+};
+
+class Reader {
+ public:
+  Expected<HloModule> read(std::string_view text) {
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string_view::npos) end = text.size();
+      const std::string_view line = trim(text.substr(pos, end - pos));
+      pos = end + 1;
+      ++line_;
+      if (line.empty() || line.starts_with("//") || line.starts_with("#")) continue;
+      MEMFIT_RETURN_IF_ERROR(statement(line));
+    }
+    if (skipping_) return error_at(line_, "the text ends inside an op's region (truncated?)");
+    if (!scopes_.empty()) return error_at(line_, "the text ends inside a function (truncated?)");
+    if (!saw_module_) return invalid_argument("not StableHLO: no 'module' or 'func.func' found");
+    for (HloComputation& c : module_.computations) {
+      if (c.root() == nullptr || !has_root(c))
+        return invalid_argument(fmt::format("function {} has no return", excerpt(c.name)));
+      for (const HloInstruction& i : c.instructions) {
+        for (const std::string& callee : i.called) {
+          if (module_.find(callee) == nullptr)
+            return error_at(i.line,
+                            fmt::format("calls @{}, which the module does not define", one_line(callee, 60)));
+        }
+      }
+    }
+    module_.platform = HloPlatform::kUnknown;
+    module_.is_scheduled = false;
+    module_.from_stablehlo = true;
+    MEMFIT_RETURN_IF_ERROR(validate_hlo_module(module_));
+    return std::move(module_);
+  }
+
+ private:
+  static bool has_root(const HloComputation& c) {
+    for (const HloInstruction& i : c.instructions) {
+      if (i.is_root) return true;
+    }
+    return false;
+  }
+
+  Scope& scope() { return scopes_.back(); }
+  HloComputation& current() { return module_.computations[scope().computation]; }
+
+  // An instruction appended to the current computation; returns its name.
+  std::string add(HloInstruction inst) {
+    inst.line = line_;
+    std::string name = inst.name;
+    current().instructions.push_back(std::move(inst));
+    return name;
+  }
+
+  // "%3", "%w#2", "%arg0", "%iterArg_5": the instruction holding it (making get-tuple-element for "#k").
+  Expected<Value> use(std::string_view token) {
+    if (token.size() < 2 || token[0] != '%')
+      return error_at(line_, fmt::format("expected a value ('%name'), got {}", excerpt(token, 60)));
+    std::string name(token.substr(1));
+    std::optional<uint64_t> element;
+    if (const size_t hash = name.find('#'); hash != std::string::npos) {
+      uint64_t k = 0;
+      const auto [end, ec] = std::from_chars(name.data() + hash + 1, name.data() + name.size(), k);
+      if (ec != std::errc() || end != name.data() + name.size())
+        return error_at(line_, fmt::format("bad result reference {}", excerpt(token)));
+      element = k;
+      name.resize(hash);
+    }
+    auto it = scope().values.find(name);
+    if (it == scope().values.end())
+      return error_at(line_, fmt::format("%{} is not defined here (or is defined outside its region)",
+                                         one_line(name, 60)));
+    if (!element) return it->second;
+    const std::string gte = fmt::format("{}#{}", name, *element);
+    if (auto g = scope().values.find(gte); g != scope().values.end()) return g->second;
+    const Shape& tuple = it->second.shape;
+    if (!tuple.is_tuple() || *element >= tuple.elements.size())
+      return error_at(line_, fmt::format("{} names a result the op does not have", excerpt(token)));
+    HloInstruction g;
+    g.name = gte;
+    g.opcode = "get-tuple-element";
+    g.shape = tuple.elements[*element];
+    g.operands = {it->second.instruction};
+    g.tuple_index = static_cast<int64_t>(*element);
+    add(std::move(g));
+    Value v{gte, tuple.elements[*element]};
+    scope().values[gte] = v;
+    return v;
+  }
+
+  // Every "%name" or "%name#k" in `s` (outside quotes), in order.
+  static std::vector<std::string_view> references(std::string_view s) {
+    std::vector<std::string_view> out;
+    bool quoted = false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '"' && (i == 0 || s[i - 1] != '\\')) quoted = !quoted;
+      if (quoted || s[i] != '%') continue;
+      size_t end = i + 1;
+      while (end < s.size() && (std::isalnum(static_cast<unsigned char>(s[end])) || s[end] == '_' ||
+                                s[end] == '#' || s[end] == '.' || s[end] == '$' || s[end] == '-'))
+        ++end;
+      if (end > i + 1) out.push_back(s.substr(i, end - i));
+      i = end - 1;
+    }
+    return out;
+  }
+
+  Status statement(std::string_view line) {
+    if (skipping_) return skip_region_line(line);
+    if (line.starts_with("module")) {
+      saw_module_ = true;
+      if (const size_t at = line.find('@'); at != std::string_view::npos) {
+        size_t end = at + 1;
+        while (end < line.size() && !std::isspace(static_cast<unsigned char>(line[end]))) ++end;
+        module_.name = std::string(line.substr(at + 1, end - at - 1));
+      } else {
+        module_.name = "module";
+      }
+      return ok_status();
+    }
+    if (line.starts_with("func.func")) return function_header(line);
+    if (line == "}") return close_block();
+    if (line.starts_with("} do {")) return start_while_body();
+    if (line == "cond {") return ok_status();  // the cond region was opened with its while
+    if (line.starts_with("return") || line.starts_with("func.return") ||
+        line.starts_with("stablehlo.return") || line.starts_with("\"stablehlo.return\""))
+      return return_statement(line);
+    if (line.starts_with("sdy.") || line.starts_with("^bb")) return ok_status();  // meshes, block labels
+    if (line.starts_with("reducer(") || line.starts_with("comparator(") ||
+        (!line.starts_with("%") && line.ends_with("{"))) {
+      // The region of an op already read (a variadic reduce's reducer): code inside that op.
+      skipping_ = true;
+      skip_depth_ = 0;
+      for (char c : line) skip_depth_ += c == '{' ? 1 : c == '}' ? -1 : 0;
+      return ok_status();
+    }
+    if (line.starts_with("%")) return op(line);
+    if (scopes_.empty()) return ok_status();  // module-level attributes and declarations
+    return error_at(line_, fmt::format("expected an op ('%name = ...'), got {}", excerpt(line, 80)));
+  }
+
+  Status function_header(std::string_view line) {
+    saw_module_ = true;
+    if (!scopes_.empty() || !whiles_.empty()) return error_at(line_, "a function inside a function");
+    const size_t at = line.find('@');
+    const size_t open = line.find('(', at == std::string_view::npos ? 0 : at);
+    if (at == std::string_view::npos || open == std::string_view::npos)
+      return error_at(line_, "expected 'func.func @name(...)'");
+    const std::string name(trim(line.substr(at + 1, open - at - 1)));
+    const bool is_main = name == "main";
+    // The argument list: from '(' to its matching ')'.
+    int depth = 0;
+    size_t close = std::string_view::npos;
+    for (size_t i = open; i < line.size(); ++i) {
+      if (line[i] == '(' || line[i] == '<' || line[i] == '{' || line[i] == '[') ++depth;
+      if (line[i] == ')' || (line[i] == '>' && line[i - 1] != '-') || line[i] == '}' || line[i] == ']')
+        --depth;
+      if (depth == 0) {
+        close = i;
+        break;
+      }
+    }
+    if (close == std::string_view::npos || !line.ends_with("{"))
+      return error_at(line_, "a function header must fit on one line and end in '{'");
+    HloComputation c;
+    c.name = name;
+    c.is_entry = is_main;
+    if (is_main && module_.entry() != nullptr) return error_at(line_, "a second @main");
+    module_.computations.push_back(std::move(c));
+    scopes_.emplace_back();
+    scope().computation = module_.computations.size() - 1;
+    int64_t number = 0;
+    for (std::string_view arg : split_top_level(line.substr(open + 1, close - open - 1))) {
+      // "%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32, mhlo.sharding = ...}"
+      const size_t colon = arg.find(':');
+      if (!arg.starts_with("%") || colon == std::string_view::npos)
+        return error_at(line_, fmt::format("expected '%name: type', got {}", excerpt(arg, 80)));
+      const std::string arg_name(trim(arg.substr(1, colon - 1)));
+      std::string_view type = trim(arg.substr(colon + 1));
+      std::string_view attrs;
+      if (const size_t brace = type.find(" {"); brace != std::string_view::npos) {
+        attrs = type.substr(brace);
+        type = trim(type.substr(0, brace));
+      }
+      MEMFIT_ASSIGN_OR_RETURN(Shape shape, parse_type(type, line_));
+      HloInstruction p;
+      p.name = arg_name;
+      p.opcode = "parameter";
+      p.shape = shape;
+      p.parameter_number = number;
+      add(std::move(p));
+      scope().values[arg_name] = Value{arg_name, shape};
+      if (is_main) {
+        if (const size_t a = attrs.find("tf.aliasing_output = "); a != std::string_view::npos) {
+          uint64_t output = 0;
+          const std::string_view digits = attrs.substr(a + 21);
+          const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), output);
+          if (ec != std::errc()) return error_at(line_, "tf.aliasing_output is not a number");
+          module_.aliases.push_back({{output}, number, {}, false});
+        }
+      }
+      ++number;
+    }
+    // The ENTRY's outputs are a tuple when there are several: the alias indexes then name its elements.
+    results_of_main_ = 0;
+    if (is_main) {
+      const std::string_view rest = line.substr(close + 1);
+      if (const size_t a = rest.find("->"); a != std::string_view::npos) {
+        std::string_view r = trim(rest.substr(a + 2));
+        r = trim(r.substr(0, r.size() - 1));  // the body's '{'
+        MEMFIT_ASSIGN_OR_RETURN(std::vector<Shape> results, parse_type_list(r, line_));
+        results_of_main_ = results.size();
+      }
+    }
+    return ok_status();
+  }
+
+  Status return_statement(std::string_view line) {
+    if (scopes_.empty()) return error_at(line_, "'return' outside a function");
+    std::string_view body = line;
+    if (const size_t colon = signature_colon(body); colon != std::string_view::npos)
+      body = body.substr(0, colon);
+    std::vector<Value> values;
+    for (std::string_view ref : references(body)) {
+      MEMFIT_ASSIGN_OR_RETURN(Value v, use(ref));
+      values.push_back(std::move(v));
+    }
+    HloComputation& c = current();
+    const bool main = c.is_entry;
+    const bool body_of_while =
+        !whiles_.empty() && whiles_.back().in_body && scope().computation == whiles_.back().body;
+    if (values.size() == 1 && !body_of_while && !(main && results_of_main_ > 1)) {
+      // The value itself is the result (HLO's root need not be a tuple).
+      for (HloInstruction& i : c.instructions) i.is_root = i.name == values[0].instruction;
+      return ok_status();
+    }
+    HloInstruction t;
+    t.name = fmt::format("return.{}", line_);
+    t.opcode = "tuple";
+    for (const Value& v : values) {
+      t.operands.push_back(v.instruction);
+      t.shape.elements.push_back(v.shape);
+    }
+    t.is_root = true;
+    for (HloInstruction& i : c.instructions) i.is_root = false;
+    add(std::move(t));
+    return ok_status();
+  }
+
+  Status close_block() {
+    if (scopes_.empty()) return ok_status();  // the module's closing brace
+    if (!whiles_.empty() && !whiles_.back().in_body && scope().computation == whiles_.back().cond)
+      return error_at(line_, "a while's cond region ends without '} do {'");
+    if (!whiles_.empty() && whiles_.back().in_body && scope().computation == whiles_.back().body) {
+      // The while's do region ends: the loop itself goes into the enclosing computation.
+      PendingWhile w = std::move(whiles_.back());
+      whiles_.pop_back();
+      scopes_.pop_back();
+      HloInstruction loop;
+      loop.name = w.name;
+      loop.opcode = "while";
+      loop.operands = {w.init_tuple};
+      loop.called = {module_.computations[w.cond].name, module_.computations[w.body].name};
+      for (const Shape& t : w.types) loop.shape.elements.push_back(t);
+      Shape shape = loop.shape;
+      add(std::move(loop));
+      scope().values[w.name] = Value{w.name, std::move(shape)};
+      return ok_status();
+    }
+    scopes_.pop_back();
+    return ok_status();
+  }
+
+  // A computation over the loop's carried tuple; each region argument is one of its elements.
+  Status open_loop_region(PendingWhile& w, bool body) {
+    HloComputation c;
+    c.name = fmt::format("{}.{}.{}", current().name, w.name, body ? "body" : "cond");
+    module_.computations.push_back(std::move(c));
+    const size_t index = module_.computations.size() - 1;
+    (body ? w.body : w.cond) = index;
+    Scope region;
+    region.computation = index;
+    scopes_.push_back(std::move(region));
+    HloInstruction p;
+    p.name = "carry";
+    p.opcode = "parameter";
+    p.parameter_number = 0;
+    for (const Shape& t : w.types) p.shape.elements.push_back(t);
+    Shape carry = p.shape;
+    add(std::move(p));
+    for (size_t k = 0; k < w.iter_args.size(); ++k) {
+      HloInstruction g;
+      g.name = w.iter_args[k];
+      g.opcode = "get-tuple-element";
+      g.shape = w.types[k];
+      g.operands = {"carry"};
+      g.tuple_index = static_cast<int64_t>(k);
+      add(std::move(g));
+      scope().values[w.iter_args[k]] = Value{w.iter_args[k], w.types[k]};
+    }
+    return ok_status();
+  }
+
+  Status start_while_body() {
+    if (whiles_.empty() || whiles_.back().in_body || scopes_.size() < 2 ||
+        scope().computation != whiles_.back().cond)
+      return error_at(line_, "'} do {' without a while's cond");
+    whiles_.back().in_body = true;
+    scopes_.pop_back();
+    return open_loop_region(whiles_.back(), /*body=*/true);
+  }
+
+  Status op(std::string_view line) {
+    if (scopes_.empty()) return error_at(line_, "an op outside a function");
+    const size_t eq = line.find(" = ");
+    if (eq == std::string_view::npos) return error_at(line_, "expected '%name = op ...'");
+    std::string result(trim(line.substr(1, eq - 1)));
+    size_t count = 1;
+    if (const size_t colon = result.find(':'); colon != std::string::npos) {
+      const auto [end, ec] = std::from_chars(result.data() + colon + 1, result.data() + result.size(), count);
+      if (ec != std::errc() || count == 0) return error_at(line_, "bad result count");
+      result.resize(colon);
+    }
+    std::string_view rest = trim(line.substr(eq + 3));
+    // The op name: `stablehlo.add`, `"stablehlo.reduce"(`, `func.call @f(`, `call @f(`.
+    std::string opname;
+    if (rest.starts_with("\"")) {
+      const size_t q = rest.find('"', 1);
+      if (q == std::string_view::npos) return error_at(line_, "unterminated op name");
+      opname = std::string(rest.substr(1, q - 1));
+      rest = rest.substr(q + 1);
+    } else {
+      size_t end = 0;
+      while (end < rest.size() && !std::isspace(static_cast<unsigned char>(rest[end])) && rest[end] != '(')
+        ++end;
+      opname = std::string(rest.substr(0, end));
+      rest = rest.substr(end);
+    }
+    if (opname.empty()) return error_at(line_, "an op without a name");
+    if (opname == "stablehlo.while") return while_header(result, count, rest);
+    // An op whose region follows on the next lines (reduce, sort, scatter, case ...): the region is code
+    // inside the op; its types may come on the line that closes it.
+    if (line.ends_with("{")) {
+      pending_ = PendingOp{result, count, opname, std::string(rest), line_};
+      skipping_ = true;
+      skip_depth_ = 0;
+      for (char c : line) skip_depth_ += c == '{' ? 1 : c == '}' ? -1 : 0;
+      return ok_status();
+    }
+    return finish_op(result, count, opname, rest, rest);
+  }
+
+  Status while_header(const std::string& result, size_t count, std::string_view rest) {
+    // "(%iterArg = %a, %iterArg_1 = %b) : tensor<..>, tensor<..>"
+    const size_t colon = signature_colon(rest);
+    if (colon == std::string_view::npos) return error_at(line_, "a while without its types");
+    MEMFIT_ASSIGN_OR_RETURN(std::vector<Shape> types, parse_type_list(rest.substr(colon + 2), line_));
+    std::string_view args = trim(rest.substr(0, colon));
+    if (args.starts_with("(") && args.ends_with(")")) args = args.substr(1, args.size() - 2);
+    PendingWhile w;
+    w.name = result;
+    w.types = std::move(types);
+    w.line = line_;
+    HloInstruction init;
+    init.name = result + ".init";
+    init.opcode = "tuple";
+    for (std::string_view pair : split_top_level(args)) {
+      const size_t e = pair.find('=');
+      if (e == std::string_view::npos || !pair.starts_with("%"))
+        return error_at(line_, "expected '%arg = %value' in the while's carry");
+      w.iter_args.emplace_back(trim(pair.substr(1, e - 1)));
+      MEMFIT_ASSIGN_OR_RETURN(Value v, use(trim(pair.substr(e + 1))));
+      init.operands.push_back(v.instruction);
+      init.shape.elements.push_back(v.shape);
+    }
+    if (w.iter_args.size() != w.types.size() || w.types.size() != count)
+      return error_at(line_, "the while's carry, types and results do not match in number");
+    w.init_tuple = add(std::move(init));
+    whiles_.push_back(std::move(w));
+    return open_loop_region(whiles_.back(), /*body=*/false);
+  }
+
+  Status skip_region_line(std::string_view line) {
+    for (char c : line) skip_depth_ += c == '{' ? 1 : c == '}' ? -1 : 0;
+    if (skip_depth_ > 0) return ok_status();
+    skipping_ = false;
+    if (!pending_) return ok_status();  // a region of an op already read
+    PendingOp p = std::move(*pending_);
+    pending_.reset();
+    // The closing line ("}) {attrs} : (...) -> ...") carries the signature when the header did not.
+    const std::string_view header = p.rest;
+    const bool header_typed = signature_colon(header) != std::string_view::npos && !header.ends_with("{");
+    return finish_op(p.result, p.count, p.opname, header, header_typed ? header : line);
+  }
+
+  Status finish_op(const std::string& result, size_t count, const std::string& opname,
+                   std::string_view operands_text, std::string_view typed_text) {
+    const size_t colon = signature_colon(typed_text);
+    if (colon == std::string_view::npos)
+      return error_at(line_, fmt::format("{} without a type signature", excerpt(opname, 60)));
+    std::string_view signature = typed_text.substr(colon + 2);
+    std::string_view body = operands_text;
+    if (const size_t c = signature_colon(body); c != std::string_view::npos) body = body.substr(0, c);
+    const size_t a = arrow(signature);
+    MEMFIT_ASSIGN_OR_RETURN(
+        std::vector<Shape> results,
+        parse_type_list(a == std::string_view::npos ? signature : signature.substr(a + 2), line_));
+    if (results.empty()) return error_at(line_, "an op with no result type");
+    HloInstruction inst;
+    inst.name = result;
+    inst.opcode = hlo_opcode(opname);
+    if (inst.opcode == "call" || opname == "stablehlo.composite") {
+      const size_t at = opname == "stablehlo.composite" ? body.find("decomposition = @") : body.find('@');
+      if (at == std::string_view::npos) return error_at(line_, "a call without its function");
+      size_t start = at + (opname == "stablehlo.composite" ? 17 : 1), end = start;
+      while (end < body.size() && (std::isalnum(static_cast<unsigned char>(body[end])) || body[end] == '_' ||
+                                   body[end] == '.' || body[end] == '$'))
+        ++end;
+      inst.opcode = "call";
+      inst.called = {std::string(body.substr(start, end - start))};  // checked once every function is read
+    } else if (inst.opcode == "custom-call") {
+      if (const size_t at = body.find('@'); at != std::string_view::npos) {
+        size_t end = at + 1;
+        while (end < body.size() && body[end] != '(' && !std::isspace(static_cast<unsigned char>(body[end])))
+          ++end;
+        inst.custom_call_target = std::string(body.substr(at + 1, end - at - 1));
+      }
+    }
+    if (opname != "stablehlo.constant") {
+      for (std::string_view ref : references(body)) {
+        MEMFIT_ASSIGN_OR_RETURN(Value v, use(ref));
+        inst.operands.push_back(v.instruction);
+      }
+    }
+    if (inst.opcode == "opt-barrier" && count > 1) {
+      // HLO's barrier takes one tuple: StableHLO's takes the values themselves.
+      HloInstruction in;
+      in.name = result + ".in";
+      in.opcode = "tuple";
+      in.operands = inst.operands;
+      for (const std::string& o : inst.operands) {
+        for (const auto& [ssa, v] : scope().values) {
+          if (v.instruction == o) {
+            in.shape.elements.push_back(v.shape);
+            break;
+          }
+        }
+      }
+      if (in.shape.elements.size() != in.operands.size())
+        return error_at(line_, "an optimization barrier over values it cannot find");
+      inst.operands = {add(std::move(in))};
+    }
+    if (count > 1) {
+      if (results.size() != count)
+        return error_at(line_, fmt::format("{} results but {} types", count, results.size()));
+      for (Shape& r : results) inst.shape.elements.push_back(std::move(r));
+    } else {
+      // One result: the signature's last type ("select %p, %a, %b : tensor<4xi1>, tensor<4xf32>" lists the
+      // predicate's type first).
+      inst.shape = std::move(results.back());
+    }
+    Shape shape = inst.shape;
+    add(std::move(inst));
+    scope().values[result] = Value{result, std::move(shape)};
+    return ok_status();
+  }
+
+  struct PendingOp {
+    std::string result;
+    size_t count;
+    std::string opname;
+    std::string rest;
+    uint64_t line;
+  };
+
+  HloModule module_;
+  std::vector<Scope> scopes_;
+  std::vector<PendingWhile> whiles_;
+  std::optional<PendingOp> pending_;
+  bool skipping_ = false;
+  int skip_depth_ = 0;
+  size_t results_of_main_ = 0;
+  bool saw_module_ = false;
+  uint64_t line_ = 0;
+};
+
+}  // namespace
+
+Expected<HloModule> parse_stablehlo_module(std::string_view text) {
+  Reader reader;
+  return reader.read(text);
+}
+
+ProgramTextKind program_text_kind(std::string_view text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = trim(text.substr(pos, end - pos));
+    pos = end + 1;
+    if (line.empty() || line.starts_with("//") || line.starts_with("#")) continue;
+    if (line.starts_with("HloModule ")) return ProgramTextKind::kHlo;
+    if (line.starts_with("module") || line.starts_with("func.func")) return ProgramTextKind::kStableHlo;
+    return ProgramTextKind::kUnknown;
+  }
+  return ProgramTextKind::kUnknown;
+}
+
+Expected<HloModule> parse_program_text(std::string_view text) {
+  switch (program_text_kind(text)) {
+    case ProgramTextKind::kStableHlo:
+      return parse_stablehlo_module(text);
+    case ProgramTextKind::kHlo:
+    case ProgramTextKind::kUnknown:
+      break;
+  }
+  return parse_hlo_module(text);  // its error names what was expected
+}
+
+}  // namespace memfit

@@ -1,0 +1,96 @@
+// The StableHLO reader: JAX's default text form into the HloModule the planner reads, and clear errors with
+// the line for text that is not one.
+#include "memfit/program/stablehlo_module.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace memfit {
+namespace {
+
+constexpr const char* kSmall = R"(module @jit_f attributes {mhlo.num_partitions = 1 : i32} {
+  func.func public @main(%arg0: tensor<4x8xf32> {tf.aliasing_output = 1 : i32}, %arg1: tensor<8xf32>) -> (tensor<4xf32> {jax.result_info = "[0]"}, tensor<4x8xf32>) {
+    %0 = stablehlo.broadcast_in_dim %arg1, dims = [1] : (tensor<8xf32>) -> tensor<4x8xf32>
+    %1 = stablehlo.multiply %arg0, %0 : tensor<4x8xf32>
+    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %2 = stablehlo.reduce(%1 init: %cst) applies stablehlo.add across dimensions = [1] : (tensor<4x8xf32>, tensor<f32>) -> tensor<4xf32>
+    %3:2 = call @pair(%2, %1) : (tensor<4xf32>, tensor<4x8xf32>) -> (tensor<4xf32>, tensor<4x8xi1>)
+    %4 = stablehlo.select %3#1, %1, %0 : tensor<4x8xi1>, tensor<4x8xf32>
+    return %3#0, %4 : tensor<4xf32>, tensor<4x8xf32>
+  }
+  func.func private @pair(%arg0: tensor<4xf32>, %arg1: tensor<4x8xf32>) -> (tensor<4xf32>, tensor<4x8xi1>) {
+    %c = stablehlo.constant dense<0.0> : tensor<f32>
+    %0 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<4x8xf32>
+    %1 = stablehlo.compare  GT, %arg1, %0,  FLOAT : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xi1>
+    return %arg0, %1 : tensor<4xf32>, tensor<4x8xi1>
+  }
+}
+)";
+
+TEST(StableHlo, ReadsFunctionsCallsMultiResultsAndDonation) {
+  EXPECT_EQ(program_text_kind(kSmall), ProgramTextKind::kStableHlo);
+  EXPECT_EQ(program_text_kind("HloModule m\n"), ProgramTextKind::kHlo);
+  auto m = parse_program_text(kSmall);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  EXPECT_TRUE(m->from_stablehlo);
+  EXPECT_FALSE(m->is_scheduled);
+  EXPECT_EQ(m->name, "jit_f");
+  ASSERT_NE(m->entry(), nullptr);
+  ASSERT_EQ(m->aliases.size(), 1u);
+  EXPECT_EQ(m->aliases[0].parameter, 0);
+  EXPECT_EQ(m->aliases[0].output_index, std::vector<uint64_t>{1});
+  auto sizes = entry_sizes(*m);
+  ASSERT_TRUE(sizes.ok()) << sizes.error().message();
+  EXPECT_EQ(sizes->argument_bytes, 4u * 8 * 4 + 8 * 4);
+  EXPECT_EQ(sizes->output_bytes, 4u * 4 + 4 * 8 * 4 + 2 * 8);  // two arrays and the tuple's table
+  EXPECT_EQ(sizes->alias_bytes, 4u * 8 * 4);
+  const HloInstruction* root = m->entry()->root();
+  ASSERT_NE(root, nullptr);
+  EXPECT_EQ(root->opcode, "tuple");
+  // The call, its results through get-tuple-element, the select typed by its last type.
+  bool call = false, select = false;
+  for (const HloInstruction& i : m->entry()->instructions) {
+    if (i.opcode == "call") call = i.called == std::vector<std::string>{"pair"} && i.shape.is_tuple();
+    if (i.opcode == "select") select = i.shape.to_string() == "f32[4,8]";
+  }
+  EXPECT_TRUE(call);
+  EXPECT_TRUE(select);
+}
+
+std::string error_of(const std::string& text) {
+  auto m = parse_program_text(text);
+  EXPECT_FALSE(m.ok());
+  return m.ok() ? "" : m.error().message();
+}
+
+TEST(StableHlo, MalformedTextNamesTheLine) {
+  const std::string head = "module @m {\n  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n";
+  EXPECT_NE(
+      error_of(head +
+               "    %0 = stablehlo.add %arg0, %nope : tensor<4xf32>\n    return %0 : tensor<4xf32>\n  }\n}\n")
+          .find("line 3: %nope is not defined"),
+      std::string::npos);
+  EXPECT_NE(error_of(head + "    %0 = stablehlo.add %arg0, %arg0 : tensor<?xf32>\n")
+                .find("line 3: a dynamic dimension"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "    %0 = stablehlo.add %arg0, %arg0 : tensor<4xq7>\n")
+                .find("line 3: unknown element type"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "    %0 = stablehlo.add %arg0, %arg0\n").find("line 3:"), std::string::npos);
+  EXPECT_NE(error_of(head + "    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>\n").find("truncated"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "    %0 = stablehlo.add %arg0, %arg0 : tensor<4611686018427387904xf32>\n")
+                .find("overflows"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "    %0 = func.call @missing(%arg0) : (tensor<4xf32>) -> tensor<4xf32>\n    "
+                            "return %0 : tensor<4xf32>\n  }\n}\n")
+                .find("@missing"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(head + "    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>\n  }\n}\n").find("no return"),
+      std::string::npos);
+}
+
+}  // namespace
+}  // namespace memfit
