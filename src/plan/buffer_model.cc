@@ -868,10 +868,18 @@ class Builder {
   // HeapSimulator::RunComputation: per time step, the values defined then are allocated (sharing their
   // buffer's chunk, or a dying operand's), then the values that die then are freed; every event ticks.
   void simulate_heap() {
+    simulate_heap_of(/*host=*/false, model_.heap_intervals, model_.heap_values);
+    simulate_heap_of(/*host=*/true, model_.host_heap_intervals, model_.host_heap_values);
+  }
+
+  // One heap per memory space: device temps, or host temps (S(5)).
+  void simulate_heap_of(bool host, std::vector<HeapInterval>& intervals, std::vector<uint32_t>& heap_values) {
     const size_t nv = model_.values.size();
     std::vector<uint32_t> temps;
     for (uint32_t v = 0; v < nv; ++v) {
-      if (model_.buffers[model_.values[v].buffer].kind == BufferKind::kTemp) temps.push_back(v);
+      if (model_.buffers[model_.values[v].buffer].kind != BufferKind::kTemp) continue;
+      if ((shape_of_[v]->memory_space == kHostMemorySpace) != host) continue;
+      temps.push_back(v);
     }
     std::sort(temps.begin(), temps.end(), [&](uint32_t a, uint32_t b) {
       const HloValue& x = model_.values[a];
@@ -884,7 +892,6 @@ class Builder {
     std::vector<uint32_t> interval_of(nv, UINT32_MAX);
     std::vector<uint32_t> first_of_buffer(model_.buffers.size(), UINT32_MAX);
     std::vector<bool> reused(nv, false);
-    auto& intervals = model_.heap_intervals;
     uint64_t clock = 0;
     size_t a = 0, f = 0;
     for (uint64_t t = 0; t < clock_time_; ++t) {
@@ -903,7 +910,7 @@ class Builder {
         }
         interval_of[v] = static_cast<uint32_t>(intervals.size());
         intervals.push_back(iv);
-        model_.heap_values.push_back(v);
+        heap_values.push_back(v);
       }
       for (; f < by_end.size() && model_.values[by_end[f]].end == t; ++f) {
         const uint32_t iv = interval_of[by_end[f]];

@@ -46,6 +46,14 @@ Expected<HloPlan> plan_hlo(const HloModule& input, const HloPlanOptions& options
     all_temp = *sum;
   }
   const HeapAssignment heap = best_heap(model.heap_intervals, options.alignment_bytes);
+  // Host memory (offloaded activations) is its own heap: XLA reports it as host_temp, apart from the device.
+  for (const HeapInterval& iv : model.host_heap_intervals) {
+    const auto sum = checked_add(all_temp, iv.size_bytes + options.alignment_bytes);
+    if (!sum) return invalid_argument("the module's temporary buffers total more than 2^64 bytes");
+    all_temp = *sum;
+  }
+  if (!model.host_heap_intervals.empty())
+    plan.host_temp_bytes = best_heap(model.host_heap_intervals, options.alignment_bytes).heap_bytes;
   plan.temp_bytes = heap.heap_bytes;
   plan.packing = heap.packing;
   // The fullest moment of the temp block, on the heap's clock: its bytes are the no-fragmentation bound.

@@ -225,6 +225,35 @@ Status model_computation(HloComputation& comp) {
       users[it->second].push_back(i);
     }
   }
+  // Whether `v` feeds only reductions and elementwise ops that also read one of those reductions (through
+  // broadcasts and reshapes): the diamond of a softmax or a norm.
+  auto reduced_from = [&](uint32_t x, const std::unordered_set<uint32_t>& reductions) {
+    for (int hops = 0; hops < 6; ++hops) {
+      if (reductions.contains(x)) return true;
+      const std::string_view op = comp.instructions[x].opcode;
+      if (operands[x].size() != 1 ||
+          !(op == "broadcast" || op == "reshape" || op == "convert" || op == "bitcast" || op == "transpose"))
+        return false;
+      x = operands[x][0];
+    }
+    return false;
+  };
+  auto normalization_diamond = [&](uint32_t v) {
+    std::unordered_set<uint32_t> reductions;
+    for (uint32_t u : users[v]) {
+      if (comp.instructions[u].opcode == "reduce") reductions.insert(u);
+    }
+    if (reductions.empty()) return false;
+    for (uint32_t u : users[v]) {
+      if (reductions.contains(u)) continue;
+      if (!fuses(role[u])) return false;
+      bool reads_reduction = false;
+      for (uint32_t o : operands[u])
+        reads_reduction = reads_reduction || (o != v && reduced_from(o, reductions));
+      if (!reads_reduction) return false;
+    }
+    return true;
+  };
   // Which values get a buffer. A large constant is a buffer; a scalar one is folded into its users.
   std::vector<bool> materialized(n, false);
   const HloInstruction* root = comp.root();
@@ -245,8 +274,10 @@ Status model_computation(HloComputation& comp) {
         bool needed = &inst == root;
         for (uint32_t u : distinct) needed = needed || needs_buffers(role[u]);
         if (role[i] == Role::kConstant) needed = needed || inst.shape.is_tuple() || elements(inst.shape) > 1;
-        // An expensive value read by several fusions is computed once, into a buffer.
-        if (role[i] == Role::kExpensive && distinct.size() > 1) needed = true;
+        // An expensive value read by several fusions is computed once, into a buffer - unless its readers are
+        // a reduction and what divides or shifts by that reduction: a softmax (exp, its sum, the division)
+        // or a norm is one fusion in XLA:GPU (SoftmaxRewriterTriton), and the exp never reaches memory.
+        if (role[i] == Role::kExpensive && distinct.size() > 1 && !normalization_diamond(i)) needed = true;
         materialized[i] = needed;
         break;
       }
@@ -284,7 +315,9 @@ Status model_computation(HloComputation& comp) {
     if (role[i] != Role::kGemm || users[i].size() != 1 || &comp.instructions[i] == root) continue;
     const uint32_t u = users[i][0];
     if (!fuses(role[u]) || comp.instructions[u].shape.is_tuple() ||
-        elements(comp.instructions[u].shape) != elements(comp.instructions[i].shape))
+        elements(comp.instructions[u].shape) != elements(comp.instructions[i].shape) ||
+        comp.instructions[u].shape.own_bytes() >
+            comp.instructions[i].shape.own_bytes())  // no widening epilogue
       continue;
     materialized[i] = false;
     materialized[u] = true;

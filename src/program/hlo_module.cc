@@ -139,6 +139,11 @@ Expected<Shape> parse_shape(Cursor& c, int depth = 0) {
       std::from_chars(layout.data() + e + 2, layout.data() + layout.size(), bits);
       shape.packed_element_bits = bits;
     }
+    if (const size_t m = layout.find("S("); m != std::string_view::npos) {
+      uint32_t space = 0;
+      std::from_chars(layout.data() + m + 2, layout.data() + layout.size(), space);
+      shape.memory_space = space;
+    }
   }
   return shape;
 }

@@ -23,6 +23,9 @@ TEST(StepPlan, PredictsEverySharedProgram) {
   for (const Json& p : (*programs)["programs"]) {
     const std::string name = p["name"];
     SCOPED_TRACE(name);
+    // The zoo does not build host offload of saved activations yet (issue: the zoo emits the lowered
+    // program); `memfit hlo` plans that program from its HLO (hlo_plan_test).
+    if (p["config"].value("remat", "") == "offload_dots_no_batch") continue;
     auto spec = model_spec_from_json(p["config"]);
     ASSERT_TRUE(spec.ok()) << spec.error().message();
     auto plan = plan_step(*spec);

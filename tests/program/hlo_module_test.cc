@@ -34,7 +34,7 @@ TEST(HloModule, EntrySizesMatchXlaOnEveryProgram) {
     EXPECT_EQ(sizes->alias_bytes, xla["alias_size_in_bytes"].get<uint64_t>());
     ++checked;
   }
-  EXPECT_EQ(checked, 8);
+  EXPECT_EQ(checked, 9);
 }
 
 TEST(HloModule, InstructionsCarryOperandsCalledComputationsAndOpNames) {

@@ -25,6 +25,7 @@ Json to_json(const std::string& path, const HloPlan& plan, bool all_buffers) {
   j["output_bytes"] = plan.output_bytes;
   j["alias_bytes"] = plan.alias_bytes;
   j["temp_bytes"] = plan.temp_bytes;
+  j["host_temp_bytes"] = plan.host_temp_bytes;
   j["peak_bytes"] = plan.peak_bytes;
   j["lower_bound_bytes"] = plan.lower_bound_bytes;
   j["temp_lower_bound_bytes"] = plan.temp_lower_bound_bytes;
@@ -81,6 +82,8 @@ void print_table(std::ostream& out, const std::string& path, const HloPlan& plan
   row("temp", plan.temp_bytes,
       fmt::format("one block, {} best-fit packing",
                   plan.packing == HeapPacking::kSpatial ? "spatial" : "temporal"));
+  if (plan.host_temp_bytes > 0)
+    row("host temp", plan.host_temp_bytes, "in host memory (offloaded, S(5)): not on the device");
   row("peak", plan.peak_bytes, "argument + output - alias + temp: what the device will hold");
   row("lower bound", plan.lower_bound_bytes,
       fmt::format("with no fragmentation in temp (fragmentation is {} of the peak)",

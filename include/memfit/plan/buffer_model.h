@@ -60,7 +60,14 @@ struct BufferModel {
   // clock (one tick per alloc, share or free), colocated by buffer and by operand reuse.
   std::vector<HeapInterval> heap_intervals;
   std::vector<uint32_t> heap_values;  // the value of each interval
+  // The same for temps in host memory (layout S(5): host offload of saved activations), which XLA counts
+  // in memory_analysis().host_temp_size_in_bytes, not in the device's temp.
+  std::vector<HeapInterval> host_heap_intervals;
+  std::vector<uint32_t> host_heap_values;
 };
+
+// XLA's memory space of host memory (kHostMemorySpaceColor, memory_kind="pinned_host").
+inline constexpr uint32_t kHostMemorySpace = 5;
 
 // A value's name as XLA's buffer-assignment dump prints it: "fusion.3", "fusion.3{1}", a tuple's table
 // "tuple.2{}".

@@ -26,6 +26,7 @@ struct Shape {
   std::vector<uint64_t> dims;
   std::vector<uint32_t> minor_to_major;  // the layout's dimension order; empty when not printed
   uint32_t packed_element_bits = 0;      // the layout's E(n); 0 when absent
+  uint32_t memory_space = 0;             // the layout's S(n): 0 device, 5 host (XLA's kHostMemorySpaceColor)
   std::vector<Shape> elements;           // a tuple's elements
 
   bool is_tuple() const { return type == PrimitiveType::kTuple; }
