@@ -654,6 +654,8 @@ class Reader {
     HloInstruction inst;
     inst.name = result;
     inst.opcode = hlo_opcode(opname);
+    // No JAX op names without debug info: the StableHLO op says what made the buffer (and groups alike ones).
+    inst.op_name = opname;
     if (inst.opcode == "call" || opname == "stablehlo.composite") {
       const size_t at = opname == "stablehlo.composite" ? body.find("decomposition = @") : body.find('@');
       if (at == std::string_view::npos) return error_at(line_, "a call without its function");
