@@ -29,7 +29,10 @@ int run(const std::vector<std::string>& args, Io io) {
   };
   add("env", "Print the allocator configuration the XLA variables in force would produce", add_env_command);
   add("replay", "Replay a recorded allocation trace through allocator policies", add_replay_command);
-  add("hlo", "Plan an XLA program from its optimized HLO: temp, peak and who holds it", add_hlo_command);
+  add("hlo",
+      "Plan an XLA program - optimized HLO, or before optimization as HLO or StableHLO: temp, peak, who "
+      "holds it",
+      add_hlo_command);
   add("plan", "Plan a model's training or inference step: peak per device, what holds it, fits or not",
       add_plan_command);
   add("fit", "Find the cheapest change that makes a step fit a device (allocation, shapes, sharding)",
