@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <map>
-#include <optional>
 #include <set>
 #include <tuple>
 
@@ -14,21 +13,18 @@
 
 namespace memfit {
 
-Expected<HloPlan> plan_hlo(const HloModule& input, const HloPlanOptions& options) {
-  if (is_lowered_module(input)) {
+Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& options) {
+  if (is_lowered_module(module)) {
     // A program before optimization: the buffers XLA:GPU would materialize, under the better of two
     // schedules (as XLA's DefaultMemoryScheduler keeps the best of its schedulers).
-    std::optional<HloPlan> best;
-    for (GpuSchedule schedule : {GpuSchedule::kProgramOrder, GpuSchedule::kList}) {
-      MEMFIT_ASSIGN_OR_RETURN(HloModule modeled, model_xla_gpu(input, schedule));
-      MEMFIT_ASSIGN_OR_RETURN(HloPlan plan, plan_hlo(modeled, options));
-      if (!best || plan.temp_bytes < best->temp_bytes) best = std::move(plan);
-    }
-    best->source = input.from_stablehlo ? "stablehlo" : "lowered-hlo";
-    return std::move(*best);
+    MEMFIT_ASSIGN_OR_RETURN(HloModule in_program_order, model_xla_gpu(module));
+    MEMFIT_ASSIGN_OR_RETURN(HloPlan best, plan_hlo(in_program_order, options));
+    MEMFIT_ASSIGN_OR_RETURN(HloPlan listed, plan_hlo(list_scheduled(std::move(in_program_order)), options));
+    if (listed.temp_bytes < best.temp_bytes) best = std::move(listed);
+    best.source = module.from_stablehlo ? "stablehlo" : "lowered-hlo";
+    return best;
   }
-  MEMFIT_ASSIGN_OR_RETURN(EntrySizes sizes, entry_sizes(input));
-  const HloModule& module = input;
+  MEMFIT_ASSIGN_OR_RETURN(EntrySizes sizes, entry_sizes(module));
   MEMFIT_ASSIGN_OR_RETURN(BufferModel model, build_buffer_model(module));
   HloPlan plan;
   plan.module = module.name;

@@ -323,30 +323,27 @@ Status model_computation(HloComputation& comp) {
     materialized[u] = true;
     gemm_epilogue[u] = true;
   }
-  // Elementwise values a materialized consumer still reads become buffers when their inputs are: the
-  // consumer reads the buffers they were computed from (fused values are recomputed inside it).
+  // A fused value is recomputed inside each consumer, which reads the buffers it was computed from
+  // instead. Operands precede users (schedule order), so a forward pass fills each list before it is read.
   std::vector<std::vector<uint32_t>> sources(n);  // per fused value, the buffers it is computed from
-  std::vector<bool> sources_known(n, false);
-  auto sources_of = [&](uint32_t v, auto&& self) -> const std::vector<uint32_t>& {
-    if (sources_known[v]) return sources[v];
-    sources_known[v] = true;
+  // The buffers behind `ops`, in first-seen order, each once.
+  auto buffers_behind = [&](const std::vector<uint32_t>& ops) {
     std::vector<uint32_t> out;
-    for (uint32_t o : operands[v]) {
+    std::unordered_set<uint32_t> seen;
+    auto take = [&](uint32_t b) {
+      if (seen.insert(b).second) out.push_back(b);
+    };
+    for (uint32_t o : ops) {
       if (materialized[o]) {
-        out.push_back(o);
+        take(o);
       } else {
-        const auto& inner = self(o, self);
-        out.insert(out.end(), inner.begin(), inner.end());
+        for (uint32_t b : sources[o]) take(b);
       }
     }
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
-    sources[v] = std::move(out);
-    return sources[v];
+    return out;
   };
-  // Operands precede users (schedule order), so a forward pass fills every list before it is read.
   for (uint32_t i = 0; i < n; ++i) {
-    if (!materialized[i]) sources_of(i, sources_of);
+    if (!materialized[i]) sources[i] = buffers_behind(operands[i]);
   }
   std::vector<HloInstruction> out;
   out.reserve(n);
@@ -359,19 +356,7 @@ Status model_computation(HloComputation& comp) {
       out.push_back(std::move(inst));
       continue;
     }
-    std::vector<uint32_t> reads;
-    for (uint32_t o : operands[i]) {
-      if (materialized[o]) {
-        reads.push_back(o);
-      } else {
-        const auto& s = sources_of(o, sources_of);
-        reads.insert(reads.end(), s.begin(), s.end());
-      }
-    }
-    std::vector<uint32_t> unique;
-    for (uint32_t r : reads) {
-      if (std::find(unique.begin(), unique.end(), r) == unique.end()) unique.push_back(r);
-    }
+    const std::vector<uint32_t> unique = buffers_behind(operands[i]);
     inst.operands.clear();
     for (uint32_t r : unique) inst.operands.push_back(comp.instructions[r].name);
     if (gemm_epilogue[i]) {
@@ -558,13 +543,17 @@ void list_schedule(HloComputation& comp) {
 
 bool is_lowered_module(const HloModule& module) { return !module.is_scheduled; }
 
-Expected<HloModule> model_xla_gpu(const HloModule& lowered, GpuSchedule schedule) {
+HloModule list_scheduled(HloModule modeled) {
+  for (HloComputation& c : modeled.computations) list_schedule(c);
+  return modeled;
+}
+
+Expected<HloModule> model_xla_gpu(const HloModule& lowered) {
   HloModule m = lowered;
   MEMFIT_RETURN_IF_ERROR(inline_calls(m));
   for (HloComputation& c : m.computations) {
     // Reduction and sort regions are scalar code inside their op, not buffers; they stay as they are.
     MEMFIT_RETURN_IF_ERROR(model_computation(c));
-    if (schedule == GpuSchedule::kList) list_schedule(c);
   }
   m.is_scheduled = true;
   return m;

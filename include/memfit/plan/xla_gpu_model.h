@@ -15,7 +15,7 @@
 //     takes is materialized, as XLA must;
 //   - the schedule: XLA's DefaultMemoryScheduler keeps the best of a list scheduler and post orders
 //     (hlo_memory_scheduler.cc); plan_hlo plans both the program's own order (JAX prints a post order) and
-//     a list schedule (kList) and keeps the smaller. Layouts cost no copies (approximated); algebraic
+//     list_scheduled()'s and keeps the smaller. Layouts cost no copies (approximated); algebraic
 //     simplification is only what fusion leaves out (dot+reduce rewrites are not modeled yet).
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
 // the README's table.
@@ -31,8 +31,10 @@ bool is_lowered_module(const HloModule& module);
 
 // The module with only the instructions XLA:GPU materializes; each keeps its shape and op name, and reads
 // the materialized values its fused operands were computed from.
-enum class GpuSchedule { kProgramOrder, kList };
-Expected<HloModule> model_xla_gpu(const HloModule& lowered,
-                                  GpuSchedule schedule = GpuSchedule::kProgramOrder);
+// In the program's own order.
+Expected<HloModule> model_xla_gpu(const HloModule& lowered);
+
+// The same buffers in the order XLA's ListScheduler would run them (frees the most bytes first).
+HloModule list_scheduled(HloModule modeled);
 
 }  // namespace memfit
