@@ -21,6 +21,20 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// The next line of `text` from `pos` that says something (trimmed; not blank, not a comment), counting
+// lines in `number`; false at the end.
+bool next_line(std::string_view text, size_t& pos, std::string_view& line, uint64_t& number) {
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    line = trim(text.substr(pos, end - pos));
+    pos = end + 1;
+    ++number;
+    if (!line.empty() && !line.starts_with("//") && !line.starts_with("#")) return true;
+  }
+  return false;
+}
+
 Error error_at(uint64_t line, std::string_view what) {
   return invalid_argument(fmt::format("line {}: {}", line, what));
 }
@@ -248,15 +262,7 @@ class Reader {
  public:
   Expected<HloModule> read(std::string_view text) {
     size_t pos = 0;
-    while (pos < text.size()) {
-      size_t end = text.find('\n', pos);
-      if (end == std::string_view::npos) end = text.size();
-      const std::string_view line = trim(text.substr(pos, end - pos));
-      pos = end + 1;
-      ++line_;
-      if (line.empty() || line.starts_with("//") || line.starts_with("#")) continue;
-      MEMFIT_RETURN_IF_ERROR(statement(line));
-    }
+    for (std::string_view line; next_line(text, pos, line, line_);) MEMFIT_RETURN_IF_ERROR(statement(line));
     if (skipping_) return error_at(line_, "the text ends inside an op's region (truncated?)");
     if (!scopes_.empty()) return error_at(line_, "the text ends inside a function (truncated?)");
     if (!saw_module_) return invalid_argument("not StableHLO: no 'module' or 'func.func' found");
@@ -673,10 +679,12 @@ class Reader {
         inst.custom_call_target = std::string(body.substr(at + 1, end - at - 1));
       }
     }
+    std::vector<Shape> operand_shapes;
     if (opname != "stablehlo.constant") {
       for (std::string_view ref : references(body)) {
         MEMFIT_ASSIGN_OR_RETURN(Value v, use(ref));
         inst.operands.push_back(v.instruction);
+        operand_shapes.push_back(std::move(v.shape));
       }
     }
     if (inst.opcode == "opt-barrier" && count > 1) {
@@ -685,16 +693,7 @@ class Reader {
       in.name = result + ".in";
       in.opcode = "tuple";
       in.operands = inst.operands;
-      for (const std::string& o : inst.operands) {
-        for (const auto& [ssa, v] : scope().values) {
-          if (v.instruction == o) {
-            in.shape.elements.push_back(v.shape);
-            break;
-          }
-        }
-      }
-      if (in.shape.elements.size() != in.operands.size())
-        return error_at(line_, "an optimization barrier over values it cannot find");
+      in.shape.elements = std::move(operand_shapes);
       inst.operands = {add(std::move(in))};
     }
     if (count > 1) {
@@ -740,12 +739,8 @@ Expected<HloModule> parse_stablehlo_module(std::string_view text) {
 
 ProgramTextKind program_text_kind(std::string_view text) {
   size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = trim(text.substr(pos, end - pos));
-    pos = end + 1;
-    if (line.empty() || line.starts_with("//") || line.starts_with("#")) continue;
+  uint64_t number = 0;
+  for (std::string_view line; next_line(text, pos, line, number);) {
     if (line.starts_with("HloModule ")) return ProgramTextKind::kHlo;
     if (line.starts_with("module") || line.starts_with("func.func")) return ProgramTextKind::kStableHlo;
     return ProgramTextKind::kUnknown;
