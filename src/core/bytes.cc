@@ -43,12 +43,15 @@ constexpr std::array<Unit, 20> kUnits = {{
 
 std::string quote(std::string_view text) { return excerpt(text); }
 
-}  // namespace
-
-Expected<uint64_t> parse_bytes(std::string_view text) {
+// `saturate`: a well-formed size above 2^64-1 is 2^64-1 rather than an error.
+Expected<uint64_t> parse_size(std::string_view text, bool saturate) {
   const std::string_view original = text;
   auto bad = [&](std::string_view why) {
     return invalid_argument(fmt::format("invalid size {}: {}", quote(original), why));
+  };
+  auto too_large = [&]() -> Expected<uint64_t> {
+    if (saturate) return ~uint64_t{0};
+    return bad("too large (the limit is 2^64-1 bytes)");
   };
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
@@ -65,7 +68,11 @@ Expected<uint64_t> parse_bytes(std::string_view text) {
   constexpr uint128_t kMax = ~uint64_t{0};
   for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i, ++digits) {
     int_part = int_part * 10 + static_cast<unsigned>(text[i] - '0');
-    if (int_part > kMax) return bad("too large (the limit is 2^64-1 bytes)");
+    if (int_part > kMax) {
+      // The rest must still be a size: skip the remaining digits, then read the unit as usual.
+      if (!saturate) return too_large();
+      int_part = kMax + 1;
+    }
   }
   if (i < text.size() && text[i] == '.') {
     ++i;
@@ -83,14 +90,20 @@ Expected<uint64_t> parse_bytes(std::string_view text) {
     unit.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(text[i]))));
   for (const Unit& u : kUnits) {
     if (u.name != unit) continue;
-    const uint128_t whole = int_part * u.multiplier;
-    const uint128_t total = whole + frac * u.multiplier / frac_scale;
-    if (int_part > kMax / u.multiplier || total > kMax) return bad("too large (the limit is 2^64-1 bytes)");
+    if (int_part > kMax / u.multiplier) return too_large();
+    const uint128_t total = int_part * u.multiplier + frac * u.multiplier / frac_scale;
+    if (total > kMax) return too_large();
     return static_cast<uint64_t>(total);
   }
   return bad(fmt::format("unknown unit {} (use B, KiB, MiB, GiB, TiB, PiB, EiB, or KB, MB, GB, TB, PB, EB)",
                          quote(unit)));
 }
+
+}  // namespace
+
+Expected<uint64_t> parse_bytes(std::string_view text) { return parse_size(text, false); }
+
+Expected<uint64_t> parse_bytes_saturating(std::string_view text) { return parse_size(text, true); }
 
 std::string format_bytes(uint64_t size_bytes) {
   static constexpr std::array<std::string_view, 6> kNames = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

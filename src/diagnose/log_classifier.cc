@@ -43,10 +43,8 @@ std::optional<uint64_t> size_after(std::string_view line, std::string_view marke
   while (unit_end < rest.size() && std::isalpha(static_cast<unsigned char>(rest[unit_end]))) ++unit_end;
   std::string unit(rest.substr(0, unit_end));
   if (unit == "bytes") unit = "B";
-  auto bytes = parse_bytes(std::string(number) + unit);
-  // XLA prints "16.00EiB" when a shape computation overflows: 2^64 or more. It stays that large (2^64-1,
-  // which prints as 16.00EiB again) rather than losing its unit and reading as 16 B.
-  if (!bytes.ok() && bytes.error().message().find("too large") != std::string::npos) return ~uint64_t{0};
+  // A logged "16.00EiB" (an overflowed shape) stays that large rather than losing its unit as 16 B.
+  auto bytes = parse_bytes_saturating(std::string(number) + unit);
   if (!bytes.ok()) bytes = parse_bytes(number);  // the next word was not a unit ("34912723376 with ...")
   if (!bytes.ok()) return std::nullopt;
   return *bytes;

@@ -70,6 +70,14 @@ TEST(ParseBytes, RejectsNegativesGarbageAndOverflow) {
   parse_error("GiB");
 }
 
+TEST(ParseBytes, SaturatingReadsOverflowAsTheMaximum) {
+  EXPECT_EQ(*parse_bytes_saturating("16.00EiB"), ~uint64_t{0});
+  EXPECT_EQ(*parse_bytes_saturating("99999999999999999999999999 GiB"), ~uint64_t{0});
+  EXPECT_EQ(*parse_bytes_saturating("1.5GiB"), 1610612736u);
+  EXPECT_FALSE(parse_bytes_saturating("16 parsecs").ok());
+  EXPECT_FALSE(parse_bytes_saturating("-1").ok());
+}
+
 TEST(FormatBytes, PrintsLikeJaxLogs) {
   EXPECT_EQ(format_bytes(0), "0B");
   EXPECT_EQ(format_bytes(512), "512B");

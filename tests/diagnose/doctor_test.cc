@@ -175,7 +175,7 @@ TEST(LogClassifier, AnOverflowedShapeStaysHuge) {
   EXPECT_NE(found[0].message.find("16.00EiB"), std::string::npos) << found[0].message;
 }
 
-TEST(LogClassifier, AMillionOomLinesStayLinear) {
+TEST(LogClassifier, TwoHundredThousandOomLinesStayLinear) {
   std::string text;
   for (int i = 0; i < 200000; ++i)
     text += fmt::format("Out of memory while trying to allocate {} bytes with allocator GPU_0_bfc\n",

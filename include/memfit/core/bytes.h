@@ -23,6 +23,10 @@ inline constexpr uint64_t kTiB = 1024 * kGiB;
 
 Expected<uint64_t> parse_bytes(std::string_view text);
 
+// The same, but a well-formed size of 2^64 bytes or more (XLA prints "16.00EiB" when a shape computation
+// overflows) reads as 2^64-1, which prints as 16.00EiB again.
+Expected<uint64_t> parse_bytes_saturating(std::string_view text);
+
 // Human-readable IEC size as TSL's HumanReadableNumBytes prints it (and so JAX's logs):
 // below 1 KiB "512B", otherwise two decimals and the largest unit that keeps the number >= 1:
 // "2.00MiB", "104.85GiB", "139.80GiB".
