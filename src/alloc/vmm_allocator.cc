@@ -144,7 +144,9 @@ struct VmmAllocator::State {
     for (auto& [stream, event] : m.streams) {
       if (event != 0) mapper->release_event(event);
       auto recorded = mapper->record_event(stream);
-      // Without an event the device cannot be asked later: wait for the stream now (the old behaviour).
+      // Event 0 means nothing to wait for: a device with no asynchronous work records it. A CUDA context
+      // that cannot record an event at all has failed for good (its errors are sticky); its pages are not
+      // waited for then.
       event = recorded.ok() ? *recorded : 0;
     }
     m.cached_at = ++cache_clock;
