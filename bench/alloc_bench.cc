@@ -4,6 +4,8 @@
 //     differs from the last one's, so the BFC pool searches its bins every time instead of replaying its
 //     last split
 //   - 2 threads contending on one allocator
+//   - a growing BFC pool in a share group (BM_BfcShared) beside the same pool alone (BM_BfcGrowth): a pool
+//     hit never asks the lease, so the two should be the same
 //   - replay: a recorded-like stream of alloc/free events through the BFC pool (events per second)
 //   - the bundled real traces (tests/data: PyTorch's record of a GPT-2 and a ResNet-50 training run on an
 //     H200) replayed event by event through each allocator and through std::malloc with the same sizes
@@ -19,9 +21,12 @@
 #include <mutex>
 #include <random>
 
-#include "memfit/alloc/bfc_allocator.h"
-#include "memfit/alloc/platform_allocator.h"
+#include <unistd.h>
+
+#include "memfit/alloc/allocator_factory.h"
 #include "memfit/device/simulated_device.h"
+#include "memfit/share/leased_device.h"
+#include "memfit/share/share_member.h"
 #include "memfit/trace/readers.h"
 #include "timing_reporter.h"
 
@@ -33,17 +38,34 @@ constexpr uint64_t kDeviceBytes = 64ull << 30;  // simulated: no host memory beh
 struct Fixture {
   std::unique_ptr<SimulatedDevice> device =
       std::move(SimulatedDevice::create({kDeviceBytes, 512, false, "sim"})).value();
+  std::unique_ptr<ShareMember> member;  // "bfc-shared": the pool grows inside a lease
+  std::unique_ptr<LeasedDevice> leased;
   std::unique_ptr<Allocator> allocator;
 };
 
 std::unique_ptr<Allocator> make(const std::string& kind, DeviceMemory& device,
                                 uint64_t bfc_limit_bytes = 16ull << 30) {
-  if (kind == "platform") return std::make_unique<PlatformAllocator>(device);
-  BfcOptions o;
-  o.memory_limit_bytes = bfc_limit_bytes;
-  o.allow_growth = kind == "bfc-growth";
-  o.retry_wait = std::chrono::milliseconds(0);
-  return std::make_unique<BfcAllocator>(device, o);
+  const AllocatorKind k = std::move(parse_allocator_kind(kind)).value();
+  AllocatorSettings settings;
+  if (k == AllocatorKind::kBfc || k == AllocatorKind::kBfcGrowth) settings.limit_bytes = bfc_limit_bytes;
+  return std::move(make_allocator(k, device, settings)).value();
+}
+
+// A BFC pool that grows inside the lease of a share group of its own (removed at exit).
+void make_shared(Fixture& f, uint64_t bfc_limit_bytes = 16ull << 30) {
+  static const std::string group = "memfit-bench-" + std::to_string(::getpid());
+  static const bool removed_at_exit = [] {
+    std::atexit([] { (void)remove_share_group(group, 0); });
+    return true;
+  }();
+  (void)removed_at_exit;
+  ShareMemberOptions o;
+  o.group = group;
+  o.capacity_bytes = kDeviceBytes;
+  o.limit_bytes = bfc_limit_bytes;
+  f.member = std::move(ShareMember::join(o)).value();
+  f.leased = std::make_unique<LeasedDevice>(*f.device, *f.member);
+  f.allocator = make("bfc-growth", *f.leased, bfc_limit_bytes);
 }
 
 Fixture& shared_fixture(const std::string& kind) {
@@ -51,7 +73,13 @@ Fixture& shared_fixture(const std::string& kind) {
   static std::mutex mu;                            // a threaded run's threads arrive here together
   std::lock_guard<std::mutex> lock(mu);
   Fixture& f = fixtures[kind];
-  if (!f.allocator) f.allocator = make(kind, *f.device);
+  if (!f.allocator) {
+    if (kind == "bfc-shared") {
+      make_shared(f);
+    } else {
+      f.allocator = make(kind, *f.device);
+    }
+  }
   return f;
 }
 
@@ -85,12 +113,14 @@ void BM_Malloc(benchmark::State& state) { malloc_loop(state, 1); }
 void BM_Bfc(benchmark::State& state) { pair_loop(state, "bfc"); }
 void BM_BfcGrowth(benchmark::State& state) { pair_loop(state, "bfc-growth"); }
 void BM_Platform(benchmark::State& state) { pair_loop(state, "platform"); }
+void BM_BfcShared(benchmark::State& state) { pair_loop(state, "bfc-shared"); }
 
 #define MEMFIT_SIZES RangeMultiplier(16)->Range(256, 64 << 20)
 BENCHMARK(BM_Malloc)->MEMFIT_SIZES;
 BENCHMARK(BM_Bfc)->MEMFIT_SIZES;
 BENCHMARK(BM_BfcGrowth)->MEMFIT_SIZES;
 BENCHMARK(BM_Platform)->MEMFIT_SIZES;
+BENCHMARK(BM_BfcShared)->MEMFIT_SIZES;
 // Named BM_<allocator>/two_sizes/<size>, so the ratio table pairs each with malloc's two-size run.
 const bool kTwoSizesRegistered = [] {
   benchmark::RegisterBenchmark("BM_Malloc/two_sizes", [](benchmark::State& s) {
@@ -189,7 +219,11 @@ void replay_loop(benchmark::State& state, const ReplayEvents& replay, Alloc allo
 
 void replay_through(benchmark::State& state, const ReplayEvents& replay, const std::string& kind) {
   Fixture f;  // its own pool, with a limit the traces fit (GPT-2's high-water mark is 18.8 GiB)
-  f.allocator = make(kind, *f.device, 48ull << 30);
+  if (kind == "bfc-shared") {
+    make_shared(f, 48ull << 30);
+  } else {
+    f.allocator = make(kind, *f.device, 48ull << 30);
+  }
   Allocator& a = *f.allocator;
   replay_loop(
       state, replay,
@@ -214,8 +248,9 @@ const bool kRealTracesRegistered = [] {
           s, real_trace(path), [](uint64_t size) { return std::malloc(size); },
           [](void* p) { std::free(p); });
     })->Unit(benchmark::kMicrosecond);
-    for (const auto& [label, kind] : {std::pair{"BM_Bfc", "bfc"}, std::pair{"BM_BfcGrowth", "bfc-growth"},
-                                      std::pair{"BM_Platform", "platform"}}) {
+    for (const auto& [label, kind] :
+         {std::pair{"BM_Bfc", "bfc"}, std::pair{"BM_BfcGrowth", "bfc-growth"},
+          std::pair{"BM_Platform", "platform"}, std::pair{"BM_BfcShared", "bfc-shared"}}) {
       const std::string k = kind;
       benchmark::RegisterBenchmark((label + suffix).c_str(), [path, k](benchmark::State& s) {
         replay_through(s, real_trace(path), k);
@@ -235,6 +270,14 @@ class RatioReporter : public TimingReporter {
       auto m = times.find(malloc_name);
       if (m == times.end() || m->second <= 0) continue;
       out << "  " << name << ": " << ns / m->second << "x\n";
+    }
+    out << "\nsharing on / off: BM_BfcShared over BM_BfcGrowth (1.0 = no cost; leases change only on "
+           "growth):\n";
+    for (const auto& [name, ns] : times) {
+      if (name.rfind("BM_BfcShared/", 0) != 0) continue;
+      auto alone = times.find("BM_BfcGrowth" + name.substr(name.find('/')));
+      if (alone == times.end() || alone->second <= 0) continue;
+      out << "  " << name << ": " << ns / alone->second << "x\n";
     }
   }
 };

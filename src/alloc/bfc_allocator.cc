@@ -125,6 +125,7 @@ struct BfcAllocator::State {
   std::vector<std::string> tags;
   std::map<std::string, uint32_t, std::less<>> tag_ids;
   uint64_t next_region_bytes = 0;  // XLA's curr_region_allocation_bytes_
+  bool preallocated = false;       // a capped preallocation has been made (region_cap_bytes)
   AllocatorStats stats;
   uint64_t pool_bytes = 0;
   uint64_t oom_reports = 0;  // OOM reports built so far (the first kDetailedOomReports are detailed)
@@ -404,11 +405,14 @@ struct BfcAllocator::State {
     return chunks[*bin(top).rbegin()].size;
   }
 
-  // Fully free regions leave the pool (garbage collection); returns them for release outside the lock.
-  std::vector<Region> take_free_regions() {
+  // Fully free regions leave the pool (garbage collection), until `wanted` bytes have; returns them for
+  // release outside the lock.
+  std::vector<Region> take_free_regions(uint64_t wanted) {
     forget_resplit();
     std::vector<Region> out;
+    uint64_t taken = 0;
     for (Region& r : regions) {
+      if (taken >= wanted) break;
       if (!r.live) continue;
       const Chunk& c = chunks[r.first_chunk];
       if (c.in_use || c.size != r.size) continue;
@@ -416,6 +420,7 @@ struct BfcAllocator::State {
       delete_chunk(r.first_chunk);
       r.live = false;
       pool_bytes -= r.size;
+      taken += r.size;
       out.push_back(r);
     }
     return out;
@@ -455,6 +460,7 @@ struct BfcAllocator::State {
     r.largest_free_bytes = largest_free();
     r.growth = options.allow_growth;
     r.memory_fraction = options.memory_fraction;
+    r.device_error = last_device_error;
     if (!detailed) {
       r.detail_omitted = true;
       explain_oom(r);
@@ -530,6 +536,7 @@ Expected<void*> BfcAllocator::allocate_slow(uint64_t size_bytes, uint64_t rounde
   auto try_grow = [&]() -> uintptr_t {
     std::lock_guard<std::mutex> growth(s.growth_mu);
     uint64_t bytes = 0;
+    uint64_t preallocate = 0;
     bool increased = false;
     {
       std::lock_guard<detail::SpinLock> lock(s.mu);
@@ -543,6 +550,38 @@ Expected<void*> BfcAllocator::allocate_slow(uint64_t size_bytes, uint64_t rounde
         increased = true;
       }
       bytes = std::min(s.next_region_bytes, available);
+      if (s.options.region_cap_bytes > 0) {
+        bytes = std::min(bytes, std::max(s.options.region_cap_bytes, rounded));
+        if (!s.options.allow_growth && !s.preallocated) {
+          s.preallocated = true;
+          preallocate = available;
+        }
+      }
+    }
+    if (preallocate > 0) {
+      // The limit as capped regions, as many as the device gives; then the request is served from them (or,
+      // larger than a region, by growth after garbage collection).
+      const uint64_t cap = bfc_round_bytes(s.options.region_cap_bytes);
+      uint64_t reserved = 0;
+      while (preallocate - reserved >= kBfcMinAllocationBytes) {
+        const uint64_t size =
+            std::min(cap, (preallocate - reserved) / kBfcMinAllocationBytes * kBfcMinAllocationBytes);
+        Expected<void*> region = s.device.reserve(size);
+        std::lock_guard<detail::SpinLock> lock(s.mu);
+        if (!region.ok()) {
+          s.last_device_error = region.error().message();
+          break;
+        }
+        s.add_region(reinterpret_cast<uintptr_t>(*region), size);
+        reserved += size;
+      }
+      std::lock_guard<detail::SpinLock> lock(s.mu);
+      if (uintptr_t p = s.find_chunk(rounded, size_bytes, tag_id)) return p;
+      const uint64_t available =
+          (s.options.memory_limit_bytes - std::min(s.options.memory_limit_bytes, s.pool_bytes)) /
+          kBfcMinAllocationBytes * kBfcMinAllocationBytes;
+      if (rounded > available) return 0;
+      bytes = std::min(available, std::max(cap, rounded));
     }
     Expected<void*> region = s.device.reserve(bytes);
     while (!region.ok()) {
@@ -569,7 +608,7 @@ Expected<void*> BfcAllocator::allocate_slow(uint64_t size_bytes, uint64_t rounde
         std::vector<Region> released;
         {
           std::lock_guard<detail::SpinLock> lock(s.mu);
-          released = s.take_free_regions();
+          released = s.take_free_regions(rounded);
         }
         for (const Region& r : released) (void)s.device.release(reinterpret_cast<void*>(r.base), r.size);
         if (!released.empty()) {
@@ -658,6 +697,20 @@ void BfcAllocator::reset_peak() {
 std::vector<ChunkExtent> BfcAllocator::chunks() const {
   std::lock_guard<detail::SpinLock> lock(state_->mu);
   return state_->extents();
+}
+
+uint64_t BfcAllocator::release_free_memory(uint64_t wanted_bytes) {
+  State& s = *state_;
+  std::vector<Region> released;
+  {
+    std::lock_guard<detail::SpinLock> lock(s.mu);
+    released = s.take_free_regions(wanted_bytes);
+  }
+  uint64_t bytes = 0;
+  for (const Region& r : released) {
+    if (s.device.release(reinterpret_cast<void*>(r.base), r.size).ok()) bytes += r.size;
+  }
+  return bytes;
 }
 
 uint64_t BfcAllocator::region_count() const {

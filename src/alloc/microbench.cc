@@ -5,11 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 
-#include "memfit/alloc/bfc_allocator.h"
-#include "memfit/alloc/platform_allocator.h"
-#include "memfit/alloc/vmm_allocator.h"
+#include "memfit/alloc/allocator_factory.h"
 #include "memfit/device/simulated_device.h"
 
 namespace memfit {
@@ -63,41 +62,19 @@ std::vector<MicrobenchResult> run_microbench(const MicrobenchOptions& options) {
     });
     results.push_back({"malloc", size, malloc_ns, 1.0});
 
-    struct Kind {
-      const char* name;
-      std::function<std::unique_ptr<Allocator>(DeviceMemory&)> make;
-    };
-    const Kind kinds[] = {
-        {"bfc",
-         [](DeviceMemory& d) {
-           BfcOptions o;
-           o.memory_limit_bytes = 4ull << 30;
-           o.retry_wait = std::chrono::milliseconds(0);
-           return std::unique_ptr<Allocator>(std::make_unique<BfcAllocator>(d, o));
-         }},
-        {"bfc-growth",
-         [](DeviceMemory& d) {
-           BfcOptions o;
-           o.memory_limit_bytes = 4ull << 30;
-           o.allow_growth = true;
-           o.retry_wait = std::chrono::milliseconds(0);
-           return std::unique_ptr<Allocator>(std::make_unique<BfcAllocator>(d, o));
-         }},
-        {"platform",
-         [](DeviceMemory& d) { return std::unique_ptr<Allocator>(std::make_unique<PlatformAllocator>(d)); }},
-        {"vmm",
-         [](DeviceMemory& d) { return std::unique_ptr<Allocator>(std::make_unique<VmmAllocator>(d)); }},
-    };
-    for (const Kind& kind : kinds) {
-      report(kind.name);
+    for (AllocatorKind kind : kAllocatorKinds) {
+      const std::string name(allocator_kind_name(kind));
+      report(name.c_str());
       auto device = SimulatedDevice::create({kDeviceBytes, 512, false, "sim"});
-      auto allocator = kind.make(**device);
+      AllocatorSettings settings;
+      if (kind == AllocatorKind::kBfc || kind == AllocatorKind::kBfcGrowth) settings.limit_bytes = 4ull << 30;
+      auto allocator = std::move(make_allocator(kind, **device, settings)).value();
       const double ns = median_ns_per_pair(options, [&] {
         auto p = allocator->allocate(size);
         escape(p.ok() ? *p : nullptr);
         (void)allocator->deallocate(p.ok() ? *p : nullptr);
       });
-      results.push_back({kind.name, size, ns, malloc_ns > 0 ? ns / malloc_ns : 0.0});
+      results.push_back({name, size, ns, malloc_ns > 0 ? ns / malloc_ns : 0.0});
     }
   }
   return results;

@@ -63,6 +63,8 @@ void explain_oom(OomReport& r) {
                     format_bytes(r.device_free_bytes), format_bytes(total));
   }
 
+  if (!r.device_error.empty() && r.rounded_bytes <= total) r.cause += " (device: " + r.device_error + ")";
+
   if (shrunken) {
     r.suggestions.push_back(fmt::format(
         "share the GPU deliberately: set XLA_PYTHON_CLIENT_PREALLOCATE=false in the other job(s), or give "

@@ -453,6 +453,13 @@ Status VmmAllocator::trim_cache(uint64_t keep_bytes) {
   return ok_status();
 }
 
+uint64_t VmmAllocator::release_free_memory(uint64_t /*wanted_bytes*/) {
+  const uint64_t before = cached_bytes();
+  if (!trim_cache(0).ok()) return 0;
+  const uint64_t after = cached_bytes();
+  return before > after ? before - after : 0;
+}
+
 uint64_t VmmAllocator::cached_bytes() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->cached_bytes;

@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "memfit/alloc/bfc_allocator.h"
-#include "memfit/alloc/platform_allocator.h"
-#include "memfit/alloc/vmm_allocator.h"
+#include "memfit/alloc/allocator_factory.h"
 #include "memfit/core/checked.h"
 #include "memfit/core/xla_env.h"
 #include "memfit/device/simulated_device.h"
@@ -26,21 +24,13 @@ struct Policy {
 Expected<Policy> make_policy(const std::string& name, uint64_t capacity) {
   Policy p;
   MEMFIT_ASSIGN_OR_RETURN(p.device, SimulatedDevice::create({capacity, 512, false, "replay"}));
-  if (name == "bfc" || name == "bfc-growth") {
-    BfcOptions o;
-    o.memory_limit_bytes = bfc_memory_limit(kXlaDefaultMemoryFraction, capacity);
-    o.allow_growth = name == "bfc-growth";
-    o.retry_wait = std::chrono::milliseconds(0);
-    p.allocator = std::make_unique<BfcAllocator>(*p.device, o);
-    p.high_water = name == "bfc";
-  } else if (name == "platform") {
-    p.allocator = std::make_unique<PlatformAllocator>(*p.device);
-  } else if (name == "vmm") {
-    p.allocator = std::make_unique<VmmAllocator>(*p.device);
-  } else {
-    return invalid_argument(
-        fmt::format("unknown policy '{}' (expected bfc, bfc-growth, platform, vmm or all)", name));
-  }
+  auto kind = parse_allocator_kind(name);
+  if (!kind.ok())
+    return invalid_argument(fmt::format(
+        "unknown policy '{}' (expected bfc, bfc-growth, platform, vmm or all)", name.substr(0, 80)));
+  AllocatorSettings settings;  // XLA's defaults: 75% of the device for the BFC pools
+  MEMFIT_ASSIGN_OR_RETURN(p.allocator, make_allocator(*kind, *p.device, settings));
+  p.high_water = *kind == AllocatorKind::kBfc;
   return p;
 }
 

@@ -6,7 +6,9 @@
 #include <string>
 
 #include "cli.h"
+#include "memfit/core/json.h"
 #include "memfit/core/status.h"
+#include "memfit/share/share_group.h"
 
 namespace memfit::cli {
 
@@ -20,8 +22,12 @@ Action add_doctor_command(CLI::App& app, Io& io);
 Action add_hlo_command(CLI::App& app, Io& io);
 Action add_plan_command(CLI::App& app, Io& io);
 Action add_fit_command(CLI::App& app, Io& io);
+Action add_share_command(CLI::App& app, Io& io);
 
 // Shared by the subcommands.
-int fail(Io& io, const Error& error);  // prints "memfit: <reason>" on stderr, returns 2 (or 1 for findings)
+int fail(Io& io, const Error& error);
+Json share_group_json(
+    const ShareGroupInfo& group);  // `memfit share --json`, also in doctor's JSON  // prints "memfit:
+                                   // <reason>" on stderr, returns 2 (or 1 for findings)
 
 }  // namespace memfit::cli

@@ -33,6 +33,13 @@ class Allocator {
   virtual AllocatorStats stats() const = 0;
   // Sets peak_bytes_in_use to bytes_in_use now (what users ask JAX for in jax#8096).
   virtual void reset_peak() = 0;
+  // Gives free pool memory back to the device (what a lease group asks of a member above its fair share):
+  // at least `wanted_bytes` when it can, never memory in use. Returns the bytes given back; an allocator
+  // that keeps no pool apart from live memory gives back nothing.
+  virtual uint64_t release_free_memory(uint64_t wanted_bytes) {
+    (void)wanted_bytes;
+    return 0;
+  }
   // As XLA names it in logs: "GPU_0_bfc", "SE_0_space_0".
   virtual std::string name() const = 0;
 };

@@ -33,6 +33,10 @@ struct BfcOptions {
   uint64_t memory_limit_bytes = 0;  // bytes_limit (required, > 0)
   bool allow_growth = false;        // false: reserve the whole limit at the first allocation
   bool garbage_collection = false;  // on failure, return fully free regions to the device and retry
+  // > 0: regions of at most this many bytes (a request larger than it gets a region of its own size), and a
+  // preallocated pool reserved as such regions. A pool shared through a lease group can give memory back
+  // only as whole free regions; one region of the whole limit could never be given back.
+  uint64_t region_cap_bytes = 0;
   std::chrono::milliseconds retry_wait{10000};  // XLA waits 10 s for frees before an OOM
   uint64_t max_internal_fragmentation_bytes = 128ull << 20;
   double memory_fraction = 0.75;  // what the limit came from; used to word OOM advice
@@ -52,6 +56,8 @@ class BfcAllocator final : public Allocator {
   AllocatorStats stats() const override;
   void reset_peak() override;
   std::string name() const override;
+  // Gives fully free regions back to the device, in address order, until `wanted_bytes` are given back.
+  uint64_t release_free_memory(uint64_t wanted_bytes) override;
 
   // The bin a chunk of `size_bytes` lives in (XLA's BinNumForSize).
   static int bin_for_size(uint64_t size_bytes);

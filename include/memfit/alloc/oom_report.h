@@ -42,6 +42,7 @@ struct OomReport final : ErrorDetail {
   bool detail_omitted =
       false;  // the bar and top_live were left out (an OOM storm: only the first are walked)
   std::string cause;
+  std::string device_error;  // what the device (or a share group's lease) said when the pool could not grow
   std::vector<std::string> suggestions;
 
   // 1 - largest_free / free_in_pool; 0 when nothing is free.

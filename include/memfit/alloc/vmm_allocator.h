@@ -60,6 +60,8 @@ class VmmAllocator final : public Allocator {
   // them (memfit_empty_cache; a share group whose lease shrinks).
   Status trim_cache(uint64_t keep_bytes = 0);
   uint64_t cached_bytes() const;
+  // The whole cache goes back (pages in use are never unmapped; the rest already went back when freed).
+  uint64_t release_free_memory(uint64_t wanted_bytes) override;
   AllocatorStats stats() const override;
   void reset_peak() override;
   std::string name() const override;

@@ -24,6 +24,9 @@ inline std::optional<uint64_t> checked_mul(uint64_t a, uint64_t b) {
   return r;
 }
 
+// a + b, or the largest uint64_t when it wraps (sums of counters read from other processes).
+inline uint64_t saturating_add(uint64_t a, uint64_t b) { return checked_add(a, b).value_or(~uint64_t{0}); }
+
 // Rounds `value` up to a multiple of `alignment` (> 0); nullopt on overflow.
 inline std::optional<uint64_t> checked_round_up(uint64_t value, uint64_t alignment) {
   const uint64_t rem = value % alignment;
