@@ -39,6 +39,7 @@ struct ShareMember::State {
   std::atomic<uint64_t> pool{0};
   std::atomic<uint64_t> capacity{0};
   std::atomic<uint64_t> leased{0};  // the group's sum of leases when last seen
+  std::atomic<uint64_t> operations{0};
   std::chrono::steady_clock::time_point last_reap{};
 
   std::mutex hooks_mu;
@@ -333,6 +334,7 @@ void ShareMember::set_hooks(Hooks hooks) {
 
 Status ShareMember::grow_pool(uint64_t size_bytes) {
   State& s = *state_;
+  s.operations.fetch_add(1, std::memory_order_relaxed);
   if (::getpid() != s.pid)
     return failed_precondition(
         fmt::format("share group '{}': a forked child cannot use its parent's lease", s.options.group));
@@ -382,6 +384,7 @@ Status ShareMember::grow_pool(uint64_t size_bytes) {
 
 void ShareMember::shrink_pool(uint64_t size_bytes) {
   State& s = *state_;
+  s.operations.fetch_add(1, std::memory_order_relaxed);
   Segment::Lock lock(*s.segment);
   s.ensure_row();
   Row& me = s.row();
@@ -389,6 +392,7 @@ void ShareMember::shrink_pool(uint64_t size_bytes) {
   s.pool.store(me.pool_bytes);
 }
 
+uint64_t ShareMember::lease_operations() const { return state_->operations.load(std::memory_order_relaxed); }
 uint64_t ShareMember::lease_bytes() const { return state_->lease.load(std::memory_order_relaxed); }
 uint64_t ShareMember::pool_bytes() const { return state_->pool.load(std::memory_order_relaxed); }
 uint64_t ShareMember::capacity_bytes() const { return state_->capacity.load(std::memory_order_relaxed); }

@@ -183,6 +183,24 @@ TEST_F(ShareGroupTest, QuotaIsTheFairShare) {
   ASSERT_TRUE(a.allocator->deallocate(big).ok());
 }
 
+// What keeps a pool hit as cheap with sharing on as off (bench: BM_BfcShared against BM_BfcGrowth): once the
+// pool holds the loop's buffers, alloc/free pairs never ask the lease.
+TEST_F(ShareGroupTest, PoolHitsNeverTouchTheLease) {
+  for (AllocatorKind kind : {AllocatorKind::kBfc, AllocatorKind::kBfcGrowth, AllocatorKind::kVmm}) {
+    Member a = join(group_, kind, 16 * kGiB);
+    for (int i = 0; i < 256; ++i) {  // one round of the loop's sizes fills the pool (and the vmm cache)
+      void* warm = std::move(a.allocator->allocate((1 + i % 64) << 20)).value();
+      ASSERT_TRUE(a.allocator->deallocate(warm).ok());
+    }
+    const uint64_t before = a.member->lease_operations();
+    for (int i = 0; i < 100000; ++i) {
+      void* p = std::move(a.allocator->allocate((1 + i % 64) << 20)).value();
+      ASSERT_TRUE(a.allocator->deallocate(p).ok());
+    }
+    EXPECT_EQ(a.member->lease_operations(), before) << allocator_kind_name(kind);
+  }
+}
+
 TEST_F(ShareGroupTest, ManyThreadsGrowingAtOnceNeverPassTheCapacity) {
   Member a = join(group_, AllocatorKind::kPlatform, 80 * kGiB);
   Member b = join(group_, AllocatorKind::kPlatform, 80 * kGiB);

@@ -1,146 +1,27 @@
 // Lease groups across processes: members are real processes (share_member_process: libmemfit_alloc.so on a
 // simulated 80 GiB device, configured by MEMFIT_SHARE and the XLA variables), killed with SIGKILL as a
 // crashed job would be. What `memfit share NAME --json` prints is read from the real CLI.
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
-#include <map>
-#include <nlohmann/json.hpp>
-#include <optional>
 #include <random>
 #include <set>
-#include <string>
-#include <thread>
-#include <vector>
 
+#include "member_process.h"
 #include "memfit/share/share_group.h"
-
-extern char** environ;
 
 namespace memfit {
 namespace {
 
-constexpr uint64_t kGiB = 1ull << 30;
+using testing::kGiB;
+using testing::member_env;
+using testing::Process;
 using Clock = std::chrono::steady_clock;
 
-// A member process with a pipe each way.
-class Process {
- public:
-  explicit Process(const std::map<std::string, std::string>& vars) {
-    int in[2];
-    int out[2];
-    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) std::abort();
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string var = *e;
-      if (var.rfind("MEMFIT_", 0) == 0 || var.rfind("XLA_", 0) == 0 || var.rfind("TF_", 0) == 0) continue;
-      env.push_back(var);
-    }
-    for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
-    std::vector<char*> envp;
-    for (std::string& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, in[0], 0);
-    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-    char* argv[] = {const_cast<char*>(MEMFIT_SHARE_MEMBER), nullptr};
-    if (::posix_spawn(&pid_, MEMFIT_SHARE_MEMBER, &actions, nullptr, argv, envp.data()) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(in[0]);
-    ::close(out[1]);
-    to_ = in[1];
-    from_ = out[0];
-  }
-  ~Process() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    ::close(to_);
-    ::close(from_);
-  }
-  Process(const Process&) = delete;
-  Process& operator=(const Process&) = delete;
-
-  pid_t pid() const { return pid_; }
-
-  // Sends one command; the answer line, or nullopt when none came within `timeout` (a hang).
-  std::optional<std::string> ask(const std::string& command,
-                                 std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-    const std::string line = command + "\n";
-    if (::write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return std::nullopt;
-    const auto deadline = Clock::now() + timeout;
-    while (true) {
-      if (const size_t nl = buffer_.find('\n'); nl != std::string::npos) {
-        std::string answer = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        return answer;
-      }
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return std::nullopt;
-      pollfd p{from_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
-      char chunk[4096];
-      const ssize_t n = ::read(from_, chunk, sizeof(chunk));
-      if (n <= 0) return std::nullopt;
-      buffer_.append(chunk, static_cast<size_t>(n));
-    }
-  }
-
-  nlohmann::json stats() {
-    auto line = ask("stats");
-    return line ? nlohmann::json::parse(*line, nullptr, false) : nlohmann::json();
-  }
-
-  void kill9() {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    reaped_ = true;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int to_ = -1;
-  int from_ = -1;
-  bool reaped_ = false;
-  std::string buffer_;
-};
-
-std::map<std::string, std::string> member_env(const std::string& group, bool preallocate) {
-  std::map<std::string, std::string> vars = {{"MEMFIT_SHARE", group}, {"MEMFIT_SIMULATED_BYTES", "80GiB"}};
-  if (!preallocate) {
-    vars["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false";
-    vars["XLA_CLIENT_MEM_FRACTION"] = "1.0";
-  }
-  return vars;
-}
-
-// `memfit share NAME --json`, parsed.
-nlohmann::json share_json(const std::string& group) {
-  const std::string command = std::string(MEMFIT_CLI) + " share " + group + " --json 2>/dev/null";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  std::string text;
-  char chunk[4096];
-  size_t n = 0;
-  while ((n = std::fread(chunk, 1, sizeof(chunk), pipe)) > 0) text.append(chunk, n);
-  ::pclose(pipe);
-  return nlohmann::json::parse(text, nullptr, false);
-}
-
-std::set<int64_t> member_pids(const nlohmann::json& j) {
+std::set<int64_t> member_pids(const ShareGroupInfo& info) {
   std::set<int64_t> pids;
-  if (j.is_object() && j.contains("members"))
-    for (const auto& m : j["members"]) pids.insert(m["pid"].get<int64_t>());
+  for (const ShareMemberInfo& m : info.members) pids.insert(m.pid);
   return pids;
 }
 
@@ -166,14 +47,10 @@ TEST_P(ShareProcessTest, SecondProcessGetsItsShareAndInheritsADeadOnesLease) {
   EXPECT_NE(refused.find("share group '" + group_ + "'"), std::string::npos) << refused;
   EXPECT_NE(refused.find(fmt::format("pid {}", a.pid())), std::string::npos) << refused;
 
-  const nlohmann::json listed = share_json(group_);
-  EXPECT_EQ(member_pids(listed), (std::set<int64_t>{a.pid(), b.pid()})) << listed.dump();
-  uint64_t leased = 0;
-  for (const auto& m : listed["members"]) {
-    leased += m["lease_bytes"].get<uint64_t>();
-    EXPECT_LE(m["pool_bytes"].get<uint64_t>(), m["lease_bytes"].get<uint64_t>());
-  }
-  EXPECT_LE(leased, 80 * kGiB);
+  const ShareGroupInfo listed = std::move(read_share_group(group_, 0)).value();
+  EXPECT_EQ(member_pids(listed), (std::set<int64_t>{a.pid(), b.pid()}));
+  for (const ShareMemberInfo& m : listed.members) EXPECT_LE(m.pool_bytes, m.lease_bytes);
+  EXPECT_LE(listed.leased_bytes, 80 * kGiB);
   // bytes_limit is the lease: what B holds a promise of, not the 60 or 80 GiB its variables alone would say.
   const nlohmann::json b_stats = b.stats();
   EXPECT_EQ(b_stats["bytes_limit"].get<uint64_t>(), b_stats["lease_bytes"].get<uint64_t>());
@@ -192,7 +69,7 @@ TEST_P(ShareProcessTest, SecondProcessGetsItsShareAndInheritsADeadOnesLease) {
   EXPECT_LT(seconds, 1.0) << "B took what A held " << seconds << " s after A died";
   const std::string beyond = b.ask("alloc 10GiB").value_or("hang");  // past B's own limit
   EXPECT_EQ(beyond.substr(0, 3), "oom") << beyond;
-  EXPECT_EQ(member_pids(share_json(group_)), (std::set<int64_t>{b.pid()}));
+  EXPECT_EQ(member_pids(std::move(read_share_group(group_, 0)).value()), (std::set<int64_t>{b.pid()}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Pools, ShareProcessTest, ::testing::Values(false, true),

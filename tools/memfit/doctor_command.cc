@@ -52,6 +52,12 @@ Action add_doctor_command(CLI::App& app, Io& io) {
     }
     auto report = run_doctor(d);
     if (!report.ok()) return fail(io, report.error());
+    // Lease groups live in this machine's /dev/shm: shown when this machine (not a saved --root) is probed.
+    if (d.probe_machine && options->root == "/") {
+      Json groups = Json::array();
+      for (const ShareGroupInfo& g : list_share_groups()) groups.push_back(share_group_json(g));
+      if (!groups.empty()) report->facts["share_groups"] = std::move(groups);
+    }
     bool failure = false;
     for (const Finding& f : report->findings) failure = failure || f.severity == Severity::kError;
     if (options->json) {
@@ -79,6 +85,20 @@ Action add_doctor_command(CLI::App& app, Io& io) {
       io.out << fmt::format("  memory pressure (PSI, last 10 s): some {:.2f}%, full {:.2f}%\n",
                             facts["memory_pressure"]["some_avg10"].get<double>(),
                             facts["memory_pressure"]["full_avg10"].get<double>());
+    }
+    if (facts.contains("share_groups")) {
+      for (const Json& g : facts["share_groups"]) {
+        io.out << fmt::format("  share group '{}' on device {}: {} of {} leased, {} member(s)\n",
+                              g["group"].get<std::string>(), g["device"].get<int>(),
+                              format_bytes(g["leased_bytes"].get<uint64_t>()),
+                              format_bytes(g["capacity_bytes"].get<uint64_t>()), g["members"].size());
+        for (const Json& m : g["members"]) {
+          io.out << fmt::format(
+              "    pid {} ({}): lease {}, pool {}, in use {}\n", m["pid"].get<int64_t>(),
+              m["command"].get<std::string>(), format_bytes(m["lease_bytes"].get<uint64_t>()),
+              format_bytes(m["pool_bytes"].get<uint64_t>()), format_bytes(m["bytes_in_use"].get<uint64_t>()));
+        }
+      }
     }
     if (report->findings.empty()) io.out << "\n  nothing recognised\n";
     Step last = Step::kSharding;

@@ -66,6 +66,8 @@ class ShareMember {
   // After giving `size_bytes` back to the device (or when a reservation counted by grow_pool failed).
   void shrink_pool(uint64_t size_bytes);
 
+  // grow_pool and shrink_pool calls so far: a pool hit makes none (tests hold the allocators to that).
+  uint64_t lease_operations() const;
   uint64_t lease_bytes() const;
   uint64_t pool_bytes() const;
   uint64_t capacity_bytes() const;
