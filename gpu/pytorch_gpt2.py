@@ -3,6 +3,7 @@ sequence 1024, AdamW, fp32, 4 steps) with PyTorch's own allocator or memfit's th
 CUDAPluggableAllocator. One allocator per process (PyTorch allows one switch, before the first tensor).
 
     python3 gpu/pytorch_gpt2.py torch            > torch.json
+    MEMFIT_GPT2_BATCH=24 ...                     (a bigger step: gpu/share_gpt2.sh runs two at once)
     XLA_PYTHON_CLIENT_PREALLOCATE=false python3 gpu/pytorch_gpt2.py memfit LIB.so > memfit_bfc.json
 
 Prints one JSON line: the allocator, the loss of every step (equal across allocators: same seeds, same
@@ -28,8 +29,10 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     g = torch.Generator(device="cpu").manual_seed(0)
     losses, times = [], []
+    import os
+    batch = int(os.environ.get("MEMFIT_GPT2_BATCH", "8"))
     for _ in range(4):
-        x = torch.randint(0, 50257, (8, 1024), generator=g).cuda()
+        x = torch.randint(0, 50257, (batch, 1024), generator=g).cuda()
         torch.cuda.synchronize()
         t0 = time.time()
         out = model(input_ids=x, labels=x)
@@ -39,7 +42,7 @@ def main():
         torch.cuda.synchronize()
         times.append(time.time() - t0)
         losses.append(float(out.loss))
-    rec = {"allocator": which, "losses": losses, "step_s": times}
+    rec = {"allocator": which, "batch": batch, "losses": losses, "step_s": times}
     if which == "memfit":
         import memfit_allocators
         rec["memfit_stats"] = memfit_allocators.stats(lib, 0)

@@ -29,7 +29,7 @@ if compgen -G "gpu/debs/*.deb" >/dev/null; then
 fi
 step() { echo "[$(date +%T)] $*" | tee -a "$S"; }
 # MEMFIT_GPU_STEPS picks parts for a rerun inside the lease (default: all of them).
-steps=" ${MEMFIT_GPU_STEPS:-tests gpubench gpt2_torch gpt2_bfc gpt2_growth gpt2_vmm cupy cpubench} "
+steps=" ${MEMFIT_GPU_STEPS:-tests gpubench gpt2_torch gpt2_bfc gpt2_growth gpt2_vmm cupy share cpubench} "
 want() { [[ $steps == *" $1 "* ]]; }
 step "configure"
 # Another compiler's new warnings must not stop the GPU run (-Werror stays on in CI).
@@ -38,7 +38,7 @@ cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DMEMFIT_WERROR=OFF "${prefix
 step "build"
 # Only what runs here; -k: a target that fails to build must not stop the others from running.
 cmake --build build/gpu -j "$(nproc)" --target device_cuda_test capi_memfit_alloc_test memfit_alloc_c memfit_bench \
-  memfit_gpu_bench -- -k >>"$OUT/build.log" 2>&1 || { step "build failed (see build.log)"; grep -m20 -B2 -A8 'error' "$OUT/build.log" | tee -a "$S"; }
+  memfit_gpu_bench memfit -- -k >>"$OUT/build.log" 2>&1 || { step "build failed (see build.log)"; grep -m20 -B2 -A8 'error' "$OUT/build.log" | tee -a "$S"; }
 if want tests; then
 step "GPU tests"
 (cd build/gpu && timeout 150 ctest -R 'CudaDevice|CudaPageMapper|GpuConformance|AsyncAllocator|CApi' --output-on-failure) \
@@ -90,6 +90,10 @@ if vmm and bfc and "step_s" in vmm and "step_s" in bfc:
           f"peak pool {pool} / peak live {live} = {pool / live if live else 0:.4f}x (target <= 1.02); "
           f"same losses: {vmm.get('losses') == bfc.get('losses')}")
 PY
+if want share; then
+step "two GPT-2 loops sharing the GPU (gpu/share_gpt2.sh)"
+OUT="$OUT" timeout 600 bash gpu/share_gpt2.sh | tee -a "$S"
+fi
 if want cpubench; then
 step "CPU allocator benchmarks"
 timeout 240 build/gpu/bench/memfit_bench --benchmark_color=false ${MEMFIT_CPU_BENCH_ARGS:-} >"$OUT/alloc_bench.txt" 2>&1

@@ -41,6 +41,17 @@ void explain_oom(OomReport& r) {
   const bool fragmented = r.pool_bytes && r.rounded_bytes <= r.free_in_pool_bytes;
   const bool shrunken = r.pool_bytes && r.bytes_limit && !r.growth && *r.pool_bytes < *r.bytes_limit;
 
+  // A lease group refused the growth: the memory is held by the group's members, under its rules.
+  const bool lease = r.device_error.starts_with("share group '");
+  if (lease && !fragmented && fits_in_limit) {
+    r.cause = "the lease is used up: " + r.device_error;
+    const size_t end = r.device_error.find('\'', 13);
+    r.suggestions.push_back(fmt::format(
+        "`memfit share {}` shows who holds the rest; give this process a larger fair share "
+        "(MEMFIT_SHARE_WEIGHT=2, or MEMFIT_SHARE_QUOTA=BYTES), stop another member, or make the peak smaller",
+        r.device_error.substr(13, end == std::string::npos ? 0 : end - 13)));
+    return;
+  }
   if (r.rounded_bytes > total) {
     r.cause = fmt::format("the request alone ({}) is larger than the whole device ({})",
                           format_bytes(r.rounded_bytes), format_bytes(total));

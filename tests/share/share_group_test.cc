@@ -135,6 +135,9 @@ TEST_F(ShareGroupTest, NewcomerGetsItsFairShareAndNoOneOvercommits) {
   const std::string report = more.error().detail()->to_text();
   EXPECT_NE(report.find("share group '" + group_ + "'"), std::string::npos) << report;
   EXPECT_NE(report.find(fmt::format("pid {}", ::getpid())), std::string::npos) << report;
+  EXPECT_NE(report.find("cause: the lease is used up"), std::string::npos) << report;
+  EXPECT_NE(report.find("`memfit share " + group_ + "` shows who holds the rest"), std::string::npos)
+      << report;
 
   const ShareGroupInfo info = std::move(read_share_group(group_, 0)).value();
   ASSERT_EQ(info.members.size(), 2u);
