@@ -154,6 +154,9 @@ Expected<DoctorReport> run_doctor(const DoctorOptions& options) {
     if (!gpus.empty()) r.facts["gpus"] = gj;
   }
 
+  // One process of a machine already probed (the exporter): the GPUs as given.
+  if (!options.probe_machine && options.gpus) gpus = *options.gpus;
+
   if (options.pid) {
     MEMFIT_ASSIGN_OR_RETURN(ProcessMemory proc, host.process(*options.pid));
     const std::string whose = fmt::format("process {} ({})", proc.pid, proc.name);

@@ -1,6 +1,7 @@
 // memfit doctor on the real failing-job logs (tests/data/logs), on logs of other modes written in the exact
 // shapes of ../shared/FACTS.md §1, and on fixture /proc and cgroup trees.
 #include "memfit/diagnose/doctor.h"
+#include "memfit/diagnose/fleet.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -261,6 +262,34 @@ TEST(Doctor, SecondTenantPoolFromCudaTotalAndWhatItHolds) {
   const Finding* shrunk = find(r->findings, "shrunken_pool");
   ASSERT_NE(shrunk, nullptr);
   EXPECT_NE(shrunk->message.find("holds 33.00GiB"), std::string::npos) << shrunk->message;
+}
+
+// The exporter's look at the same machine: the machine's findings without a pid, each GPU process's with
+// its own, and the process's name from /proc.
+TEST(Fleet, FindingsPerMachineAndPerGpuProcess) {
+  GpuMemory h200;
+  h200.name = "NVIDIA H200";
+  h200.total_bytes = 150754820096ull;
+  h200.reserved_bytes = 644939776ull;
+  h200.used_bytes = 113171562496ull + 35433480192ull;
+  h200.free_bytes = h200.total_bytes - h200.reserved_bytes - h200.used_bytes;
+  h200.processes = {{4343, 35433480192ull}};
+  FleetOptions o;
+  o.root = std::string(MEMFIT_FIXTURES) + "/calm";
+  o.gpus = std::vector<GpuMemory>{h200};
+  const FleetSnapshot s = probe_fleet(o);
+  ASSERT_TRUE(s.host.has_value());
+  ASSERT_EQ(s.processes.size(), 1u);
+  EXPECT_EQ(s.processes[0].pid, 4343u);
+  EXPECT_FALSE(s.processes[0].command.empty());
+  auto has = [&](const std::string& code, std::optional<int64_t> pid) {
+    for (const FleetFinding& f : s.findings)
+      if (f.code == code && f.pid == pid) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("shrunken_pool", 4343));
+  EXPECT_TRUE(has("preallocated_pool", 4343));
+  EXPECT_FALSE(has("shrunken_pool", std::nullopt));
 }
 
 TEST(Doctor, RefusesPidsAndRootsThatCannotBe) {

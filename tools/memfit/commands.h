@@ -23,6 +23,7 @@ Action add_hlo_command(CLI::App& app, Io& io);
 Action add_plan_command(CLI::App& app, Io& io);
 Action add_fit_command(CLI::App& app, Io& io);
 Action add_share_command(CLI::App& app, Io& io);
+Action add_exporter_command(CLI::App& app, Io& io);
 
 // Shared by the subcommands.
 int fail(Io& io, const Error& error);
