@@ -19,7 +19,7 @@ Expected<HloSource> read_hlo_source(const std::string& path, const std::string& 
   if (!fs::is_directory(path, ec)) {
     if (!module_name.empty()) return invalid_argument("--module applies to a dump folder, not a file");
     MEMFIT_ASSIGN_OR_RETURN(std::string text, read_file(path));
-    return HloSource{path, std::move(text)};
+    return HloSource{path, std::move(text), {}, {}};
   }
   struct Candidate {
     std::string path;
@@ -53,7 +53,26 @@ Expected<HloSource> read_hlo_source(const std::string& path, const std::string& 
         return std::tie(a.size, b.path) < std::tie(b.size, a.path);
       });
   MEMFIT_ASSIGN_OR_RETURN(std::string text, read_file(largest->path));
-  return HloSource{largest->path, std::move(text)};
+  HloSource source{largest->path, std::move(text), {}, {}};
+  // XLA names it after the module's file:
+  // module_0012.jit_step.sm_90_gpu_after_optimizations-buffer-assignment.txt
+  std::string stem = fs::path(largest->path).filename().string();
+  for (const char* ext : {".gz", ".txt"})
+    if (stem.ends_with(ext)) stem.resize(stem.size() - std::string_view(ext).size());
+  std::vector<std::string> assignments;
+  std::string matching;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.ends_with("buffer-assignment.txt") && !name.ends_with("buffer-assignment.txt.gz")) continue;
+    assignments.push_back(it->path().string());
+    if (name.starts_with(stem)) matching = it->path().string();
+  }
+  if (matching.empty() && assignments.size() == 1) matching = assignments.front();
+  if (!matching.empty()) {
+    MEMFIT_ASSIGN_OR_RETURN(source.buffer_assignment_text, read_file(matching));
+    source.buffer_assignment_path = matching;
+  }
+  return source;
 }
 
 }  // namespace memfit

@@ -1,5 +1,6 @@
 // `memfit hlo`: golden table and JSON on a real program, dump folders, and bad input.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,44 @@ std::string relative_paths(std::string s) {
   for (size_t at = s.find(kData); at != std::string::npos; at = s.find(kData))
     s.replace(at, kData.size(), "xla/");
   return s;
+}
+
+// A dump folder with XLA's buffer assignment beside the module: XLA's figures next to memfit's, and what
+// differs named.
+TEST(HloCommand, DumpFolderWithXlasBufferAssignment) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("memfit-dump-ba-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string stem = "module_0042.jit_step.sm_90_gpu_after_optimizations";
+  fs::copy_file(kData + "gpt_fp32_donate.hlo.txt.gz", dir / (stem + ".txt.gz"),
+                fs::copy_options::overwrite_existing);
+  fs::copy_file(kData + "gpt_fp32_donate.buffer-assignment.txt.gz",
+                dir / (stem + "-buffer-assignment.txt.gz"), fs::copy_options::overwrite_existing);
+  const auto json = testing::run_cli({"hlo", dir.string(), "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  ASSERT_TRUE(j.contains("xla_buffer_assignment")) << json.out.substr(0, 500);
+  const auto& x = j["xla_buffer_assignment"];
+  EXPECT_EQ(x["temp_bytes"].get<uint64_t>(), 16131614744ull);  // memory_analysis() of this compile
+  EXPECT_EQ(x["argument_bytes"], j["argument_bytes"]);
+  EXPECT_EQ(x["alias_bytes"], j["alias_bytes"]);
+  EXPECT_EQ(x["largest_temp_values"].size(), 10u);
+  // memfit's temp is within 0.01% of XLA's here; the difference is named, value by value.
+  ASSERT_EQ(x["differences"].size(), 1u) << x.dump();
+  const std::string d = x["differences"][0];
+  EXPECT_EQ(d.rfind("temp: memfit ", 0), 0u) << d;
+  EXPECT_NE(d.find("in XLA's temp, not memfit's: "), std::string::npos) << d;
+  const auto table = testing::run_cli({"hlo", dir.string()});
+  ASSERT_EQ(table.code, 0);
+  EXPECT_NE(table.out.find("XLA's own buffer assignment"), std::string::npos);
+  EXPECT_NE(table.out.find("argument          1614733316      1614733316  same"), std::string::npos)
+      << table.out;
+  // A broken dump is exit 2 naming the file.
+  { std::ofstream(dir / (stem + "-buffer-assignment.txt.gz"), std::ios::trunc) << "not a dump\n"; }
+  const auto broken = testing::run_cli({"hlo", dir.string()});
+  EXPECT_EQ(broken.code, 2);
+  EXPECT_NE(broken.err.find("buffer-assignment"), std::string::npos) << broken.err;
+  fs::remove_all(dir);
 }
 
 TEST(HloCommand, GoldenTableAndJson) {

@@ -8,6 +8,8 @@
 #include "memfit/core/bytes.h"
 #include "memfit/core/json.h"
 #include "memfit/plan/hlo_plan.h"
+#include "memfit/plan/xla_comparison.h"
+#include "memfit/program/buffer_assignment.h"
 #include "memfit/program/hlo_source.h"
 #include "memfit/program/stablehlo_module.h"
 #include "progress.h"
@@ -60,6 +62,28 @@ Json to_json(const std::string& path, const HloPlan& plan, bool all_buffers) {
                     {"rows", rows}};
   }
   return j;
+}
+
+Json comparison_json(const std::string& path, const XlaComparison& c) {
+  Json j;
+  j["file"] = path;
+  for (const XlaComparison::Figure& f : c.figures) j[f.name + "_bytes"] = f.xla_bytes;
+  Json top = Json::array();
+  for (const XlaAssignedValue& v : c.largest_xla_temp_values)
+    top.push_back(
+        {{"name", v.name}, {"bytes", v.size_bytes}, {"offset", v.offset_bytes}, {"shape", v.shape}});
+  j["largest_temp_values"] = top;
+  j["differences"] = c.differences;
+  return j;
+}
+
+void print_comparison(std::ostream& out, const std::string& path, const XlaComparison& c) {
+  out << fmt::format("\n  XLA's own buffer assignment ({}):\n", path);
+  out << fmt::format("  {:<12} {:>15} {:>15}\n", "", "memfit B", "XLA B");
+  for (const XlaComparison::Figure& f : c.figures)
+    out << fmt::format("  {:<12} {:>15} {:>15}{}\n", f.name, f.memfit_bytes, f.xla_bytes,
+                       f.memfit_bytes == f.xla_bytes ? "  same" : "");
+  for (const std::string& d : c.differences) out << "  differs: " << d << "\n";
 }
 
 void print_table(std::ostream& out, const std::string& path, const HloPlan& plan) {
@@ -140,10 +164,19 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       const Status written = write_html(options->html, chart_from_plan(*plan, "memfit hlo: " + source->path));
       if (!written.ok()) return fail(io, written.error());
     }
+    std::optional<XlaComparison> xla;
+    if (!source->buffer_assignment_text.empty()) {
+      auto assignment = parse_buffer_assignment(source->buffer_assignment_text);
+      if (!assignment.ok()) return fail(io, assignment.error().with_context(source->buffer_assignment_path));
+      xla = compare_with_xla(*plan, *assignment);
+    }
     if (options->json) {
-      io.out << json_to_output(to_json(source->path, *plan, options->buffers));
+      Json j = to_json(source->path, *plan, options->buffers);
+      if (xla) j["xla_buffer_assignment"] = comparison_json(source->buffer_assignment_path, *xla);
+      io.out << json_to_output(j);
     } else {
       print_table(io.out, source->path, *plan);
+      if (xla) print_comparison(io.out, source->buffer_assignment_path, *xla);
     }
     return kExitOk;
   };

@@ -12,6 +12,10 @@ namespace memfit {
 struct HloSource {
   std::string path;  // the file read
   std::string text;
+  // In a dump folder: XLA's buffer assignment of that module (`<module file>-buffer-assignment.txt`, or
+  // the folder's only one), when it was dumped; empty otherwise.
+  std::string buffer_assignment_path;
+  std::string buffer_assignment_text;
 };
 
 // A folder: the `*after_optimizations.txt` whose name contains `module_name`, or the largest one when
