@@ -40,6 +40,8 @@ int run(const std::vector<std::string>& args, Io io) {
   add("doctor", "Diagnose a machine, a process or a failed job's logs", add_doctor_command);
   add("bench", "Time every allocator against std::malloc on this machine", add_bench_command);
   add("share", "The members of a lease group (MEMFIT_SHARE) and what each holds", add_share_command);
+  add("profile", "Read JAX's device memory profile: live buffers per device and the sites that made them",
+      add_profile_command);
   add("exporter", "Serve this machine's memory, GPUs, share-group pools and findings to Prometheus",
       add_exporter_command);
 

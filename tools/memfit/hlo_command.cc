@@ -6,7 +6,9 @@
 #include "commands.h"
 #include "html_report.h"
 #include "memfit/core/bytes.h"
+#include "memfit/core/device_catalog.h"
 #include "memfit/core/json.h"
+#include "memfit/core/xla_env.h"
 #include "memfit/plan/hlo_plan.h"
 #include "memfit/plan/xla_comparison.h"
 #include "memfit/program/buffer_assignment.h"
@@ -132,6 +134,9 @@ Action add_hlo_command(CLI::App& app, Io& io) {
     bool json = false;
     bool buffers = false;
     std::string html;
+    std::string capacity;
+    std::string live_profile;
+    std::string profile_device;
   };
   auto options = std::make_shared<Options>();
   app.add_option("PATH", options->path,
@@ -145,7 +150,23 @@ Action add_hlo_command(CLI::App& app, Io& io) {
   app.add_flag("--buffers", options->buffers,
                "With --json: every buffer with its kind, live range (schedule steps) and temp offset");
   app.add_option("--html", options->html, "Also write a self-contained HTML memory timeline to this file");
+  app.add_option(
+      "--capacity", options->capacity,
+      "The device (bytes, 80GiB, h200): the pool's limit comes from it and the XLA variables in force");
+  app.add_option("--live-profile", options->live_profile,
+                 "A live process's device memory profile: does this program fit on top of what it holds?");
+  app.add_option("--profile-device", options->profile_device,
+                 "The profile's device (cuda:0); default: the one holding most");
   return [options, &io]() -> int {
+    std::optional<uint64_t> limit;
+    if (!options->capacity.empty()) {
+      auto capacity = parse_capacity(options->capacity);
+      if (!capacity.ok()) return fail(io, capacity.error().with_context("--capacity"));
+      auto config = parse_xla_allocator_env(io.env);
+      if (!config.ok()) return fail(io, config.error());
+      const XlaAllocatorPlan pool = plan_xla_allocator(*config, *capacity);
+      limit = pool.limit_bytes.value_or(*capacity);
+    }
     Progress progress(io.err, io.stderr_is_terminal);
     progress.update("memfit hlo: reading " + options->path);
     auto source = read_hlo_source(options->path, options->module);
@@ -164,6 +185,13 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       const Status written = write_html(options->html, chart_from_plan(*plan, "memfit hlo: " + source->path));
       if (!written.ok()) return fail(io, written.error());
     }
+    std::optional<NextStepFit> next;
+    if (!options->live_profile.empty()) {
+      auto fit = live_profile_fit(options->live_profile, options->profile_device, plan->peak_bytes,
+                                  plan->argument_bytes, limit);
+      if (!fit.ok()) return fail(io, fit.error());
+      next = *fit;
+    }
     std::optional<XlaComparison> xla;
     if (!source->buffer_assignment_text.empty()) {
       auto assignment = parse_buffer_assignment(source->buffer_assignment_text);
@@ -173,11 +201,22 @@ Action add_hlo_command(CLI::App& app, Io& io) {
     if (options->json) {
       Json j = to_json(source->path, *plan, options->buffers);
       if (xla) j["xla_buffer_assignment"] = comparison_json(source->buffer_assignment_path, *xla);
+      if (limit) {
+        j["limit_bytes"] = *limit;
+        j["fits"] = plan->peak_bytes <= *limit;
+      }
+      if (next) j["live_profile"] = next_step_json(options->live_profile, *next);
       io.out << json_to_output(j);
     } else {
       print_table(io.out, source->path, *plan);
+      if (limit)
+        io.out << fmt::format("  pool limit {}: the program {}\n", format_bytes(*limit),
+                              plan->peak_bytes <= *limit ? "fits" : "does NOT fit");
       if (xla) print_comparison(io.out, source->buffer_assignment_path, *xla);
+      if (next) print_next_step(io.out, options->live_profile, *next);
     }
+    if (next && next->fits) return *next->fits ? kExitOk : kExitFinding;
+    if (limit) return plan->peak_bytes <= *limit ? kExitOk : kExitFinding;
     return kExitOk;
   };
 }

@@ -95,9 +95,15 @@ void print(std::ostream& out, const StepPlan& p) {
 Action add_plan_command(CLI::App& app, Io& io) {
   auto options = std::make_shared<PlanOptions>();
   auto html = std::make_shared<std::string>();
+  auto live = std::make_shared<std::pair<std::string, std::string>>();  // --live-profile, --profile-device
   add_plan_options(app, *options);
   app.add_option("--html", *html, "Also write a self-contained HTML memory timeline to this file");
-  return [options, html, &io]() -> int {
+  app.add_option("--live-profile", live->first,
+                 "A live process's device memory profile (jax.profiler.save_device_memory_profile): does the "
+                 "next step fit on top of what it holds?");
+  app.add_option("--profile-device", live->second,
+                 "The profile's device (cuda:0); default: the one holding most");
+  return [options, html, live, &io]() -> int {
     auto in = resolve_plan_inputs(*options);
     if (!in.ok()) return fail(io, in.error());
     auto plan = plan_step(in->spec, in->capacity_bytes, options->memory_fraction);
@@ -113,11 +119,24 @@ Action add_plan_command(CLI::App& app, Io& io) {
       const Status written = write_html(*html, chart);
       if (!written.ok()) return fail(io, written.error());
     }
+    std::optional<NextStepFit> next;
+    if (!live->first.empty()) {
+      const uint64_t arguments = plan->breakdown.parameters + plan->breakdown.optimizer_state;
+      auto fit =
+          live_profile_fit(live->first, live->second, plan->peak_bytes, arguments,
+                           plan->capacity_bytes ? std::optional<uint64_t>(plan->limit_bytes) : std::nullopt);
+      if (!fit.ok()) return fail(io, fit.error());
+      next = *fit;
+    }
     if (options->json) {
-      io.out << json_to_output(to_json(*plan));
+      Json j = to_json(*plan);
+      if (next) j["live_profile"] = next_step_json(live->first, *next);
+      io.out << json_to_output(j);
     } else {
       print(io.out, *plan);
+      if (next) print_next_step(io.out, live->first, *next);
     }
+    if (next && next->fits) return *next->fits ? kExitOk : kExitFinding;
     return plan->fits ? kExitOk : kExitFinding;
   };
 }

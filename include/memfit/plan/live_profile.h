@@ -1,0 +1,34 @@
+// memfit/plan/live_profile.h - "will the next step fit in this process": a program's peak on top of what a
+// live process already holds, read from its device memory profile (memfit/trace/device_profile.h).
+//
+// The step's arguments (parameters, optimizer state, the batch) are taken to be among the live arrays, so
+// the step adds its peak less its arguments; what the profile holds beyond them (other arrays, leaks) stays.
+// Executables are listed but not counted: their code is loaded outside the allocator's pool.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "memfit/trace/device_profile.h"
+
+namespace memfit {
+
+struct NextStepFit {
+  std::string device;  // the profile's device label used
+  uint64_t live_buffer_bytes = 0;
+  uint64_t executable_bytes = 0;
+  uint64_t step_peak_bytes = 0;
+  uint64_t step_argument_bytes = 0;
+  uint64_t needed_bytes = 0;  // live + peak - min(arguments, live)
+  std::optional<uint64_t> limit_bytes;
+  std::optional<bool> fits;
+};
+
+// `device` empty: the device holding the most buffers. kNotFound when the profile has no such device.
+Expected<NextStepFit> next_step_fit(const DeviceMemoryProfile& profile, std::string_view device,
+                                    uint64_t step_peak_bytes, uint64_t step_argument_bytes,
+                                    std::optional<uint64_t> limit_bytes);
+
+}  // namespace memfit

@@ -1,0 +1,39 @@
+#include "memfit/plan/live_profile.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "memfit/core/checked.h"
+
+namespace memfit {
+
+Expected<NextStepFit> next_step_fit(const DeviceMemoryProfile& profile, std::string_view device,
+                                    uint64_t step_peak_bytes, uint64_t step_argument_bytes,
+                                    std::optional<uint64_t> limit_bytes) {
+  const ProfileDevice* chosen = nullptr;
+  for (const ProfileDevice& d : profile.devices) {
+    if (!device.empty() ? d.device == device : (!chosen || d.buffer_bytes > chosen->buffer_bytes))
+      chosen = &d;
+  }
+  if (!chosen) {
+    std::string names;
+    for (const ProfileDevice& d : profile.devices) names += (names.empty() ? "" : ", ") + d.device;
+    return not_found(fmt::format("the profile has no device '{}' (it has: {})", device, names));
+  }
+  NextStepFit f;
+  f.device = chosen->device;
+  f.live_buffer_bytes = chosen->buffer_bytes;
+  f.executable_bytes = profile.executable_bytes;
+  f.step_peak_bytes = step_peak_bytes;
+  f.step_argument_bytes = std::min(step_argument_bytes, step_peak_bytes);
+  const uint64_t added = step_peak_bytes - std::min(f.step_argument_bytes, f.live_buffer_bytes);
+  const auto needed = checked_add(f.live_buffer_bytes, added);
+  if (!needed) return invalid_argument("the live bytes and the step's peak overflow 64 bits");
+  f.needed_bytes = *needed;
+  f.limit_bytes = limit_bytes;
+  if (limit_bytes) f.fits = f.needed_bytes <= *limit_bytes;
+  return f;
+}
+
+}  // namespace memfit
