@@ -8,5 +8,6 @@ cd "$(dirname "$0")"
 mkdir -p debs
 cd debs
 apt-get download libcli11-dev nlohmann-json3-dev libfmt-dev libfmt9 zlib1g-dev libgtest-dev libgmock-dev \
-  libbenchmark-dev libbenchmark1debian
+  libbenchmark-dev libbenchmark1debian libcpp-httplib-dev libcpp-httplib0.11 libprotobuf-dev libprotobuf32 \
+  protobuf-compiler libprotoc32 golang-github-google-pprof-dev pybind11-dev
 ls -l

@@ -24,12 +24,14 @@ if compgen -G "gpu/debs/*.deb" >/dev/null; then
   # zlib1g-dev's libz.so points at Debian's exact libz; point it at the one this system has.
   libz=$(ls /lib/x86_64-linux-gnu/libz.so.1* /usr/lib/x86_64-linux-gnu/libz.so.1* 2>/dev/null | head -1)
   [ -n "$libz" ] && ln -sf "$libz" "$deps/usr/lib/x86_64-linux-gnu/libz.so"
-  prefix=(-DCMAKE_PREFIX_PATH="$deps/usr")
+  prefix=(-DCMAKE_PREFIX_PATH="$deps/usr" -DProtobuf_PROTOC_EXECUTABLE="$deps/usr/bin/protoc"
+    -DMEMFIT_PPROF_PROTO="$deps/usr/share/gocode/src/github.com/google/pprof/proto/profile.proto")
+  export PKG_CONFIG_PATH="$deps/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
   export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 step() { echo "[$(date +%T)] $*" | tee -a "$S"; }
 # MEMFIT_GPU_STEPS picks parts for a rerun inside the lease (default: all of them).
-steps=" ${MEMFIT_GPU_STEPS:-tests gpubench gpt2_torch gpt2_bfc gpt2_growth gpt2_vmm cupy share cpubench} "
+steps=" ${MEMFIT_GPU_STEPS:-tests gpubench gpt2_torch gpt2_bfc gpt2_growth gpt2_vmm cupy share jax cpubench} "
 want() { [[ $steps == *" $1 "* ]]; }
 step "configure"
 # Another compiler's new warnings must not stop the GPU run (-Werror stays on in CI).
@@ -38,7 +40,7 @@ cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DMEMFIT_WERROR=OFF "${prefix
 step "build"
 # Only what runs here; -k: a target that fails to build must not stop the others from running.
 cmake --build build/gpu -j "$(nproc)" --target device_cuda_test capi_memfit_alloc_test memfit_alloc_c memfit_bench \
-  memfit_gpu_bench memfit -- -k >>"$OUT/build.log" 2>&1 || { step "build failed (see build.log)"; grep -m20 -B2 -A8 'error' "$OUT/build.log" | tee -a "$S"; }
+  memfit_gpu_bench memfit memfit_python -- -k >>"$OUT/build.log" 2>&1 || { step "build failed (see build.log)"; grep -m20 -B2 -A8 'error' "$OUT/build.log" | tee -a "$S"; }
 if want tests; then
 step "GPU tests"
 (cd build/gpu && timeout 150 ctest -R 'CudaDevice|CudaPageMapper|GpuConformance|AsyncAllocator|CApi' --output-on-failure) \
@@ -93,6 +95,12 @@ PY
 if want share; then
 step "two GPT-2 loops sharing the GPU (gpu/share_gpt2.sh)"
 OUT="$OUT" timeout 600 bash gpu/share_gpt2.sh | tee -a "$S"
+fi
+if want jax; then
+step "memfit_jax on the GPU (gpu/jax_check.py)"
+PYTHONPATH=build/gpu/python timeout 300 python3 gpu/jax_check.py build/gpu/tools/memfit/memfit /tmp/memfit-jax \
+  >"$OUT/jax.txt" 2>&1
+tail -5 "$OUT/jax.txt" >>"$S"
 fi
 if want cpubench; then
 step "CPU allocator benchmarks"

@@ -37,11 +37,20 @@ Expected<HloSource> read_hlo_source(const std::string& path, const std::string& 
     found.push_back({it->path().string(), it->file_size(ec)});
   }
   if (ec) return invalid_argument(fmt::format("{}: cannot list the folder: {}", path, ec.message()));
+  if (found.empty() && names.empty() && module_name.empty()) {
+    // A folder memfit_jax.capture() wrote on a machine without a GPU: the program before optimization.
+    for (const char* lowered : {"lowered.stablehlo.mlir", "lowered.hlo.txt"}) {
+      const fs::path p = fs::path(path) / lowered;
+      if (!fs::is_regular_file(p, ec)) continue;
+      MEMFIT_ASSIGN_OR_RETURN(std::string text, read_file(p.string()));
+      return HloSource{p.string(), std::move(text), {}, {}};
+    }
+  }
   if (found.empty()) {
     if (names.empty()) {
       return invalid_argument(fmt::format(
           "{}: no *after_optimizations.txt in this folder (dump with XLA_FLAGS=\"--xla_dump_to={} "
-          "--xla_dump_hlo_as_text\")",
+          "--xla_dump_hlo_as_text\"), and no lowered.stablehlo.mlir of memfit_jax.capture()",
           path, path));
     }
     std::sort(names.begin(), names.end());

@@ -10,10 +10,12 @@
 
 namespace memfit::cli {
 
+// One readable line, always: control characters and bytes that are not UTF-8 are replaced, and a message
+// that quotes megabytes of input keeps its head and tail (the part that says what was wrong).
+std::string error_line(const Error& error) { return one_line(error.message(), kMaxErrorChars); }
+
 int fail(Io& io, const Error& error) {
-  // One readable line, always: control characters and bytes that are not UTF-8 are replaced, and a message
-  // that quotes megabytes of input keeps its head and tail (the part that says what was wrong).
-  io.err << "memfit: " << one_line(error.message(), kMaxErrorChars) << "\n";
+  io.err << "memfit: " << error_line(error) << "\n";
   return kExitBadInput;
 }
 

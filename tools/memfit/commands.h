@@ -8,9 +8,16 @@
 #include "cli.h"
 #include "memfit/core/json.h"
 #include "memfit/core/status.h"
+#include "memfit/core/xla_env.h"
+#include "memfit/diagnose/doctor.h"
+#include "memfit/plan/hlo_plan.h"
 #include "memfit/plan/live_profile.h"
+#include "memfit/plan/step_plan.h"
+#include "memfit/plan/xla_comparison.h"
 #include "memfit/share/share_group.h"
 #include "memfit/trace/device_profile.h"
+#include "memfit/trace/replay.h"
+#include "memfit/trace/timeline.h"
 
 namespace memfit::cli {
 
@@ -30,6 +37,19 @@ Action add_profile_command(CLI::App& app, Io& io);
 
 // Shared by the subcommands.
 int fail(Io& io, const Error& error);
+// The --json objects, built from the library's results: the CLI and the Python module (python/) print and
+// return the same.
+Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers);
+Json xla_comparison_to_json(const std::string& path, const XlaComparison& comparison);
+Json step_plan_to_json(const StepPlan& plan);
+Json fit_to_json(const FitResult& fit);
+Json env_to_json(const XlaAllocatorPlan& plan, const Environment& env, std::string_view capacity_source);
+Json doctor_to_json(const DoctorReport& report);
+void add_share_groups(DoctorReport& report);  // the machine's lease groups, into the facts
+Json replay_to_json(const Timeline& timeline, const ReplayResult& result, bool capacity_given);
+// The one line `fail` prints after "memfit: " (cut to kMaxErrorChars, control characters replaced).
+std::string error_line(const Error& error);
+
 // A device memory profile read from a file (memfit profile, --live-profile).
 Expected<DeviceMemoryProfile> read_device_memory_profile(const std::string& path);
 // --live-profile (memfit plan, memfit hlo): the step on top of what a live process holds.

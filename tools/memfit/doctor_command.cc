@@ -8,6 +8,7 @@
 #include "memfit/core/bytes.h"
 #include "memfit/core/device_catalog.h"
 #include "memfit/core/file_io.h"
+#include "memfit/diagnose/bundle.h"
 #include "memfit/diagnose/doctor.h"
 
 namespace memfit::cli {
@@ -16,12 +17,25 @@ namespace {
 constexpr uint64_t kMaxLogBytes = 1ull << 30;
 }  // namespace
 
+void add_share_groups(DoctorReport& report) {
+  Json groups = Json::array();
+  for (const ShareGroupInfo& g : list_share_groups()) groups.push_back(share_group_json(g));
+  if (!groups.empty()) report.facts["share_groups"] = std::move(groups);
+}
+
+Json doctor_to_json(const DoctorReport& report) {
+  Json findings = Json::array();
+  for (const Finding& f : report.findings) findings.push_back(f.to_json());
+  return Json{{"findings", findings}, {"notes", report.notes}, {"facts", report.facts}};
+}
+
 Action add_doctor_command(CLI::App& app, Io& io) {
   struct Options {
     std::vector<std::string> logs;
     std::optional<int> pid;
     std::string capacity;
     std::string root = "/";
+    std::string bundle;
     bool no_gpu = false;
     bool json = false;
   };
@@ -29,6 +43,9 @@ Action add_doctor_command(CLI::App& app, Io& io) {
   app.add_option("--log", options->logs, "A failed job's stderr, exception text or kernel log (repeatable)");
   app.add_option("--pid", options->pid, "Diagnose one process: its XLA variables, pool and footprint");
   app.add_option("--capacity", options->capacity, "GPU capacity when NVML cannot tell (bytes, 80GiB, h200)");
+  app.add_option(
+      "--bundle", options->bundle,
+      "A folder memfit_jax.capture() wrote: memory_stats, the device memory profile, memory_analysis");
   app.add_option("--root", options->root, "Read /proc and /sys under this folder (for saved machine state)");
   app.add_flag("--no-gpu", options->no_gpu, "Do not query NVML");
   app.add_flag("--json", options->json, "Print one JSON object");
@@ -38,7 +55,7 @@ Action add_doctor_command(CLI::App& app, Io& io) {
     d.environment = io.env;
     d.query_gpu = !options->no_gpu;
     // With only logs, diagnose the logs; the machine is probed when asked for (no --log) or with --pid.
-    d.probe_machine = options->logs.empty() || options->pid.has_value();
+    d.probe_machine = (options->logs.empty() && options->bundle.empty()) || options->pid.has_value();
     d.pid = options->pid;
     if (!options->capacity.empty()) {
       auto c = parse_capacity(options->capacity);
@@ -52,19 +69,19 @@ Action add_doctor_command(CLI::App& app, Io& io) {
     }
     auto report = run_doctor(d);
     if (!report.ok()) return fail(io, report.error());
-    // Lease groups live in this machine's /dev/shm: shown when this machine (not a saved --root) is probed.
-    if (d.probe_machine && options->root == "/") {
-      Json groups = Json::array();
-      for (const ShareGroupInfo& g : list_share_groups()) groups.push_back(share_group_json(g));
-      if (!groups.empty()) report->facts["share_groups"] = std::move(groups);
+    if (!options->bundle.empty()) {
+      auto bundle = diagnose_bundle(options->bundle);
+      if (!bundle.ok()) return fail(io, bundle.error());
+      report->findings.insert(report->findings.end(), bundle->findings.begin(), bundle->findings.end());
+      sort_findings(report->findings);
+      report->facts["bundle"] = bundle->facts;
     }
+    // Lease groups live in this machine's /dev/shm: shown when this machine (not a saved --root) is probed.
+    if (d.probe_machine && options->root == "/") add_share_groups(*report);
     bool failure = false;
     for (const Finding& f : report->findings) failure = failure || f.severity == Severity::kError;
     if (options->json) {
-      Json findings = Json::array();
-      for (const Finding& f : report->findings) findings.push_back(f.to_json());
-      io.out << json_to_output(
-          Json{{"findings", findings}, {"notes", report->notes}, {"facts", report->facts}});
+      io.out << json_to_output(doctor_to_json(*report));
       return failure ? kExitFinding : kExitOk;
     }
     io.out << "memfit doctor: findings in the order allocation, location, shapes, sharding\n";

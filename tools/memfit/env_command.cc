@@ -24,7 +24,9 @@ constexpr const char* kVariables[] = {
     "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB",
     "TF_FORCE_UNIFIED_MEMORY"};
 
-Json plan_to_json(const XlaAllocatorPlan& plan, const Environment& env, std::string_view capacity_source) {
+}  // namespace
+
+Json env_to_json(const XlaAllocatorPlan& plan, const Environment& env, std::string_view capacity_source) {
   Json variables = Json::object();
   for (const char* name : kVariables) {
     if (auto v = env.get(name)) variables[name] = std::string(*v);
@@ -48,6 +50,8 @@ Json plan_to_json(const XlaAllocatorPlan& plan, const Environment& env, std::str
   j["warnings"] = plan.warnings;
   return j;
 }
+
+namespace {
 
 void print_table(std::ostream& out, const XlaAllocatorPlan& plan, std::string_view capacity_source) {
   auto row = [&](std::string_view key, const std::string& value) {
@@ -109,7 +113,7 @@ Action add_env_command(CLI::App& app, Io& io) {
     }
     const XlaAllocatorPlan plan = plan_xla_allocator(*config, capacity_bytes);
     if (options->json) {
-      io.out << json_to_output(plan_to_json(plan, io.env, source));
+      io.out << json_to_output(env_to_json(plan, io.env, source));
     } else {
       print_table(io.out, plan, source);
     }

@@ -17,9 +17,8 @@
 #include "progress.h"
 
 namespace memfit::cli {
-namespace {
 
-Json to_json(const std::string& path, const HloPlan& plan, bool all_buffers) {
+Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers) {
   Json j;
   j["file"] = path;
   j["module"] = plan.module;
@@ -66,7 +65,7 @@ Json to_json(const std::string& path, const HloPlan& plan, bool all_buffers) {
   return j;
 }
 
-Json comparison_json(const std::string& path, const XlaComparison& c) {
+Json xla_comparison_to_json(const std::string& path, const XlaComparison& c) {
   Json j;
   j["file"] = path;
   for (const XlaComparison::Figure& f : c.figures) j[f.name + "_bytes"] = f.xla_bytes;
@@ -78,6 +77,8 @@ Json comparison_json(const std::string& path, const XlaComparison& c) {
   j["differences"] = c.differences;
   return j;
 }
+
+namespace {
 
 void print_comparison(std::ostream& out, const std::string& path, const XlaComparison& c) {
   out << fmt::format("\n  XLA's own buffer assignment ({}):\n", path);
@@ -199,8 +200,8 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       xla = compare_with_xla(*plan, *assignment);
     }
     if (options->json) {
-      Json j = to_json(source->path, *plan, options->buffers);
-      if (xla) j["xla_buffer_assignment"] = comparison_json(source->buffer_assignment_path, *xla);
+      Json j = hlo_to_json(source->path, *plan, options->buffers);
+      if (xla) j["xla_buffer_assignment"] = xla_comparison_to_json(source->buffer_assignment_path, *xla);
       if (limit) {
         j["limit_bytes"] = *limit;
         j["fits"] = plan->peak_bytes <= *limit;

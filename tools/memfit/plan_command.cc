@@ -13,9 +13,8 @@
 #include "plan_options.h"
 
 namespace memfit::cli {
-namespace {
 
-Json to_json(const StepPlan& p) {
+Json step_plan_to_json(const StepPlan& p) {
   Json j;
   j["spec"] = model_spec_to_json(p.spec);
   j["parameter_count"] = p.arguments.parameter_count;
@@ -50,6 +49,26 @@ Json to_json(const StepPlan& p) {
   j["groups_at_peak"] = groups;
   return j;
 }
+
+Json fit_to_json(const FitResult& fit) {
+  Json j;
+  j["baseline"] = step_plan_to_json(fit.baseline);
+  Json all = Json::array();
+  for (const FitCandidate& c : fit.candidates)
+    all.push_back({{"step", c.step},
+                   {"change", c.change},
+                   {"code", c.code},
+                   {"cost", c.cost},
+                   {"cost_note", c.cost_note},
+                   {"peak_bytes", c.peak_bytes},
+                   {"limit_bytes", c.limit_bytes},
+                   {"fits", c.fits}});
+  j["candidates"] = all;
+  j["ranked"] = fit.ranked;
+  return j;
+}
+
+namespace {
 
 void print(std::ostream& out, const StepPlan& p) {
   const ModelSpec& s = p.spec;
@@ -129,7 +148,7 @@ Action add_plan_command(CLI::App& app, Io& io) {
       next = *fit;
     }
     if (options->json) {
-      Json j = to_json(*plan);
+      Json j = step_plan_to_json(*plan);
       if (next) j["live_profile"] = next_step_json(live->first, *next);
       io.out << json_to_output(j);
     } else {
@@ -152,21 +171,7 @@ Action add_fit_command(CLI::App& app, Io& io) {
     if (!fit.ok()) return fail(io, fit.error());
     const StepPlan& b = fit->baseline;
     if (options->json) {
-      Json j;
-      j["baseline"] = to_json(b);
-      Json all = Json::array();
-      for (const FitCandidate& c : fit->candidates)
-        all.push_back({{"step", c.step},
-                       {"change", c.change},
-                       {"code", c.code},
-                       {"cost", c.cost},
-                       {"cost_note", c.cost_note},
-                       {"peak_bytes", c.peak_bytes},
-                       {"limit_bytes", c.limit_bytes},
-                       {"fits", c.fits}});
-      j["candidates"] = all;
-      j["ranked"] = fit->ranked;
-      io.out << json_to_output(j);
+      io.out << json_to_output(fit_to_json(*fit));
     } else {
       io.out << fmt::format(
           "memfit fit: peak {} in a pool of {} ({:.0f}% of {}): {}\n", format_bytes(b.peak_bytes),

@@ -111,8 +111,7 @@ Expected<ModelSpec> resolve_spec(const PlanOptions& o) {
     }
     config[key] = value;
   }
-  if (config.contains("mesh") && !config.contains("sharding")) config["sharding"] = "replicated";
-  return model_spec_from_json(config);
+  return spec_from_config(std::move(config));
 }
 
 Expected<std::optional<uint64_t>> resolve_capacity(const PlanOptions& o) {
@@ -126,6 +125,13 @@ Expected<std::optional<uint64_t>> resolve_capacity(const PlanOptions& o) {
 }
 
 }  // namespace
+
+Expected<ModelSpec> spec_from_config(Json config) {
+  if (!config.is_object()) return invalid_argument("a model spec is an object of config keys");
+  if (config.contains("config") && config["config"].is_object()) config = Json(config["config"]);
+  if (config.contains("mesh") && !config.contains("sharding")) config["sharding"] = "replicated";
+  return model_spec_from_json(config);
+}
 
 Expected<PlanInputs> resolve_plan_inputs(const PlanOptions& o) {
   PlanInputs in;

@@ -28,5 +28,7 @@ struct PlanInputs {
   std::optional<uint64_t> capacity_bytes;
 };
 Expected<PlanInputs> resolve_plan_inputs(const PlanOptions& options);
+// A model from config keys alone (a spec file's object, a Python dict): what resolve_plan_inputs does last.
+Expected<ModelSpec> spec_from_config(Json config);
 
 }  // namespace memfit::cli

@@ -18,7 +18,9 @@ namespace {
 
 double round3(double x) { return std::round(x * 1000.0) / 1000.0; }
 
-Json to_json(const Timeline& t, const ReplayResult& r, bool capacity_given) {
+}  // namespace
+
+Json replay_to_json(const Timeline& t, const ReplayResult& r, bool capacity_given) {
   Json j;
   j["source"] = t.source;
   j["events"] = r.events;
@@ -52,6 +54,8 @@ Json to_json(const Timeline& t, const ReplayResult& r, bool capacity_given) {
   j["policies"] = policies;
   return j;
 }
+
+namespace {
 
 void print_table(std::ostream& out, const std::string& path, const Timeline& t, const ReplayResult& r,
                  bool capacity_given) {
@@ -144,7 +148,7 @@ Action add_replay_command(CLI::App& app, Io& io) {
       if (!written.ok()) return fail(io, written.error());
     }
     if (options->json) {
-      io.out << json_to_output(to_json(*timeline, *result, capacity_given));
+      io.out << json_to_output(replay_to_json(*timeline, *result, capacity_given));
     } else {
       print_table(io.out, options->trace, *timeline, *result, capacity_given);
     }

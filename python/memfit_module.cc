@@ -1,0 +1,150 @@
+// The `memfit` Python module (pybind11): the library's planners and readers, returning the same dicts as
+// the CLI's --json (built by the same functions, tools/memfit/commands.h). Errors raise ValueError with the
+// CLI's one-line message.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "memfit/core/device_catalog.h"
+#include "memfit/core/file_io.h"
+#include "memfit/plan/hlo_plan.h"
+#include "memfit/plan/step_plan.h"
+#include "memfit/program/buffer_assignment.h"
+#include "memfit/program/hlo_source.h"
+#include "memfit/program/stablehlo_module.h"
+#include "memfit/trace/readers.h"
+#include "plan_options.h"
+
+namespace py = pybind11;
+using memfit::Json;
+
+namespace {
+
+[[noreturn]] void raise(const memfit::Error& e) { throw py::value_error(memfit::cli::error_line(e)); }
+
+template <typename T>
+T value_or_raise(memfit::Expected<T> e) {
+  if (!e.ok()) raise(e.error());
+  return std::move(e).value();
+}
+
+// Through Python's own json module: the dict is exactly the CLI's JSON text, read back.
+py::object to_python(const Json& j) {
+  return py::module_::import("json").attr("loads")(memfit::json_text(j));
+}
+
+Json from_python(const py::object& o) {
+  const std::string text = py::module_::import("json").attr("dumps")(o).cast<std::string>();
+  return value_or_raise(memfit::parse_json(text, "the dict"));
+}
+
+std::optional<uint64_t> capacity_of(const py::object& capacity) {
+  if (capacity.is_none()) return std::nullopt;
+  if (py::isinstance<py::int_>(capacity)) {
+    const auto v = capacity.cast<long long>();
+    if (v <= 0) throw py::value_error("capacity must be positive");
+    return static_cast<uint64_t>(v);
+  }
+  return value_or_raise(memfit::parse_capacity(py::str(capacity).cast<std::string>()));
+}
+
+py::object hlo(const std::string& path_or_text, const std::string& module, size_t top, bool buffers) {
+  memfit::HloSource source;
+  // Text has lines; a path has none.
+  if (path_or_text.find('\n') != std::string::npos) {
+    source.path = "<text>";
+    source.text = path_or_text;
+  } else {
+    source = value_or_raise(memfit::read_hlo_source(path_or_text, module));
+  }
+  auto parsed = memfit::parse_program_text(source.text);
+  if (!parsed.ok()) raise(parsed.error().with_context(source.path));
+  memfit::HloPlanOptions po;
+  po.top = top;
+  auto plan = memfit::plan_hlo(*parsed, po);
+  if (!plan.ok()) raise(plan.error().with_context(source.path));
+  Json j = memfit::cli::hlo_to_json(source.path, *plan, buffers);
+  if (!source.buffer_assignment_text.empty()) {
+    auto assignment = memfit::parse_buffer_assignment(source.buffer_assignment_text);
+    if (!assignment.ok()) raise(assignment.error().with_context(source.buffer_assignment_path));
+    j["xla_buffer_assignment"] = memfit::cli::xla_comparison_to_json(
+        source.buffer_assignment_path, memfit::compare_with_xla(*plan, *assignment));
+  }
+  return to_python(j);
+}
+
+py::object plan(const py::object& spec, const py::object& capacity, double mem_fraction) {
+  const memfit::ModelSpec s = value_or_raise(memfit::cli::spec_from_config(from_python(spec)));
+  return to_python(memfit::cli::step_plan_to_json(
+      value_or_raise(memfit::plan_step(s, capacity_of(capacity), mem_fraction))));
+}
+
+py::object fit(const py::object& spec, const py::object& capacity, double mem_fraction) {
+  const memfit::ModelSpec s = value_or_raise(memfit::cli::spec_from_config(from_python(spec)));
+  const auto c = capacity_of(capacity);
+  if (!c) throw py::value_error("memfit fit needs --capacity or --device");
+  return to_python(memfit::cli::fit_to_json(value_or_raise(memfit::fit_step(s, *c, mem_fraction))));
+}
+
+py::object env(const py::object& environ, const py::object& capacity) {
+  memfit::Environment e;
+  if (environ.is_none()) {
+    e = memfit::Environment::from_process();
+  } else {
+    for (const auto& [k, v] : environ.cast<py::dict>()) e.set(py::str(k), py::str(v));
+  }
+  const auto c = capacity_of(capacity);
+  if (!c) throw py::value_error("the device capacity is needed: pass capacity=BYTES or a device name (h200)");
+  const auto config = value_or_raise(memfit::parse_xla_allocator_env(e));
+  return to_python(memfit::cli::env_to_json(memfit::plan_xla_allocator(config, *c), e, "--capacity"));
+}
+
+py::object doctor(const std::vector<std::string>& logs, const py::object& pid, bool gpu) {
+  memfit::DoctorOptions d;
+  d.environment = memfit::Environment::from_process();
+  d.query_gpu = gpu;
+  d.probe_machine = logs.empty() || !pid.is_none();
+  if (!pid.is_none()) d.pid = pid.cast<int>();
+  for (const std::string& path : logs)
+    d.logs.push_back({path, value_or_raise(memfit::read_file(path, 1ull << 30))});
+  memfit::DoctorReport report = value_or_raise(memfit::run_doctor(d));
+  if (d.probe_machine) memfit::cli::add_share_groups(report);
+  return to_python(memfit::cli::doctor_to_json(report));
+}
+
+py::object replay(const std::string& path, const std::string& policy, const py::object& capacity) {
+  memfit::ReplayOptions ro;
+  if (policy != "all") ro.policies = {policy};
+  ro.capacity_bytes = capacity_of(capacity);
+  const memfit::Timeline timeline = value_or_raise(memfit::read_trace_file(path));
+  const memfit::ReplayResult result = value_or_raise(memfit::replay(timeline, ro));
+  return to_python(memfit::cli::replay_to_json(timeline, result, ro.capacity_bytes.has_value()));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(memfit, m) {
+  m.doc() =
+      "memfit: see, plan and fix accelerator memory the way JAX/XLA allocates it. Every function returns "
+      "the dict `memfit <command> --json` prints; bad input raises ValueError with the CLI's message.";
+  m.def("hlo", &hlo, py::arg("path_or_text"), py::arg("module") = "", py::arg("top") = 10,
+        py::arg("buffers") = false,
+        "Plan an XLA program: a file or dump folder, or the text itself (optimized HLO, lowered HLO, "
+        "StableHLO).");
+  m.def("plan", &plan, py::arg("spec"), py::arg("capacity") = py::none(), py::arg("mem_fraction") = 0.75,
+        "Plan a model-zoo step from a dict of programs.json config keys; capacity: bytes or '80GiB' or "
+        "'h200'.");
+  m.def("fit", &fit, py::arg("spec"), py::arg("capacity"), py::arg("mem_fraction") = 0.75,
+        "The seed's fixes, ranked, for a step that should fit `capacity`.");
+  m.def(
+      "env", &env, py::arg("environ") = py::none(), py::arg("capacity") = py::none(),
+      "What the XLA variables of `environ` (default: this process's) make JAX do on a device of `capacity`.");
+  m.def("doctor", &doctor, py::arg("logs") = std::vector<std::string>{}, py::arg("pid") = py::none(),
+        py::arg("gpu") = false, "Diagnose logs (paths), a process, or this machine.");
+  m.def("replay", &replay, py::arg("path"), py::arg("policy") = "all", py::arg("capacity") = py::none(),
+        "Replay a recorded allocation trace through the allocator policies.");
+}

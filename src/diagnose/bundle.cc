@@ -1,0 +1,139 @@
+#include "memfit/diagnose/bundle.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "memfit/core/bytes.h"
+#include "memfit/core/file_io.h"
+#include "memfit/plan/live_profile.h"
+#include "memfit/trace/device_profile.h"
+
+namespace memfit {
+namespace {
+
+Expected<std::optional<Json>> read_json_file(const std::filesystem::path& p) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(p, ec)) return std::optional<Json>();
+  MEMFIT_ASSIGN_OR_RETURN(std::string text, read_file(p.string(), 64ull << 20));
+  MEMFIT_ASSIGN_OR_RETURN(Json j, parse_json(text, p.string()));
+  if (!j.is_object()) return invalid_argument(fmt::format("{}: expected a JSON object", p.string()));
+  return std::optional<Json>(std::move(j));
+}
+
+uint64_t get_or_zero(const Json& j, const char* key) {
+  auto v = json_get_u64(j, key);
+  return v.ok() ? *v : 0;
+}
+
+}  // namespace
+
+Expected<BundleReport> diagnose_bundle(const std::string& directory) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(directory, ec))
+    return invalid_argument(
+        fmt::format("--bundle {}: not a folder (memfit_jax.capture(DIR) writes one)", directory));
+  const fs::path dir(directory);
+  BundleReport r;
+  MEMFIT_ASSIGN_OR_RETURN(std::optional<Json> stats, read_json_file(dir / "memory_stats.json"));
+  MEMFIT_ASSIGN_OR_RETURN(std::optional<Json> analysis, read_json_file(dir / "memory_analysis.json"));
+  std::optional<DeviceMemoryProfile> profile;
+  const fs::path prof = dir / "device_memory.prof";
+  if (fs::is_regular_file(prof, ec)) {
+    MEMFIT_ASSIGN_OR_RETURN(std::string data, read_file(prof.string()));
+    auto p = parse_device_memory_profile(data);
+    if (!p.ok()) return p.error().with_context(prof.string());
+    profile = std::move(p).value();
+  }
+  if (!stats && !analysis && !profile)
+    return invalid_argument(
+        fmt::format("--bundle {}: no memory_stats.json, memory_analysis.json or device_memory.prof "
+                    "(memfit_jax.capture writes "
+                    "them)",
+                    directory));
+  const std::string where = directory;
+
+  if (stats) {
+    r.facts["memory_stats"] = *stats;
+    const uint64_t limit = get_or_zero(*stats, "bytes_limit");
+    const uint64_t pool = get_or_zero(*stats, "pool_bytes");
+    const uint64_t in_use = get_or_zero(*stats, "bytes_in_use");
+    if (limit > 0 && pool > 0 && pool + (1ull << 30) < limit && pool * 10 < limit * 9) {
+      r.findings.push_back(
+          {Step::kAllocation, "shrunken_pool", Severity::kWarning,
+           fmt::format(
+               "the pool is {} but bytes_limit says {}: the driver refused the whole pool when it was "
+               "reserved (another process held memory), and the process runs out of memory at {}",
+               format_bytes(pool), format_bytes(limit), format_bytes(pool)),
+           "give every job on this GPU XLA_PYTHON_CLIENT_PREALLOCATE=false or fractions that fit together, "
+           "or "
+           "share through memfit (MEMFIT_SHARE)",
+           where + "/memory_stats.json"});
+    }
+    if (pool > 0 && in_use * 4 < pool) {
+      r.findings.push_back(
+          {Step::kAllocation, "pool_mostly_free", Severity::kInfo,
+           fmt::format("{} of the {} pool is in use: nvidia-smi shows the pool", format_bytes(in_use),
+                       format_bytes(pool)),
+           "nothing to fix alone on the GPU; to share it, XLA_PYTHON_CLIENT_PREALLOCATE=false",
+           where + "/memory_stats.json"});
+    }
+  }
+  if (analysis) r.facts["memory_analysis"] = *analysis;
+  if (profile) {
+    Json devices = Json::array();
+    for (const ProfileDevice& d : profile->devices)
+      devices.push_back(
+          {{"device", d.device}, {"buffer_bytes", d.buffer_bytes}, {"executable_bytes", d.executable_bytes}});
+    r.facts["device_profile"] = {{"buffer_bytes", profile->buffer_bytes},
+                                 {"executable_bytes", profile->executable_bytes},
+                                 {"devices", devices}};
+    for (const ProfileSite& s : profile->sites) {
+      if (s.kind != "buffer" || s.frames.empty()) continue;
+      r.findings.push_back(
+          {Step::kShapes, "largest_live_arrays", Severity::kInfo,
+           fmt::format("the largest live arrays ({} in {}) were made at {}", format_bytes(s.bytes), s.count,
+                       s.frames.front()),
+           "`memfit profile device_memory.prof --diff EARLIER.prof` shows what grew between steps",
+           where + "/device_memory.prof"});
+      break;
+    }
+  }
+  // The next step against the pool: the live arrays (the step's arguments among them) plus the step's peak.
+  if (analysis && stats && get_or_zero(*stats, "bytes_limit") > 0) {
+    const uint64_t args = get_or_zero(*analysis, "argument_size_in_bytes");
+    const uint64_t peak = args + get_or_zero(*analysis, "output_size_in_bytes") -
+                          std::min(get_or_zero(*analysis, "alias_size_in_bytes"),
+                                   args + get_or_zero(*analysis, "output_size_in_bytes")) +
+                          get_or_zero(*analysis, "temp_size_in_bytes");
+    const uint64_t limit = get_or_zero(*stats, "bytes_limit");
+    const uint64_t live = profile ? profile->device_buffer_bytes() : get_or_zero(*stats, "bytes_in_use");
+    DeviceMemoryProfile as_profile;
+    as_profile.devices.push_back({"", live, 0, 0, 0});
+    auto fit = next_step_fit(as_profile, "", peak, args, limit);
+    if (fit.ok()) {
+      r.facts["next_step"] = {{"live_bytes", live},
+                              {"step_peak_bytes", peak},
+                              {"needed_bytes", fit->needed_bytes},
+                              {"limit_bytes", limit},
+                              {"fits", *fit->fits}};
+      if (!*fit->fits) {
+        r.findings.push_back(
+            {Step::kShapes, "next_step_does_not_fit", Severity::kError,
+             fmt::format(
+                 "the next step needs {} ({} live + the step's peak {} less its {} of arguments), the pool "
+                 "limit is {}",
+                 format_bytes(fit->needed_bytes), format_bytes(live), format_bytes(peak), format_bytes(args),
+                 format_bytes(limit)),
+             "free the arrays the step does not need (del, jax.clear_caches), donate the training state "
+             "(donate_argnums), or make the step smaller: `memfit fit`",
+             where});
+      }
+    }
+  }
+  sort_findings(r.findings);
+  return r;
+}
+
+}  // namespace memfit
