@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "memfit/core/bytes.h"
+#include "memfit/core/checked.h"
 #include "memfit/core/file_io.h"
 #include "memfit/plan/live_profile.h"
 #include "memfit/trace/device_profile.h"
@@ -103,10 +104,17 @@ Expected<BundleReport> diagnose_bundle(const std::string& directory) {
   // The next step against the pool: the live arrays (the step's arguments among them) plus the step's peak.
   if (analysis && stats && get_or_zero(*stats, "bytes_limit") > 0) {
     const uint64_t args = get_or_zero(*analysis, "argument_size_in_bytes");
-    const uint64_t peak = args + get_or_zero(*analysis, "output_size_in_bytes") -
-                          std::min(get_or_zero(*analysis, "alias_size_in_bytes"),
-                                   args + get_or_zero(*analysis, "output_size_in_bytes")) +
-                          get_or_zero(*analysis, "temp_size_in_bytes");
+    const uint64_t output = get_or_zero(*analysis, "output_size_in_bytes");
+    const uint64_t alias = get_or_zero(*analysis, "alias_size_in_bytes");
+    const uint64_t temp = get_or_zero(*analysis, "temp_size_in_bytes");
+    const auto in_out = checked_add(args, output);
+    const auto peak_or = in_out && alias <= *in_out ? checked_add(*in_out - alias, temp) : std::nullopt;
+    if (!peak_or)
+      return invalid_argument(
+          fmt::format("{}/memory_analysis.json: argument + output - alias + temp does not add up "
+                      "(a sum past 2^64, or alias larger than argument + output)",
+                      directory));
+    const uint64_t peak = *peak_or;
     const uint64_t limit = get_or_zero(*stats, "bytes_limit");
     const uint64_t live = profile ? profile->device_buffer_bytes() : get_or_zero(*stats, "bytes_in_use");
     DeviceMemoryProfile as_profile;

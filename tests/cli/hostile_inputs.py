@@ -295,6 +295,52 @@ run("input: /dev/zero as a log", ["doctor", "--log", "/dev/zero"], 2, limit_s=10
 run("input: hlo from a real program still plans", ["hlo", os.path.join(DATA, "xla", "mlp_fp32.hlo.txt.gz"),
     "--json"], 0, json_check=lambda j: None if j["temp_bytes"] > 0 else "no temp")
 
+
+# -- 11. The readers of this round: profiles, buffer-assignment dumps, capture folders, share groups, exporter --
+for name, data in [("empty", b""), ("garbage", garbage), ("nul", b"\0" * 1000),
+                   ("truncated-gzip", gzip.compress(b"\x0a\x02\x08\x01" * 1000)[:100]),
+                   ("gzip-of-garbage", gzip.compress(garbage)),
+                   ("gzip-bomb", gzip.compress(b"\0" * (64 << 20)))]:
+    f = write(f"prof-{name}", data)
+    run(f"profile {name}", ["profile", f, "--json"], 2)
+    run(f"profile --diff {name}", ["profile", f, "--diff", f], 2)
+dump = os.path.join(WORK, "dump")
+os.makedirs(dump)
+with gzip.open(os.path.join(DATA, "xla", "mlp_fp32.hlo.txt.gz"), "rb") as f:
+    module_text = f.read()
+with open(os.path.join(dump, "module_0001.jit_f.sm_90_gpu_after_optimizations.txt"), "wb") as f:
+    f.write(module_text)
+for name, text in [("not a dump", b"hello\n"),
+                   ("a value past its allocation", b"BufferAssignment:\nallocation 0: size 8, page 0, constant:\n"
+                    b" value: <1 c @0> (size=16,offset=0): f32[4]\n"),
+                   ("sizes that wrap", b"BufferAssignment:\nallocation 0: size 18446744073709551615, page 0, parameter 0:\n"
+                    b"allocation 1: size 18446744073709551615, page 0, parameter 1:\n"),
+                   ("not UTF-8", b"BufferAssignment:\nallocation 0: size 8, page 0, \xff\xfe:\n")]:
+    with open(os.path.join(dump, "module_0001.jit_f.sm_90_gpu_after_optimizations-buffer-assignment.txt"), "wb") as f:
+        f.write(text)
+    run(f"buffer assignment: {name}", ["hlo", dump, "--json"], {0, 2})
+bundle = os.path.join(WORK, "bundle")
+os.makedirs(bundle)
+run("bundle: an empty folder", ["doctor", "--bundle", bundle, "--json"], 2, stderr_has="no memory_stats.json")
+write("bundle/memory_stats.json", "[1, 2")
+run("bundle: memory_stats that is not JSON", ["doctor", "--bundle", bundle, "--json"], 2)
+write("bundle/memory_stats.json", '{"bytes_limit": -5, "pool_bytes": "x"}')
+run("bundle: memory_stats of the wrong types", ["doctor", "--bundle", bundle, "--json"], {0, 1, 2})
+write("bundle/memory_stats.json", '{"bytes_limit": 100}')
+write("bundle/memory_analysis.json", '{"argument_size_in_bytes": 18446744073709551615, "temp_size_in_bytes": 5}')
+run("bundle: an analysis whose sum overflows", ["doctor", "--bundle", bundle, "--json"], {0, 1, 2})
+write("bundle/device_memory.prof", garbage)
+run("bundle: a profile that is garbage", ["doctor", "--bundle", bundle, "--json"], 2)
+for bad in ["", "a/b", "..", "x" * 65, "\u00e9t\u00e9"]:
+    run(f"share: group name {bad!r}", ["share", bad, "--json"], 2)
+run("share: a group that does not exist", ["share", "no-such-group-hostile", "--json"], 2)
+for bad in [["--listen", "nonsense"], ["--listen", "127.0.0.1:99999"], ["--listen", ":"], ["--interval", "0s"],
+            ["--interval", "1e9s"], ["--interval", "nan"]]:
+    run(f"exporter {bad}", ["exporter", "--no-gpu", *bad], 2)
+run("exporter --once prints the metrics", ["exporter", "--no-gpu", "--once"], 0, stdout_has="memfit_up 1")
+run("hlo --live-profile of garbage", ["hlo", os.path.join(DATA, "xla", "mlp_fp32.hlo.txt.gz"), "--live-profile",
+    write("live.prof", garbage)], 2)
+
 print(f"hostile inputs: {passed} passed, {len(failures)} failed")
 for f in failures:
     print("  FAIL " + f)
