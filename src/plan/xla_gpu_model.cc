@@ -541,6 +541,86 @@ void list_schedule(HloComputation& comp) {
 
 }  // namespace
 
+// XLA's copy insertion for loops (xla/service/copy_insertion.cc, AddCopiesForWhile): a while updates its
+// state in place, so an element of its initial tuple gets a copy of its own when the loop changes it and the
+// value is also needed elsewhere - the same value at two positions of the tuple (JAX's scan stacks its
+// residuals into zeros that CSE made one broadcast), a value read again after the loop, or an entry parameter
+// (read only unless donated). Elements the body passes through unchanged share the value (copy insertion
+// removes those copies again). A donated entry parameter (input_output_alias) may be updated in place.
+Status insert_while_copies(HloModule& m) {
+  std::unordered_set<int64_t> donated;
+  for (const HloAlias& a : m.aliases) donated.insert(a.parameter);
+  std::unordered_map<std::string_view, const HloComputation*> by_name;
+  for (const HloComputation& c : m.computations) by_name.emplace(c.name, &c);
+  // Whether the body hands element k back unchanged: its root's element k is get-tuple-element(param, k).
+  auto passes_through = [&](const HloComputation& body, size_t k) {
+    const HloInstruction* root = body.root();
+    if (root == nullptr || root->opcode != "tuple" || k >= root->operands.size()) return false;
+    for (const HloInstruction& x : body.instructions) {
+      if (x.name != root->operands[k]) continue;
+      if (x.opcode != "get-tuple-element" || x.tuple_index != static_cast<int64_t>(k) || x.operands.empty())
+        return false;
+      for (const HloInstruction& p : body.instructions)
+        if (p.name == x.operands[0]) return p.opcode == "parameter";
+      return false;
+    }
+    return false;
+  };
+  uint64_t made = 0;
+  for (HloComputation& c : m.computations) {
+    std::unordered_map<std::string, uint32_t> index;
+    for (uint32_t i = 0; i < c.instructions.size(); ++i) index.emplace(c.instructions[i].name, i);
+    // The last position (in schedule order) each value is read at.
+    std::unordered_map<std::string, uint32_t> last_use;
+    for (uint32_t i = 0; i < c.instructions.size(); ++i)
+      for (const std::string& o : c.instructions[i].operands) last_use[o] = i;
+    std::vector<std::pair<uint32_t, HloInstruction>> copies;  // (insert before this index, the copy)
+    for (uint32_t w = 0; w < c.instructions.size(); ++w) {
+      const HloInstruction& loop = c.instructions[w];
+      if (loop.opcode != "while" || loop.operands.empty() || loop.called.size() < 2) continue;
+      auto init_it = index.find(loop.operands[0]);
+      auto body_it = by_name.find(loop.called[1]);
+      if (init_it == index.end() || body_it == by_name.end()) continue;
+      HloInstruction& init = c.instructions[init_it->second];
+      if (init.opcode != "tuple") continue;
+      std::unordered_set<std::string> seen;
+      for (size_t k = 0; k < init.operands.size(); ++k) {
+        const std::string v = init.operands[k];
+        const bool repeated = !seen.insert(v).second;
+        if (passes_through(*body_it->second, k)) continue;
+        auto def = index.find(v);
+        const bool read_only = def != index.end() && c.is_entry &&
+                               c.instructions[def->second].opcode == "parameter" &&
+                               !donated.contains(c.instructions[def->second].parameter_number);
+        const bool read_after = last_use.count(v) && last_use[v] > w;
+        if (!repeated && !read_only && !read_after) continue;
+        if (def == index.end()) continue;
+        HloInstruction copy;
+        copy.name = fmt::format("{}.loop_copy.{}", v, made++);
+        copy.opcode = "copy";
+        copy.shape = c.instructions[def->second].shape;
+        copy.operands = {v};
+        copy.op_name = "copy insertion (while " + loop.name + ")";
+        copy.line = loop.line;
+        init.operands[k] = copy.name;
+        copies.emplace_back(init_it->second, std::move(copy));
+      }
+    }
+    if (copies.empty()) continue;
+    std::stable_sort(copies.begin(), copies.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<HloInstruction> out;
+    out.reserve(c.instructions.size() + copies.size());
+    size_t next = 0;
+    for (uint32_t i = 0; i < c.instructions.size(); ++i) {
+      while (next < copies.size() && copies[next].first == i) out.push_back(std::move(copies[next++].second));
+      out.push_back(std::move(c.instructions[i]));
+    }
+    c.instructions = std::move(out);
+  }
+  return ok_status();
+}
+
 bool is_lowered_module(const HloModule& module) { return !module.is_scheduled; }
 
 HloModule list_scheduled(HloModule modeled) {
@@ -551,6 +631,7 @@ HloModule list_scheduled(HloModule modeled) {
 Expected<HloModule> model_xla_gpu(const HloModule& lowered) {
   HloModule m = lowered;
   MEMFIT_RETURN_IF_ERROR(inline_calls(m));
+  MEMFIT_RETURN_IF_ERROR(insert_while_copies(m));
   for (HloComputation& c : m.computations) {
     // Reduction and sort regions are scalar code inside their op, not buffers; they stay as they are.
     MEMFIT_RETURN_IF_ERROR(model_computation(c));

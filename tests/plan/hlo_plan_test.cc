@@ -212,11 +212,12 @@ void expect_lowered_plans(const std::string& suffix, const std::string& source,
 
 // Argument, output and alias bytes are exact; temp is memfit's prediction of XLA:GPU (plan/xla_gpu_model.h),
 // printed against XLA's own and the H200's, and held within 5% of the measured peak where it is today. The
-// lowered HLO text of the scan program (-49%: its loop is not yet modeled as XLA sees it) is printed only.
+// scan program's lowered HLO needs XLA's copy insertion for loops (its residual stacks start as one
+// broadcast of zeros shared by several loop elements: -52% before, +2.3% with it).
 TEST(HloPlan, LoweredHloProgramsPlannedThroughTheGpuModel) {
-  expect_lowered_plans(
-      ".lowered.hlo.txt.gz", "lowered HLO",
-      {"gpt_fp32", "gpt_fp32_donate", "mlp_fp32", "mlp_fp32_donate", "mlp_fp32_donate_remat_full"});
+  expect_lowered_plans(".lowered.hlo.txt.gz", "lowered HLO",
+                       {"gpt_fp32", "gpt_fp32_donate", "gpt_fp32_donate_scan", "mlp_fp32", "mlp_fp32_donate",
+                        "mlp_fp32_donate_remat_full"});
 }
 
 TEST(HloPlan, StableHloProgramsPlannedThroughTheGpuModel) {
