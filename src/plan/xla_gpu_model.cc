@@ -19,7 +19,8 @@ enum class Role {
   kCheap,      // elementwise or data movement XLA fuses into its consumers and duplicates freely
   kExpensive,  // elementwise, fused, but not duplicated into several consumers (IsExpensive)
   kGemm,       // a library call or GEMM fusion root: dot, convolution
-  kRoot,       // gets its own buffer: reductions, scatter, sort, custom calls, collectives, rng ...
+  kRoot,       // gets its own buffer: scatter, sort, custom calls, collectives, rng ...
+  kReduce,     // gets its own buffer, with its elementwise producers fused in (XLA:GPU's input fusion)
   kForward,    // no buffer of its own: tuple, get-tuple-element, bitcast, optimization barrier
   kControl,    // while, call, conditional: its operands and result are buffers
   kParameter,
@@ -92,8 +93,10 @@ Role role_of(std::string_view op) {
       {"dot", Role::kGemm},
       {"convolution", Role::kGemm},
       // Fusion roots and ops that always write their own buffer.
-      {"reduce", Role::kRoot},
-      {"reduce-window", Role::kRoot},
+      // A reduction fuses the elementwise ops that produce its input (an input fusion,
+      // xla/service/gpu/transforms/priority_fusion.cc): its operands need no buffers of their own.
+      {"reduce", Role::kReduce},
+      {"reduce-window", Role::kReduce},
       {"select-and-scatter", Role::kRoot},
       {"scatter", Role::kRoot},
       {"dynamic-update-slice", Role::kRoot},
@@ -263,6 +266,7 @@ Status model_computation(HloComputation& comp) {
       case Role::kParameter:
       case Role::kGemm:
       case Role::kRoot:
+      case Role::kReduce:
       case Role::kControl:
       case Role::kForward:
         materialized[i] = true;
@@ -295,7 +299,7 @@ Status model_computation(HloComputation& comp) {
     for (uint32_t o : operands[v]) {
       if (!ok) break;
       if (materialized[o]) {
-        ok = role[o] != Role::kRoot || comp.instructions[o].opcode != "reduce";
+        ok = role[o] != Role::kReduce;
       } else {
         ok = self(o, self);
       }
@@ -345,6 +349,27 @@ Status model_computation(HloComputation& comp) {
   for (uint32_t i = 0; i < n; ++i) {
     if (!materialized[i]) sources[i] = buffers_behind(operands[i]);
   }
+  // Whether a value computed from buffers `reads` is a softmax or a two-pass norm: it reads a buffer B and a
+  // reduction r that itself reads B and an earlier reduction of B (sum(exp(x - max(x))), mean((x -
+  // mean(x))^2)). XLA:GPU makes such a diamond one Triton fusion (SoftmaxRewriterTriton: triton_softmax). A
+  // one-pass norm (mean(x) and mean(x*x), flax's fast variance) stays a multi-output reduction and a loop
+  // fusion instead.
+  auto normalizes = [&](const std::vector<uint32_t>& reads) {
+    std::unordered_set<uint32_t> direct(reads.begin(), reads.end());
+    for (uint32_t r : reads) {
+      if (role[r] != Role::kReduce) continue;
+      const std::vector<uint32_t> r_reads = buffers_behind(operands[r]);
+      for (uint32_t b : r_reads) {
+        if (!direct.contains(b) || role[b] == Role::kReduce) continue;
+        for (uint32_t r0 : r_reads) {
+          if (r0 == r || role[r0] != Role::kReduce) continue;
+          const std::vector<uint32_t> r0_reads = buffers_behind(operands[r0]);
+          if (std::find(r0_reads.begin(), r0_reads.end(), b) != r0_reads.end()) return true;
+        }
+      }
+    }
+    return false;
+  };
   std::vector<HloInstruction> out;
   out.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
@@ -363,6 +388,11 @@ Status model_computation(HloComputation& comp) {
       // The GEMM writes it: a new buffer, never one of its operands' (not elementwise in XLA's sense).
       inst.opcode = "custom-call";
       inst.custom_call_target = "__memfit$gemm_with_epilogue";
+    } else if (fuses(role[i]) && normalizes(unique)) {
+      // A softmax or a two-pass norm: one fusion in XLA:GPU that reads each row whole before writing it, so
+      // its result cannot take the input's memory (FusionCanShareBufferHint stops at a reduction).
+      inst.opcode = "custom-call";
+      inst.custom_call_target = "__memfit$normalization";
     }
     out.push_back(std::move(inst));
   }
