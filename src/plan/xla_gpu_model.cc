@@ -257,6 +257,19 @@ Status model_computation(HloComputation& comp) {
     }
     return true;
   };
+  // The bytes a value is computed from, through cheap elementwise and data-movement ops (a broadcast
+  // counts its operand, not its result).
+  auto input_bytes = [&](uint32_t v, auto&& self, int depth) -> uint64_t {
+    uint64_t sum = 0;
+    for (uint32_t o : operands[v]) {
+      if (role[o] == Role::kCheap && depth < 8 && !operands[o].empty()) {
+        sum += self(o, self, depth + 1);
+      } else {
+        sum += comp.instructions[o].shape.own_bytes();
+      }
+    }
+    return sum;
+  };
   // Which values get a buffer. A large constant is a buffer; a scalar one is folded into its users.
   std::vector<bool> materialized(n, false);
   const HloInstruction* root = comp.root();
@@ -281,7 +294,12 @@ Status model_computation(HloComputation& comp) {
         // An expensive value read by several fusions is computed once, into a buffer - unless its readers are
         // a reduction and what divides or shifts by that reduction: a softmax (exp, its sum, the division)
         // or a norm is one fusion in XLA:GPU (SoftmaxRewriterTriton), and the exp never reaches memory.
-        if (role[i] == Role::kExpensive && distinct.size() > 1 && !normalization_diamond(i)) needed = true;
+        // XLA's priority fusion weighs memory traffic (gpu_performance_model): an expensive op computed
+        // from narrower buffers than its result - exp over bf16 scores widened to f32 - is recomputed in
+        // each consumer rather than written out wide.
+        if (role[i] == Role::kExpensive && distinct.size() > 1 && !normalization_diamond(i) &&
+            input_bytes(i, input_bytes, 0) >= inst.shape.own_bytes())
+          needed = true;
         materialized[i] = needed;
         break;
       }
