@@ -9,6 +9,7 @@
 #include "memfit/core/file_io.h"
 #include "memfit/plan/hlo_plan.h"
 #include "memfit/plan/step_plan.h"
+#include "memfit/program/stablehlo_module.h"
 #include "scaled_hlo.h"
 #include "timing_reporter.h"
 
@@ -71,12 +72,50 @@ void BM_PlanGpt96LayersOver4096Devices(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanGpt96LayersOver4096Devices)->Unit(benchmark::kMillisecond);
 
+// The lowered-program planner (parse, model of XLA:GPU, list schedule, buffer model, heap) on lowered
+// programs of 10^4 and 10^5 instructions, StableHLO and HLO text. Target: 10^5 under 10 s.
+void BM_PlanLowered(benchmark::State& state, bool stablehlo) {
+  const int n = static_cast<int>(state.range(0));
+  const std::string text = testing::lowered_chain(n, stablehlo);
+  for (auto _ : state) {
+    auto module = parse_program_text(text);
+    if (!module.ok()) {
+      state.SkipWithError(module.error().message().c_str());
+      return;
+    }
+    auto plan = plan_hlo(*module);
+    if (!plan.ok()) {
+      state.SkipWithError(plan.error().message().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(plan->temp_bytes);
+  }
+  state.counters["instructions"] = n;
+}
+BENCHMARK_CAPTURE(BM_PlanLowered, stablehlo, true)
+    ->Arg(10000)
+    ->Arg(100000)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_PlanLowered, hlo, false)
+    ->Arg(10000)
+    ->Arg(100000)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+
 class ScalingReporter : public TimingReporter {
   void summarize(std::ostream& out, const std::map<std::string, double>& times) override {
     const auto one = times.find("BM_PlanGpt/1");
     const auto ten = times.find("BM_PlanGpt/10");
     if (one != times.end() && ten != times.end() && one->second > 0)
       out << "\n10x module / 1x module time: " << ten->second / one->second << "x (10 = linear)\n";
+    for (const char* form : {"stablehlo", "hlo"}) {
+      const auto small = times.find(std::string("BM_PlanLowered/") + form + "/10000/iterations:1");
+      const auto large = times.find(std::string("BM_PlanLowered/") + form + "/100000/iterations:1");
+      if (small == times.end() || large == times.end() || small->second <= 0) continue;
+      out << "lowered " << form << ": 10^5 instructions " << large->second / 1e3 << " s (target < 10 s), "
+          << large->second / small->second << "x the time of 10^4 (10 = linear)\n";
+    }
   }
 };
 

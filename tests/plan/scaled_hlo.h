@@ -84,4 +84,65 @@ inline std::string scaled_module(const std::string& text, int copies) {
   return out;
 }
 
+// A lowered program (no schedule, no fusions) of `n` instructions: a chain of dot, tanh, multiply and add
+// over f32[256,256] - as StableHLO (`stablehlo` true) or as HLO text. What the lowered-program planner's
+// scaling is measured on (bench/plan_bench.cc).
+inline std::string lowered_chain(int n, bool stablehlo) {
+  std::string out;
+  const std::string t = "tensor<256x256xf32>";
+  if (stablehlo) {
+    out += "module @jit_chain {\n  func.func public @main(%arg0: " + t + ", %arg1: " + t + ") -> (" + t +
+           ") {\n";
+    out += "    %0 = stablehlo.add %arg0, %arg1 : " + t + "\n";
+  } else {
+    out +=
+        "HloModule chain\n\nENTRY main {\n  a = f32[256,256] parameter(0)\n  b = f32[256,256] parameter(1)\n";
+    out += "  v0 = f32[256,256] add(a, b)\n";
+  }
+  for (int i = 1; i < n; ++i) {
+    const std::string v = std::to_string(i), p1 = std::to_string(i - 1),
+                      p2 = std::to_string(i >= 2 ? i - 2 : 0), p3 = std::to_string(i >= 3 ? i - 3 : 0);
+    if (stablehlo) {
+      switch (i % 4) {
+        case 0:
+          out += "    %" + v + " = stablehlo.dot_general %" + p1 +
+                 ", %arg1, contracting_dims = [1] x [0] : (" + t + ", " + t + ") -> " + t + "\n";
+          break;
+        case 1:
+          out += "    %" + v + " = stablehlo.tanh %" + p1 + " : " + t + "\n";
+          break;
+        case 2:
+          out += "    %" + v + " = stablehlo.multiply %" + p1 + ", %" + p2 + " : " + t + "\n";
+          break;
+        default:
+          out += "    %" + v + " = stablehlo.add %" + p1 + ", %" + p3 + " : " + t + "\n";
+          break;
+      }
+    } else {
+      const std::string root = i + 1 == n ? "ROOT " : "";
+      switch (i % 4) {
+        case 0:
+          out += "  " + root + "v" + v + " = f32[256,256] dot(v" + p1 +
+                 ", b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n";
+          break;
+        case 1:
+          out += "  " + root + "v" + v + " = f32[256,256] tanh(v" + p1 + ")\n";
+          break;
+        case 2:
+          out += "  " + root + "v" + v + " = f32[256,256] multiply(v" + p1 + ", v" + p2 + ")\n";
+          break;
+        default:
+          out += "  " + root + "v" + v + " = f32[256,256] add(v" + p1 + ", v" + p3 + ")\n";
+          break;
+      }
+    }
+  }
+  if (stablehlo) {
+    out += "    return %" + std::to_string(n - 1) + " : " + t + "\n  }\n}\n";
+  } else {
+    out += "}\n";
+  }
+  return out;
+}
+
 }  // namespace memfit::testing
