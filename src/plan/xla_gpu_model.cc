@@ -209,7 +209,8 @@ void simplify_tuples_and_dce(HloComputation& comp) {
   comp.instructions = std::move(out);
 }
 
-Status model_computation(HloComputation& comp) {
+// `reducers`: each computation's root opcode, for the reductions that name their combiner by computation.
+Status model_computation(HloComputation& comp, const std::unordered_map<std::string, std::string>& reducers) {
   simplify_tuples_and_dce(comp);
   const size_t n = comp.instructions.size();
   std::unordered_map<std::string_view, uint32_t> index;
@@ -305,6 +306,51 @@ Status model_computation(HloComputation& comp) {
       }
     }
   }
+  // A sum over a dot's batch dimensions (through transposes) is a dot that contracts them: XLA's algebraic
+  // simplifier folds reduce(dot) into the dot (xla/hlo/transforms/simplifiers/algebraic_simplifier.cc,
+  // "reduce of a batch dot"). Per-example gradients by vmap summed into one gradient never exist whole;
+  // the reduction reads the dot's operands and is the GEMM.
+  std::vector<bool> folded_dot(n, false);
+  // A folded dot whose sum came through transposes: XLA writes the contracted dot, then the transpose as a
+  // copy (a layout change) - two buffers of the summed size. reduce index -> the folded dot.
+  std::unordered_map<uint32_t, uint32_t> transposed_fold;
+  for (uint32_t r = 0; r < n; ++r) {
+    const HloInstruction& red = comp.instructions[r];
+    if (role[r] != Role::kReduce || red.opcode != "reduce" || operands[r].empty() || red.dimensions.empty())
+      continue;
+    std::string reducer = red.reducer;
+    if (reducer.empty() && !red.called.empty()) {
+      auto it = reducers.find(red.called[0]);
+      if (it != reducers.end()) reducer = it->second;
+    }
+    if (reducer != "add") continue;
+    std::vector<int64_t> dims = red.dimensions;  // in the space of `x` as the walk goes back
+    uint32_t x = operands[r][0];
+    std::vector<uint32_t> chain;
+    bool ok = true;
+    while (ok && comp.instructions[x].opcode == "transpose" && users[x].size() == 1) {
+      const std::vector<int64_t>& perm = comp.instructions[x].dimensions;
+      for (int64_t& d : dims) {
+        if (d < 0 || static_cast<size_t>(d) >= perm.size())
+          ok = false;
+        else
+          d = perm[static_cast<size_t>(d)];
+      }
+      chain.push_back(x);
+      if (operands[x].empty())
+        ok = false;
+      else
+        x = operands[x][0];
+    }
+    const HloInstruction& dot = comp.instructions[x];
+    if (!ok || dot.opcode != "dot" || users[x].size() != 1 || dot.lhs_batch_dims.empty()) continue;
+    const auto batch = static_cast<int64_t>(dot.lhs_batch_dims.size());  // a dot's result starts with them
+    if (!std::all_of(dims.begin(), dims.end(), [&](int64_t d) { return d < batch; })) continue;
+    materialized[x] = false;
+    folded_dot[x] = true;
+    for (uint32_t t : chain) materialized[t] = false;
+    if (!chain.empty()) transposed_fold.emplace(r, x);
+  }
   // What a GEMM fusion takes into its operands (xla/service/gpu/transforms/gemm_fusion.cc): cheap
   // elementwise and data movement over buffers - a layer norm's scale and shift, a convert to bf16, a
   // transpose. A chain with an expensive op, or one that reads a reduction (a softmax's division by its
@@ -326,7 +372,7 @@ Status model_computation(HloComputation& comp) {
     return ok;
   };
   for (uint32_t i = 0; i < n; ++i) {
-    if (role[i] != Role::kGemm) continue;
+    if (role[i] != Role::kGemm && !folded_dot[i]) continue;
     for (uint32_t o : operands[i]) {
       if (!materialized[o] && !fusible_into_gemm(o, fusible_into_gemm)) materialized[o] = true;
     }
@@ -334,7 +380,8 @@ Status model_computation(HloComputation& comp) {
   // A GEMM's one elementwise epilogue (bias add, activation, convert to bf16) is written by the GEMM itself.
   std::vector<bool> gemm_epilogue(n, false);
   for (uint32_t i = 0; i < n; ++i) {
-    if (role[i] != Role::kGemm || users[i].size() != 1 || &comp.instructions[i] == root) continue;
+    if (role[i] != Role::kGemm || folded_dot[i] || users[i].size() != 1 || &comp.instructions[i] == root)
+      continue;
     const uint32_t u = users[i][0];
     if (!fuses(role[u]) || comp.instructions[u].shape.is_tuple() ||
         elements(comp.instructions[u].shape) != elements(comp.instructions[i].shape) ||
@@ -390,9 +437,31 @@ Status model_computation(HloComputation& comp) {
   };
   std::vector<HloInstruction> out;
   out.reserve(n);
+  std::unordered_map<uint32_t, std::string> folded_name;  // folded dot -> its contracted result's name
+  for (const auto& [r, x] : transposed_fold)
+    folded_name.emplace(x, comp.instructions[x].name + ".contracted");
   for (uint32_t i = 0; i < n; ++i) {
+    if (auto f = folded_name.find(i); f != folded_name.end()) {
+      // The dot that contracts the batch, written where the dot was.
+      HloInstruction dot;
+      dot.name = f->second;
+      dot.opcode = "custom-call";
+      dot.custom_call_target = "__memfit$batch_contracting_dot";
+      for (const auto& [r, x] : transposed_fold)
+        if (x == i) dot.shape = comp.instructions[r].shape;
+      for (uint32_t b : buffers_behind(operands[i])) dot.operands.push_back(comp.instructions[b].name);
+      dot.op_name = comp.instructions[i].op_name;
+      dot.line = comp.instructions[i].line;
+      out.push_back(std::move(dot));
+    }
     if (!materialized[i]) continue;
     HloInstruction inst = comp.instructions[i];
+    if (auto t = transposed_fold.find(i); t != transposed_fold.end()) {
+      inst.opcode = "copy";  // the transpose of the contracted dot, a layout change
+      inst.operands = {folded_name.at(t->second)};
+      out.push_back(std::move(inst));
+      continue;
+    }
     // Tuples, loops and calls keep their operand positions (their shapes name them one by one); every
     // other buffer reads the buffers its fused operands came from.
     if (role[i] == Role::kForward || role[i] == Role::kControl) {
@@ -680,9 +749,12 @@ Expected<HloModule> model_xla_gpu(const HloModule& lowered) {
   HloModule m = lowered;
   MEMFIT_RETURN_IF_ERROR(inline_calls(m));
   MEMFIT_RETURN_IF_ERROR(insert_while_copies(m));
+  std::unordered_map<std::string, std::string> reducers;
+  for (const HloComputation& c : m.computations)
+    if (const HloInstruction* r = c.root()) reducers.emplace(c.name, r->opcode);
   for (HloComputation& c : m.computations) {
     // Reduction and sort regions are scalar code inside their op, not buffers; they stay as they are.
-    MEMFIT_RETURN_IF_ERROR(model_computation(c));
+    MEMFIT_RETURN_IF_ERROR(model_computation(c, reducers));
   }
   m.is_scheduled = true;
   return m;

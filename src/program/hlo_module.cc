@@ -330,6 +330,22 @@ Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line)
       std::from_chars(value.data(), value.data() + value.size(), inst.tuple_index);
     } else if (key == "kind") {
       inst.fusion_kind = std::string(value);
+    } else if (key == "dimensions" || key == "lhs_batch_dims") {
+      // "{0,2,1}": what the model of XLA:GPU needs to see a reduction over a dot's batch dimensions.
+      std::vector<int64_t>& out = key == "dimensions" ? inst.dimensions : inst.lhs_batch_dims;
+      std::string_view list = value;
+      if (list.starts_with("{")) list.remove_prefix(1);
+      if (list.ends_with("}")) list.remove_suffix(1);
+      for (std::string_view item : split_top(list)) {
+        int64_t d = -1;
+        item = trim(item);
+        const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), d);
+        if (ec != std::errc() || end != item.data() + item.size() || d < 0) {
+          out.clear();
+          break;
+        }
+        out.push_back(d);
+      }
     } else if (key == "custom_call_target") {
       inst.custom_call_target = std::string(unquote(value));
     } else if (key == "output_to_operand_aliasing") {

@@ -15,6 +15,27 @@
 namespace memfit {
 namespace {
 
+// "[0, 2, 1]" after `key` (which ends with '['): the integers, or none when the list does not read.
+std::vector<int64_t> int_list_after(std::string_view text, std::string_view key) {
+  std::vector<int64_t> out;
+  const size_t at = text.find(key);
+  if (at == std::string_view::npos) return out;
+  const size_t start = at + key.size();
+  const size_t close = text.find(']', start);
+  if (close == std::string_view::npos) return out;
+  std::string_view list = text.substr(start, close - start);
+  while (!list.empty()) {
+    while (!list.empty() && (list.front() == ' ' || list.front() == ',')) list.remove_prefix(1);
+    if (list.empty()) break;
+    int64_t d = -1;
+    const auto [end, ec] = std::from_chars(list.data(), list.data() + list.size(), d);
+    if (ec != std::errc() || d < 0) return {};
+    out.push_back(d);
+    list.remove_prefix(static_cast<size_t>(end - list.data()));
+  }
+  return out;
+}
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
@@ -678,6 +699,19 @@ class Reader {
           ++end;
         inst.custom_call_target = std::string(body.substr(at + 1, end - at - 1));
       }
+    }
+    // What the model of XLA:GPU needs to see a reduction over a dot's batch dimensions.
+    if (opname == "stablehlo.transpose") {
+      inst.dimensions = int_list_after(body, "dims = [");
+    } else if (opname == "stablehlo.reduce") {
+      inst.dimensions = int_list_after(body, "dimensions = [");
+      if (const size_t at = body.find("applies stablehlo."); at != std::string_view::npos) {
+        size_t end = at + 18;
+        while (end < body.size() && std::isalpha(static_cast<unsigned char>(body[end]))) ++end;
+        inst.reducer = std::string(body.substr(at + 18, end - at - 18));
+      }
+    } else if (opname == "stablehlo.dot_general") {
+      inst.lhs_batch_dims = int_list_after(body, "batching_dims = [");
     }
     std::vector<Shape> operand_shapes;
     if (opname != "stablehlo.constant") {

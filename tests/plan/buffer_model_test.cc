@@ -284,3 +284,48 @@ ENTRY main {
 
 }  // namespace
 }  // namespace memfit
+
+namespace memfit {
+namespace {
+
+// Per-example gradients summed over the batch (jax.vmap(grad) then a mean): a dot with a batch dimension,
+// transposed, reduced over that dimension. XLA folds it into one dot that contracts the batch, so the
+// 128 x 1024 x 512 per-example products (256 MiB) never exist: the contracted result and its transposed
+// copy (2 MiB each) are what the program holds.
+TEST(XlaGpuModel, SumOverABatchDotIsADotThatContractsTheBatch) {
+  const std::string text = R"(HloModule vmap_grads
+
+add_f32 {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+
+ENTRY main {
+  g = f32[128,1,512] parameter(0)
+  a = f32[128,1,1024] parameter(1)
+  per_example = f32[128,512,1024] dot(g, a), lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+  t = f32[128,1024,512] transpose(per_example), dimensions={0,2,1}
+  zero = f32[] constant(0)
+  ROOT sum = f32[1024,512] reduce(t, zero), dimensions={0}, to_apply=add_f32
+}
+)";
+  auto m = parse_program_text(text);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  auto plan = plan_hlo(*m);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  EXPECT_LT(plan->temp_bytes, 4ull << 20) << "the per-example products were materialized";
+  EXPECT_GE(plan->temp_bytes, 2ull << 20);  // the contracted dot, before its transposed copy (the output)
+  // Summed over a dimension that is not the batch, the products are real (256 MiB).
+  std::string not_batch = text;
+  not_batch.replace(not_batch.find("ROOT sum = f32[1024,512]"), 24, "ROOT sum = f32[128,512]");
+  not_batch.replace(not_batch.find("dimensions={0}, to_apply"), 14, "dimensions={1}");
+  auto m2 = parse_program_text(not_batch);
+  ASSERT_TRUE(m2.ok()) << m2.error().message();
+  auto plan2 = plan_hlo(*m2);
+  ASSERT_TRUE(plan2.ok()) << plan2.error().message();
+  EXPECT_GE(plan2->temp_bytes, 256ull << 20);
+}
+
+}  // namespace
+}  // namespace memfit
