@@ -103,6 +103,23 @@ class Process {
     reaped_ = true;
   }
 
+  // Sends "exit" and waits for the process to end on its own; false when it has not within `timeout` (a
+  // member stuck in its lease, or one that crashed on the way out).
+  bool exit_cleanly(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    const std::string line = "exit\n";
+    if (::write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return false;
+    const auto deadline = Clock::now() + timeout;
+    int status = 0;
+    while (Clock::now() < deadline) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      }
+      ::usleep(1000);
+    }
+    return false;
+  }
+
  private:
   pid_t pid_ = -1;
   int to_ = -1;
