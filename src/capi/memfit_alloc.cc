@@ -46,11 +46,11 @@ std::mutex g_create_mutex;  // guards creation only: an allocation finds its dev
 std::array<std::atomic<PerDevice*>, kMaxDevices> g_devices{};
 thread_local std::string t_last_error;
 
-// Joins the group MEMFIT_SHARE names for this device, with the allocator's limit as the most it may lease.
-Expected<std::unique_ptr<memfit::ShareMember>> join_group(const memfit::Environment& env, int device,
+// Joins the group of `o` (MEMFIT_SHARE, read once by the caller), with the allocator's limit as the most it
+// may lease; none when no group is set.
+Expected<std::unique_ptr<memfit::ShareMember>> join_group(memfit::ShareMemberOptions o,
                                                           const DeviceMemory& memory, bool simulated,
                                                           uint64_t limit_bytes) {
-  MEMFIT_ASSIGN_OR_RETURN(memfit::ShareMemberOptions o, memfit::share_options_from_env(env, device));
   if (o.group.empty()) return std::unique_ptr<memfit::ShareMember>();
   // A simulated device is all the group's; a GPU's group has what was free when it was made, less room for
   // the CUDA contexts of members still to come.
@@ -97,7 +97,7 @@ Expected<PerDevice*> create_device(int device) {
                                                                       std::chrono::milliseconds(0)));
   auto& [kind, settings] = chosen;
   MEMFIT_ASSIGN_OR_RETURN(
-      d->member, join_group(env, device, *d->device, simulated,
+      d->member, join_group(share, *d->device, simulated,
                             settings.limit_bytes != 0 ? settings.limit_bytes : d->device->total_bytes()));
   DeviceMemory* memory = d->device.get();
   if (d->member) {

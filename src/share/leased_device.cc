@@ -23,12 +23,7 @@ uint64_t LeasedDevice::total_bytes() const {
   return std::min(device_.total_bytes(), member_.capacity_bytes());
 }
 
-uint64_t LeasedDevice::free_bytes() const {
-  const uint64_t lease = member_.lease_bytes();
-  const uint64_t pool = member_.pool_bytes();
-  const uint64_t headroom = (lease > pool ? lease - pool : 0) + member_.group_free_bytes();
-  return std::min(device_.free_bytes(), headroom);
-}
+uint64_t LeasedDevice::free_bytes() const { return std::min(device_.free_bytes(), member_.headroom_bytes()); }
 
 std::string LeasedDevice::name() const {
   return fmt::format("{} (share group '{}')", device_.name(), member_.options().group);
@@ -60,11 +55,7 @@ class LeasedPageMapper final : public PageMapper {
     return ok_status();
   }
   uint64_t total_bytes() const override { return std::min(mapper_->total_bytes(), member_.capacity_bytes()); }
-  uint64_t free_bytes() const override {
-    const uint64_t lease = member_.lease_bytes();
-    const uint64_t pool = member_.pool_bytes();
-    return std::min(mapper_->free_bytes(), (lease > pool ? lease - pool : 0) + member_.group_free_bytes());
-  }
+  uint64_t free_bytes() const override { return std::min(mapper_->free_bytes(), member_.headroom_bytes()); }
   std::string name() const override { return mapper_->name(); }
   Expected<Event> record_event(uintptr_t stream) override { return mapper_->record_event(stream); }
   bool event_done(Event event) override { return mapper_->event_done(event); }

@@ -204,7 +204,7 @@ std::vector<uint64_t> fair_shares(const Table& table) {
   return out;
 }
 
-ShareGroupInfo describe(const Table& table, std::string_view group) {
+ShareGroupInfo describe(const Table& table, std::string_view group, bool check_alive) {
   ShareGroupInfo info;
   info.name = std::string(group);
   info.device = table.header.device;
@@ -214,8 +214,7 @@ ShareGroupInfo describe(const Table& table, std::string_view group) {
   const std::vector<uint64_t> fair = fair_shares(table);
   for (int i = 0; i < kMaxShareMembers; ++i) {
     const Row& row = table.rows[i];
-    // A table this user may only read is not reaped; its dead members are left out all the same.
-    if (row.pid == 0 || !member_alive(row.pid, row.start_ticks)) continue;
+    if (row.pid == 0 || (check_alive && !member_alive(row.pid, row.start_ticks))) continue;
     ShareMemberInfo m;
     m.pid = row.pid;
     m.command = row_text(row.command, sizeof(row.command));
@@ -258,7 +257,7 @@ Expected<ShareGroupInfo> read_share_group(std::string_view name, int device) {
   MEMFIT_ASSIGN_OR_RETURN(auto segment, Segment::open(name, device, false, 0, {}));
   Segment::Lock lock(*segment);
   if (segment->writable()) share_detail::reap_dead(segment->table());
-  return share_detail::describe(segment->table(), name);
+  return share_detail::describe(segment->table(), name, /*check_alive=*/!segment->writable());
 }
 
 std::vector<ShareGroupInfo> list_share_groups() {

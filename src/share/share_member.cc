@@ -110,7 +110,7 @@ struct ShareMember::State {
   }
 
   std::string holders_text() {
-    const ShareGroupInfo info = share_detail::describe(table(), options.group);
+    const ShareGroupInfo info = share_detail::describe(table(), options.group, /*check_alive=*/false);
     std::string out;
     for (const ShareMemberInfo& m : info.members)
       out += fmt::format("; pid {} ({}): lease {}, pool {}, in use {}, fair share {}", m.pid, m.command,
@@ -399,6 +399,9 @@ uint64_t ShareMember::capacity_bytes() const { return state_->capacity.load(std:
 uint64_t ShareMember::group_free_bytes() const {
   return sub_floor(state_->capacity.load(std::memory_order_relaxed),
                    state_->leased.load(std::memory_order_relaxed));
+}
+uint64_t ShareMember::headroom_bytes() const {
+  return sub_floor(lease_bytes(), pool_bytes()) + group_free_bytes();
 }
 const ShareMemberOptions& ShareMember::options() const { return state_->options; }
 

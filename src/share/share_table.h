@@ -102,7 +102,8 @@ int reap_dead(Table& table);
 // Under the lock: the sum of leases, and each live row's fair share (indexed like rows; 0 for free rows).
 uint64_t leased_bytes(const Table& table);
 std::vector<uint64_t> fair_shares(const Table& table);
-// Under the lock: the group as read.
-ShareGroupInfo describe(const Table& table, std::string_view group);
+// Under the lock: the group as read. `check_alive`: leave out members whose process is gone (for a table
+// this user may only read, and so could not reap); a reaped table needs no second look at /proc.
+ShareGroupInfo describe(const Table& table, std::string_view group, bool check_alive);
 
 }  // namespace memfit::share_detail

@@ -73,6 +73,9 @@ class ShareMember {
   uint64_t capacity_bytes() const;
   // Free capacity the group could grant now without anyone giving back.
   uint64_t group_free_bytes() const;
+  // What the pool could still grow by without anyone giving back: unused lease plus free capacity (what a
+  // leased device reports as free).
+  uint64_t headroom_bytes() const;
   const ShareMemberOptions& options() const;
 
   struct State;
