@@ -27,6 +27,7 @@ LOWERED_HLO = "lowered.hlo.txt"
 OPTIMIZED_HLO = "module_0000.{name}.after_optimizations.txt"
 MEMORY_ANALYSIS = "memory_analysis.json"
 MEMORY_STATS = "memory_stats.json"
+XLA_ENV = "xla_env.json"
 DEVICE_PROFILE = "device_memory.prof"
 
 
@@ -71,8 +72,14 @@ def check(fn, *args, capacity=None, donate_argnums=()):
     return out
 
 
+def xla_variables(environ=None):
+    """The variables that decide JAX's allocator (XLA_*, TF_*), from `environ` (default: this process's)."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if k.startswith(("XLA_", "TF_"))}
+
+
 def write_capture(directory, name="step", stablehlo=None, lowered_hlo=None, optimized_hlo=None,
-                  memory_analysis=None, memory_stats=None, device_profile=None):
+                  memory_analysis=None, memory_stats=None, device_profile=None, xla_env=None):
     """Writes the pieces given into `directory` under the names memfit reads; returns the paths written."""
     os.makedirs(directory, exist_ok=True)
     written = []
@@ -97,15 +104,17 @@ def write_capture(directory, name="step", stablehlo=None, lowered_hlo=None, opti
         put(MEMORY_STATS, json.dumps({k: int(v) for k, v in memory_stats.items()}, indent=1, sort_keys=True))
     if device_profile is not None:
         put(DEVICE_PROFILE, device_profile, binary=True)
+    if xla_env is not None:
+        put(XLA_ENV, json.dumps(xla_env, indent=1, sort_keys=True))
     return written
 
 
 def capture(directory, fn=None, *args, donate_argnums=()):
     """Everything memfit reads about a step and this process, in one folder: the lowered program (StableHLO and
     HLO), and on a GPU the optimized module, memory_analysis(), the first device's memory_stats() and the
-    device memory profile (jax.profiler.device_memory_profile)."""
+    device memory profile (jax.profiler.device_memory_profile), and the XLA variables in force."""
     import jax
-    pieces = {}
+    pieces = {"xla_env": xla_variables()}
     name = "step"
     if fn is not None:
         lowered = _lower(fn, args, donate_argnums)

@@ -7,6 +7,8 @@
 #include "memfit/core/bytes.h"
 #include "memfit/core/checked.h"
 #include "memfit/core/file_io.h"
+#include "memfit/core/xla_env.h"
+#include "memfit/diagnose/doctor.h"
 #include "memfit/plan/live_profile.h"
 #include "memfit/trace/device_profile.h"
 
@@ -39,6 +41,19 @@ Expected<BundleReport> diagnose_bundle(const std::string& directory) {
   BundleReport r;
   MEMFIT_ASSIGN_OR_RETURN(std::optional<Json> stats, read_json_file(dir / "memory_stats.json"));
   MEMFIT_ASSIGN_OR_RETURN(std::optional<Json> analysis, read_json_file(dir / "memory_analysis.json"));
+  // The process's XLA variables (memfit_jax.capture writes them): whether its pool was preallocated.
+  MEMFIT_ASSIGN_OR_RETURN(std::optional<Json> xla_env, read_json_file(dir / "xla_env.json"));
+  bool preallocated = false;
+  if (xla_env) {
+    Environment env;
+    for (const auto& [key, value] : xla_env->items())
+      if (value.is_string()) env.set(key, value.get<std::string>());
+    auto config = parse_xla_allocator_env(env);
+    if (!config.ok()) return config.error().with_context(directory + "/xla_env.json");
+    // Preallocation depends on the variables alone, not on the device's size.
+    preallocated = plan_xla_allocator(*config, 1ull << 30).preallocate;
+    r.facts["xla_env"] = *xla_env;
+  }
   std::optional<DeviceMemoryProfile> profile;
   const fs::path prof = dir / "device_memory.prof";
   if (fs::is_regular_file(prof, ec)) {
@@ -60,16 +75,17 @@ Expected<BundleReport> diagnose_bundle(const std::string& directory) {
     const uint64_t limit = get_or_zero(*stats, "bytes_limit");
     const uint64_t pool = get_or_zero(*stats, "pool_bytes");
     const uint64_t in_use = get_or_zero(*stats, "bytes_in_use");
-    if (limit > 0 && pool > 0 && pool + (1ull << 30) < limit && pool * 10 < limit * 9) {
+    // Only a preallocated pool is meant to be its whole limit; a growing one is below it by design. The
+    // capture's xla_env.json says which (without it, nothing is claimed).
+    if (preallocated && limit > 0 && pool > 0 && pool_looks_shrunken(pool, limit)) {
       r.findings.push_back(
           {Step::kAllocation, "shrunken_pool", Severity::kWarning,
-           fmt::format(
-               "the pool is {} but bytes_limit says {}: the driver refused the whole pool when it was "
-               "reserved (another process held memory), and the process runs out of memory at {}",
-               format_bytes(pool), format_bytes(limit), format_bytes(pool)),
+           fmt::format("the preallocated pool is {} but bytes_limit says {}: the driver refused the whole "
+                       "pool when it "
+                       "was reserved (another process held memory), and the process runs out of memory at {}",
+                       format_bytes(pool), format_bytes(limit), format_bytes(pool)),
            "give every job on this GPU XLA_PYTHON_CLIENT_PREALLOCATE=false or fractions that fit together, "
-           "or "
-           "share through memfit (MEMFIT_SHARE)",
+           "or share through memfit (MEMFIT_SHARE)",
            where + "/memory_stats.json"});
     }
     if (pool > 0 && in_use * 4 < pool) {
@@ -117,22 +133,21 @@ Expected<BundleReport> diagnose_bundle(const std::string& directory) {
     const uint64_t peak = *peak_or;
     const uint64_t limit = get_or_zero(*stats, "bytes_limit");
     const uint64_t live = profile ? profile->device_buffer_bytes() : get_or_zero(*stats, "bytes_in_use");
-    DeviceMemoryProfile as_profile;
-    as_profile.devices.push_back({"", live, 0, 0, 0});
-    auto fit = next_step_fit(as_profile, "", peak, args, limit);
-    if (fit.ok()) {
+    const auto needed = next_step_needed_bytes(live, peak, args);
+    if (needed) {
+      const bool fits = *needed <= limit;
       r.facts["next_step"] = {{"live_bytes", live},
                               {"step_peak_bytes", peak},
-                              {"needed_bytes", fit->needed_bytes},
+                              {"needed_bytes", *needed},
                               {"limit_bytes", limit},
-                              {"fits", *fit->fits}};
-      if (!*fit->fits) {
+                              {"fits", fits}};
+      if (!fits) {
         r.findings.push_back(
             {Step::kShapes, "next_step_does_not_fit", Severity::kError,
              fmt::format(
                  "the next step needs {} ({} live + the step's peak {} less its {} of arguments), the pool "
                  "limit is {}",
-                 format_bytes(fit->needed_bytes), format_bytes(live), format_bytes(peak), format_bytes(args),
+                 format_bytes(*needed), format_bytes(live), format_bytes(peak), format_bytes(args),
                  format_bytes(limit)),
              "free the arrays the step does not need (del, jax.clear_caches), donate the training state "
              "(donate_argnums), or make the step smaller: `memfit fit`",

@@ -27,7 +27,9 @@ void add_env_findings(const Environment& env, const std::string& whose, std::vec
 }
 
 void probe_host(const HostProbe& host, DoctorReport& r) {
-  if (auto m = host.memory()) {
+  r.host = host.memory();
+  r.pressure = host.pressure();
+  if (const auto& m = r.host) {
     r.facts["host"] = {{"total_bytes", m->total_bytes}, {"available_bytes", m->available_bytes}};
     if (m->total_bytes > 0 && m->available_bytes * 10 < m->total_bytes) {
       r.findings.push_back(
@@ -42,7 +44,7 @@ void probe_host(const HostProbe& host, DoctorReport& r) {
   } else {
     r.notes.push_back("/proc/meminfo is not readable: host memory not checked");
   }
-  if (auto p = host.pressure()) {
+  if (const auto& p = r.pressure) {
     r.facts["memory_pressure"] = {{"some_avg10", p->some_avg10}, {"full_avg10", p->full_avg10}};
     if (p->full_avg10 >= 1.0 || p->some_avg10 >= 10.0) {
       r.findings.push_back(
@@ -84,6 +86,10 @@ void probe_host(const HostProbe& host, DoctorReport& r) {
 }
 
 }  // namespace
+
+bool pool_looks_shrunken(uint64_t held_bytes, uint64_t asked_bytes) {
+  return held_bytes + (1ull << 30) < asked_bytes && held_bytes > (2ull << 30);
+}
 
 // The device memory JAX sizes its pool from: CUDA's total, which is NVML's total less the driver's own
 // reservation (NVML v2 memory info). On an idle H200: 150754820096 - 644939776 = 150109880320, and 75% of
@@ -203,8 +209,7 @@ Expected<DoctorReport> run_doctor(const DoctorOptions& options) {
                "or lower XLA_CLIENT_MEM_FRACTION",
                whose});
           // A pool far below what it should be: the driver refused the whole pool at start.
-          if (gpu_used && *gpu_used + (1ull << 30) < plan.reserved_at_first_allocation_bytes &&
-              *gpu_used > (2ull << 30)) {
+          if (gpu_used && pool_looks_shrunken(*gpu_used, plan.reserved_at_first_allocation_bytes)) {
             r.findings.push_back(
                 {Step::kAllocation, "shrunken_pool", Severity::kWarning,
                  fmt::format("{} holds {} on the GPU, well below the {} pool its settings ask for: "

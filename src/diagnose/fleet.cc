@@ -13,8 +13,6 @@ FleetSnapshot probe_fleet(const FleetOptions& options) {
   s.unix_time_seconds =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const HostProbe host(options.root);
-  s.host = host.memory();
-  s.pressure = host.pressure();
   if (options.gpus) {
     s.gpus = *options.gpus;
   } else if (options.query_gpu) {
@@ -42,6 +40,9 @@ FleetSnapshot probe_fleet(const FleetOptions& options) {
   machine.query_gpu = false;
   machine.environment = options.environment;
   if (auto report = run_doctor(machine); report.ok()) {
+    // The doctor probed host memory and pressure: read once, kept here.
+    s.host = report->host;
+    s.pressure = report->pressure;
     for (const Finding& f : report->findings) {
       // The exporter's own shell is not what runs on the GPUs: its XLA variables are not a finding.
       if (f.code == "invalid_xla_variable" || f.code == "xla_variable_trap") continue;

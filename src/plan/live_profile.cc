@@ -8,6 +8,12 @@
 
 namespace memfit {
 
+std::optional<uint64_t> next_step_needed_bytes(uint64_t live_bytes, uint64_t step_peak_bytes,
+                                               uint64_t step_argument_bytes) {
+  const uint64_t arguments = std::min(step_argument_bytes, step_peak_bytes);
+  return checked_add(live_bytes, step_peak_bytes - std::min(arguments, live_bytes));
+}
+
 Expected<NextStepFit> next_step_fit(const DeviceMemoryProfile& profile, std::string_view device,
                                     uint64_t step_peak_bytes, uint64_t step_argument_bytes,
                                     std::optional<uint64_t> limit_bytes) {
@@ -27,8 +33,7 @@ Expected<NextStepFit> next_step_fit(const DeviceMemoryProfile& profile, std::str
   f.executable_bytes = profile.executable_bytes;
   f.step_peak_bytes = step_peak_bytes;
   f.step_argument_bytes = std::min(step_argument_bytes, step_peak_bytes);
-  const uint64_t added = step_peak_bytes - std::min(f.step_argument_bytes, f.live_buffer_bytes);
-  const auto needed = checked_add(f.live_buffer_bytes, added);
+  const auto needed = next_step_needed_bytes(f.live_buffer_bytes, step_peak_bytes, step_argument_bytes);
   if (!needed) return invalid_argument("the live bytes and the step's peak overflow 64 bits");
   f.needed_bytes = *needed;
   f.limit_bytes = limit_bytes;

@@ -130,8 +130,9 @@ def test_capture_folder_is_what_memfit_reads(tmp_path):
     stats = {"bytes_limit": 112583507968, "pool_bytes": 35433480192, "bytes_in_use": 12 * 2**30,
              "peak_bytes_in_use": 20 * 2**30}
     written = memfit_jax.write_capture(str(tmp_path), stablehlo=stablehlo, memory_analysis=xla,
-                                       memory_stats=stats, device_profile=open(PROFILE, "rb").read())
-    assert len(written) == 4 and not glob.glob(str(tmp_path / "*.tmp"))
+                                       memory_stats=stats, device_profile=open(PROFILE, "rb").read(),
+                                       xla_env=memfit_jax.xla_variables({"HOME": "/root"}))  # XLA's defaults
+    assert len(written) == 5 and not glob.glob(str(tmp_path / "*.tmp"))
     planned = cli_json("hlo", str(tmp_path))
     assert planned["source"] == "stablehlo"
     assert planned == memfit.hlo(str(tmp_path))
@@ -141,6 +142,11 @@ def test_capture_folder_is_what_memfit_reads(tmp_path):
     assert doctor["facts"]["bundle"]["device_profile"]["buffer_bytes"] == 10 * 2**30
     # 10 GiB live + the step's 17.7 GB less its arguments fits the 104.85 GiB limit.
     assert doctor["facts"]["bundle"]["next_step"]["fits"] is True
+    # The same figures from a process whose pool grows: below its limit by design, not shrunken.
+    memfit_jax.write_capture(str(tmp_path), xla_env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+    growing = cli_json("doctor", "--bundle", str(tmp_path))
+    assert "shrunken_pool" not in {f["code"] for f in growing["findings"]}
+    memfit_jax.write_capture(str(tmp_path), xla_env={})
     # In a 20 GiB pool the same step does not fit on top of the 10 GiB live: an error, exit 1.
     memfit_jax.write_capture(str(tmp_path), memory_stats={**stats, "bytes_limit": 20 * 2**30})
     tight = cli_json("doctor", "--bundle", str(tmp_path), code=1)

@@ -1,9 +1,11 @@
 // memfit/diagnose/bundle.h - a folder memfit_jax.capture() wrote (python/memfit_jax.py): the process's
-// memory_stats(), its device memory profile and the step's memory_analysis(), read together.
+// memory_stats(), its XLA variables (xla_env.json), its device memory profile and the step's
+// memory_analysis(), read together.
 //
-// What it finds: a pool smaller than its bytes_limit (the driver refused the whole pool: another process
-// holds memory), the next step against the pool (the live arrays, less the step's own arguments, plus the
-// step's peak), and where the live arrays were made (the largest profile site).
+// What it finds: a preallocated pool smaller than its bytes_limit (the driver refused the whole pool:
+// another process holds memory; the same rule as `memfit doctor --pid`), the next step against the pool (the
+// live arrays, less the step's own arguments, plus the step's peak), and where the live arrays were made (the
+// largest profile site).
 #pragma once
 
 #include <string>

@@ -31,7 +31,14 @@ struct DoctorReport {
   std::vector<Finding> findings;
   std::vector<std::string> notes;  // what could not be probed, and why
   Json facts;                      // what was measured (host memory, GPUs, the process)
+  std::optional<HostMemory> host;  // the machine's, when it was probed (also in `facts`)
+  std::optional<MemoryPressure> pressure;
 };
+
+// Whether a preallocated pool holding `held_bytes` where its settings asked for `asked_bytes` was cut short
+// when it was reserved (the driver refused the whole pool; XLA backed off by 0.9x): more than 1 GiB short,
+// and more than 2 GiB held (so a process that has not made its pool yet is not one).
+bool pool_looks_shrunken(uint64_t held_bytes, uint64_t asked_bytes);
 
 // kNotFound when --pid names no process; kInvalidArgument for a pid that cannot be one (<= 0) or a root
 // with no proc/ below it; everything else unavailable becomes a note.

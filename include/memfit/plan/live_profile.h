@@ -26,6 +26,11 @@ struct NextStepFit {
   std::optional<bool> fits;
 };
 
+// live + peak - min(arguments, live): the bytes the next step needs in a process holding `live_bytes`;
+// nullopt when the sum passes 2^64.
+std::optional<uint64_t> next_step_needed_bytes(uint64_t live_bytes, uint64_t step_peak_bytes,
+                                               uint64_t step_argument_bytes);
+
 // `device` empty: the device holding the most buffers. kNotFound when the profile has no such device.
 Expected<NextStepFit> next_step_fit(const DeviceMemoryProfile& profile, std::string_view device,
                                     uint64_t step_peak_bytes, uint64_t step_argument_bytes,
