@@ -61,19 +61,8 @@ py::object hlo(const std::string& path_or_text, const std::string& module, size_
   } else {
     source = value_or_raise(memfit::read_hlo_source(path_or_text, module));
   }
-  auto parsed = memfit::parse_program_text(source.text);
-  if (!parsed.ok()) raise(parsed.error().with_context(source.path));
-  memfit::HloPlanOptions po;
-  po.top = top;
-  auto plan = memfit::plan_hlo(*parsed, po);
-  if (!plan.ok()) raise(plan.error().with_context(source.path));
-  Json j = memfit::cli::hlo_to_json(source.path, *plan, buffers);
-  if (!source.buffer_assignment_text.empty()) {
-    auto assignment = memfit::parse_buffer_assignment(source.buffer_assignment_text);
-    if (!assignment.ok()) raise(assignment.error().with_context(source.buffer_assignment_path));
-    j["xla_buffer_assignment"] = memfit::cli::xla_comparison_to_json(
-        source.buffer_assignment_path, memfit::compare_with_xla(*plan, *assignment));
-  }
+  const Json j =
+      memfit::cli::hlo_run_to_json(value_or_raise(memfit::cli::run_hlo(std::move(source), top)), buffers);
   return to_python(j);
 }
 

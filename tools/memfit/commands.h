@@ -14,6 +14,7 @@
 #include "memfit/plan/live_profile.h"
 #include "memfit/plan/step_plan.h"
 #include "memfit/plan/xla_comparison.h"
+#include "memfit/program/hlo_source.h"
 #include "memfit/share/share_group.h"
 #include "memfit/trace/device_profile.h"
 #include "memfit/trace/replay.h"
@@ -40,6 +41,17 @@ int fail(Io& io, const Error& error);
 // The --json objects, built from the library's results: the CLI and the Python module (python/) print and
 // return the same.
 Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers);
+// memfit hlo's work on a program read (CLI and Python module): parse, plan, and beside a dump's buffer
+// assignment, compare with XLA's. `progress` (may be empty) hears each stage.
+struct HloRun {
+  HloSource source;
+  HloPlan plan;
+  std::optional<XlaComparison> xla;
+};
+Expected<HloRun> run_hlo(HloSource source, size_t top,
+                         const std::function<void(const std::string&)>& progress = {});
+Json hlo_run_to_json(const HloRun& run,
+                     bool all_buffers);  // hlo_to_json, with the comparison when there is one
 Json xla_comparison_to_json(const std::string& path, const XlaComparison& comparison);
 Json step_plan_to_json(const StepPlan& plan);
 Json fit_to_json(const FitResult& fit);

@@ -78,6 +78,33 @@ Json xla_comparison_to_json(const std::string& path, const XlaComparison& c) {
   return j;
 }
 
+Expected<HloRun> run_hlo(HloSource source, size_t top,
+                         const std::function<void(const std::string&)>& progress) {
+  if (progress) progress("memfit hlo: parsing " + source.path);
+  // Optimized HLO, the lowered program as HLO, or as StableHLO: told apart by the text itself.
+  auto module = parse_program_text(source.text);
+  if (!module.ok()) return module.error().with_context(source.path);
+  if (progress) progress("memfit hlo: planning " + module->name);
+  HloPlanOptions po;
+  po.top = top;
+  auto plan = plan_hlo(*module, po);
+  if (!plan.ok()) return plan.error().with_context(source.path);
+  HloRun run{std::move(source), std::move(plan).value(), std::nullopt};
+  if (!run.source.buffer_assignment_text.empty()) {
+    auto assignment = parse_buffer_assignment(run.source.buffer_assignment_text);
+    if (!assignment.ok()) return assignment.error().with_context(run.source.buffer_assignment_path);
+    run.xla = compare_with_xla(run.plan, *assignment);
+  }
+  return run;
+}
+
+Json hlo_run_to_json(const HloRun& run, bool all_buffers) {
+  Json j = hlo_to_json(run.source.path, run.plan, all_buffers);
+  if (run.xla)
+    j["xla_buffer_assignment"] = xla_comparison_to_json(run.source.buffer_assignment_path, *run.xla);
+  return j;
+}
+
 namespace {
 
 void print_comparison(std::ostream& out, const std::string& path, const XlaComparison& c) {
@@ -172,18 +199,15 @@ Action add_hlo_command(CLI::App& app, Io& io) {
     progress.update("memfit hlo: reading " + options->path);
     auto source = read_hlo_source(options->path, options->module);
     if (!source.ok()) return fail(io, source.error());
-    progress.update("memfit hlo: parsing " + source->path);
-    // Optimized HLO, the lowered program as HLO, or as StableHLO: told apart by the text itself.
-    auto module = parse_program_text(source->text);
-    if (!module.ok()) return fail(io, module.error().with_context(source->path));
-    progress.update("memfit hlo: planning " + module->name);
-    HloPlanOptions po;
-    po.top = options->top;
-    auto plan = plan_hlo(*module, po);
+    auto run = run_hlo(std::move(source).value(), options->top,
+                       [&](const std::string& what) { progress.update(what); });
     progress.done();
-    if (!plan.ok()) return fail(io, plan.error().with_context(source->path));
+    if (!run.ok()) return fail(io, run.error());
+    const HloPlan* plan = &run->plan;
+    const HloSource* source_read = &run->source;
     if (!options->html.empty()) {
-      const Status written = write_html(options->html, chart_from_plan(*plan, "memfit hlo: " + source->path));
+      const Status written =
+          write_html(options->html, chart_from_plan(*plan, "memfit hlo: " + source_read->path));
       if (!written.ok()) return fail(io, written.error());
     }
     std::optional<NextStepFit> next;
@@ -193,15 +217,8 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       if (!fit.ok()) return fail(io, fit.error());
       next = *fit;
     }
-    std::optional<XlaComparison> xla;
-    if (!source->buffer_assignment_text.empty()) {
-      auto assignment = parse_buffer_assignment(source->buffer_assignment_text);
-      if (!assignment.ok()) return fail(io, assignment.error().with_context(source->buffer_assignment_path));
-      xla = compare_with_xla(*plan, *assignment);
-    }
     if (options->json) {
-      Json j = hlo_to_json(source->path, *plan, options->buffers);
-      if (xla) j["xla_buffer_assignment"] = xla_comparison_to_json(source->buffer_assignment_path, *xla);
+      Json j = hlo_run_to_json(*run, options->buffers);
       if (limit) {
         j["limit_bytes"] = *limit;
         j["fits"] = plan->peak_bytes <= *limit;
@@ -209,11 +226,11 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       if (next) j["live_profile"] = next_step_json(options->live_profile, *next);
       io.out << json_to_output(j);
     } else {
-      print_table(io.out, source->path, *plan);
+      print_table(io.out, source_read->path, *plan);
       if (limit)
         io.out << fmt::format("  pool limit {}: the program {}\n", format_bytes(*limit),
                               plan->peak_bytes <= *limit ? "fits" : "does NOT fit");
-      if (xla) print_comparison(io.out, source->buffer_assignment_path, *xla);
+      if (run->xla) print_comparison(io.out, source_read->buffer_assignment_path, *run->xla);
       if (next) print_next_step(io.out, options->live_profile, *next);
     }
     if (next && next->fits) return *next->fits ? kExitOk : kExitFinding;
