@@ -205,6 +205,14 @@ def pids_of(body, name, group):
     return {dict(k)["pid"]: v for k, v in samples(body, name).items() if dict(k).get("group") == group}
 
 
+def end_group(exporter, members, group):
+    """Kills the members, stops the exporter and removes the group's table."""
+    for m in members:
+        m.kill9()
+    exporter.stop()
+    subprocess.run(["rm", "-f", f"/dev/shm/memfit-share-{group}-dev0"])
+
+
 def check_share_group():
     group = f"exporter-{os.getpid()}"
     interval = 0.5
@@ -235,10 +243,7 @@ def check_share_group():
             fail(f"the killed member left the metrics after {took:.2f} s, more than 2 intervals ({2 * interval} s)")
         print(f"share_group: 3 members' pools shown; the kill -9'd one gone after {took:.2f} s")
     finally:
-        for m in members:
-            m.kill9()
-        e.stop()
-        subprocess.run(["rm", "-f", f"/dev/shm/memfit-share-{group}-dev0"])
+        end_group(e, members, group)
 
 
 def check_many_members():
@@ -259,10 +264,7 @@ def check_many_members():
         print(f"many_members: 64 members listed; 50 scrapes, median {times[25] * 1000:.2f} ms, "
               f"slowest {times[-1] * 1000:.2f} ms (limit {limit * 1000:.0f} ms)")
     finally:
-        for m in members:
-            m.kill9()
-        e.stop()
-        subprocess.run(["rm", "-f", f"/dev/shm/memfit-share-{group}-dev0"])
+        end_group(e, members, group)
 
 
 def check_soak():

@@ -236,9 +236,9 @@ TEST(Doctor, OneProcessItsVariablesAndPool) {
   EXPECT_EQ(r.facts["process"]["rss_bytes"], 5000000ull * 1024);
 }
 
-// A second JAX tenant on the H200, as NVML showed it (../shared/FACTS.md): NVML's total includes the
-// driver's reservation, JAX's total does not, and the process holds the 33 GiB the driver let it have.
-TEST(Doctor, SecondTenantPoolFromCudaTotalAndWhatItHolds) {
+// The H200 of ../shared/FACTS.md with two JAX tenants, as NVML showed it: 4242 holds its 105 GiB pool, 4343
+// the 33 GiB the driver let it have.
+GpuMemory second_tenant_h200() {
   GpuMemory h200;
   h200.name = "NVIDIA H200";
   h200.total_bytes = 150754820096ull;
@@ -246,6 +246,13 @@ TEST(Doctor, SecondTenantPoolFromCudaTotalAndWhatItHolds) {
   h200.used_bytes = 113171562496ull + 35433480192ull;
   h200.free_bytes = h200.total_bytes - h200.reserved_bytes - h200.used_bytes;
   h200.processes = {{4242, 113171562496ull}, {4343, 35433480192ull}};
+  return h200;
+}
+
+// A second JAX tenant on the H200, as NVML showed it (../shared/FACTS.md): NVML's total includes the
+// driver's reservation, JAX's total does not, and the process holds the 33 GiB the driver let it have.
+TEST(Doctor, SecondTenantPoolFromCudaTotalAndWhatItHolds) {
+  GpuMemory h200 = second_tenant_h200();
   DoctorOptions o;
   o.root = std::string(MEMFIT_FIXTURES) + "/calm";
   o.gpus = std::vector<GpuMemory>{h200};
@@ -267,13 +274,8 @@ TEST(Doctor, SecondTenantPoolFromCudaTotalAndWhatItHolds) {
 // The exporter's look at the same machine: the machine's findings without a pid, each GPU process's with
 // its own, and the process's name from /proc.
 TEST(Fleet, FindingsPerMachineAndPerGpuProcess) {
-  GpuMemory h200;
-  h200.name = "NVIDIA H200";
-  h200.total_bytes = 150754820096ull;
-  h200.reserved_bytes = 644939776ull;
-  h200.used_bytes = 113171562496ull + 35433480192ull;
-  h200.free_bytes = h200.total_bytes - h200.reserved_bytes - h200.used_bytes;
-  h200.processes = {{4343, 35433480192ull}};
+  GpuMemory h200 = second_tenant_h200();
+  h200.processes = {{4343, 35433480192ull}};  // only the starved tenant is listed
   FleetOptions o;
   o.root = std::string(MEMFIT_FIXTURES) + "/calm";
   o.gpus = std::vector<GpuMemory>{h200};

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <sstream>
 #include <string>
@@ -88,60 +89,53 @@ inline std::string scaled_module(const std::string& text, int copies) {
 // over f32[256,256] - as StableHLO (`stablehlo` true) or as HLO text. What the lowered-program planner's
 // scaling is measured on (bench/plan_bench.cc).
 inline std::string lowered_chain(int n, bool stablehlo) {
-  std::string out;
+  // Value k in either form, and the four ops the chain repeats (k: the value made; a, b: its operands).
+  auto v = [&](int k) { return fmt::format(fmt::runtime(stablehlo ? "%{}" : "v{}"), k); };
   const std::string t = "tensor<256x256xf32>";
-  if (stablehlo) {
-    out += "module @jit_chain {\n  func.func public @main(%arg0: " + t + ", %arg1: " + t + ") -> (" + t +
-           ") {\n";
-    out += "    %0 = stablehlo.add %arg0, %arg1 : " + t + "\n";
-  } else {
-    out +=
-        "HloModule chain\n\nENTRY main {\n  a = f32[256,256] parameter(0)\n  b = f32[256,256] parameter(1)\n";
-    out += "  v0 = f32[256,256] add(a, b)\n";
-  }
-  for (int i = 1; i < n; ++i) {
-    const std::string v = std::to_string(i), p1 = std::to_string(i - 1),
-                      p2 = std::to_string(i >= 2 ? i - 2 : 0), p3 = std::to_string(i >= 3 ? i - 3 : 0);
+  auto op = [&](int k) {
+    const std::string a = v(k - 1);
+    const std::string b = v(std::max(0, k - 2 - (k % 4 == 3 ? 1 : 0)));
     if (stablehlo) {
-      switch (i % 4) {
+      switch (k % 4) {
         case 0:
-          out += "    %" + v + " = stablehlo.dot_general %" + p1 +
-                 ", %arg1, contracting_dims = [1] x [0] : (" + t + ", " + t + ") -> " + t + "\n";
-          break;
+          return fmt::format("stablehlo.dot_general {}, %arg1, contracting_dims = [1] x [0] : ({}, {}) -> {}",
+                             a, t, t, t);
         case 1:
-          out += "    %" + v + " = stablehlo.tanh %" + p1 + " : " + t + "\n";
-          break;
+          return fmt::format("stablehlo.tanh {} : {}", a, t);
         case 2:
-          out += "    %" + v + " = stablehlo.multiply %" + p1 + ", %" + p2 + " : " + t + "\n";
-          break;
+          return fmt::format("stablehlo.multiply {}, {} : {}", a, b, t);
         default:
-          out += "    %" + v + " = stablehlo.add %" + p1 + ", %" + p3 + " : " + t + "\n";
-          break;
-      }
-    } else {
-      const std::string root = i + 1 == n ? "ROOT " : "";
-      switch (i % 4) {
-        case 0:
-          out += "  " + root + "v" + v + " = f32[256,256] dot(v" + p1 +
-                 ", b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n";
-          break;
-        case 1:
-          out += "  " + root + "v" + v + " = f32[256,256] tanh(v" + p1 + ")\n";
-          break;
-        case 2:
-          out += "  " + root + "v" + v + " = f32[256,256] multiply(v" + p1 + ", v" + p2 + ")\n";
-          break;
-        default:
-          out += "  " + root + "v" + v + " = f32[256,256] add(v" + p1 + ", v" + p3 + ")\n";
-          break;
+          return fmt::format("stablehlo.add {}, {} : {}", a, b, t);
       }
     }
+    switch (k % 4) {
+      case 0:
+        return fmt::format("f32[256,256] dot({}, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}",
+                           a);
+      case 1:
+        return fmt::format("f32[256,256] tanh({})", a);
+      case 2:
+        return fmt::format("f32[256,256] multiply({}, {})", a, b);
+      default:
+        return fmt::format("f32[256,256] add({}, {})", a, b);
+    }
+  };
+  std::string out = stablehlo
+                        ? fmt::format(
+                              "module @jit_chain {{\n  func.func public @main(%arg0: {0}, %arg1: {0}) -> "
+                              "({0}) {{\n    %0 = stablehlo.add %arg0, %arg1 : {0}\n",
+                              t)
+                        : std::string(
+                              "HloModule chain\n\nENTRY main {\n  a = f32[256,256] parameter(0)\n"
+                              "  b = f32[256,256] parameter(1)\n  v0 = f32[256,256] add(a, b)\n");
+  for (int k = 1; k < n; ++k) {
+    if (stablehlo) {
+      out += fmt::format("    {} = {}\n", v(k), op(k));
+    } else {
+      out += fmt::format("  {}{} = {}\n", k + 1 == n ? "ROOT " : "", v(k), op(k));
+    }
   }
-  if (stablehlo) {
-    out += "    return %" + std::to_string(n - 1) + " : " + t + "\n  }\n}\n";
-  } else {
-    out += "}\n";
-  }
+  out += stablehlo ? fmt::format("    return {} : {}\n  }}\n}}\n", v(n - 1), t) : std::string("}\n");
   return out;
 }
 
