@@ -68,6 +68,8 @@ Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& option
   std::vector<uint64_t> temp_offset(model.buffers.size(), 0);
   for (size_t k = 0; k < model.heap_values.size(); ++k)
     temp_offset[model.values[model.heap_values[k]].buffer] = heap.offsets[k];
+  std::vector<bool> in_host(model.buffers.size(), false);
+  for (uint32_t v : model.host_heap_values) in_host[model.values[v].buffer] = true;
   plan.buffers.reserve(model.buffers.size());
   for (size_t b = 0; b < model.buffers.size(); ++b) {
     const HloBuffer& buffer = model.buffers[b];
@@ -84,6 +86,7 @@ Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& option
     row.start = buffer.start;
     row.end = buffer.end;
     row.offset = temp_offset[b];
+    row.host_memory = in_host[b];
     if (buffer.kind == BufferKind::kConstant) plan.constant_bytes += buffer.size_bytes;
     plan.buffers.push_back(std::move(row));
   }

@@ -269,9 +269,18 @@ MemoryChart chart_from_timeline(const Timeline& timeline, const std::string& tit
   MemoryChart chart;
   chart.title = title;
   chart.x_label = "event";
-  chart.categories = timeline.tags;
-  if (chart.categories.empty()) chart.categories.push_back("(untagged)");
-  if (chart.categories.size() == 1) chart.categories[0] = "live";
+  // One category per tag that an allocation carries, in the tags' order.
+  std::vector<uint32_t> category_of(timeline.tags.size(), UINT32_MAX);
+  for (const TraceEvent& e : timeline.events)
+    if (e.kind == EventKind::kAlloc && e.tag < category_of.size()) category_of[e.tag] = 0;
+  for (uint32_t tag = 0; tag < category_of.size(); ++tag) {
+    if (category_of[tag] == UINT32_MAX) continue;
+    category_of[tag] = static_cast<uint32_t>(chart.categories.size());
+    chart.categories.push_back(timeline.tags[tag]);
+  }
+  if (chart.categories.empty()) chart.categories.push_back("live");
+  if (chart.categories.size() == 1 && chart.categories[0] == "(untagged)") chart.categories[0] = "live";
+  const bool labelled = timeline.labels.size() == timeline.buffer_count;
   std::vector<size_t> open(timeline.buffer_count, SIZE_MAX);
   for (size_t i = 0; i < timeline.events.size(); ++i) {
     const TraceEvent& e = timeline.events[i];
@@ -279,13 +288,21 @@ MemoryChart chart_from_timeline(const Timeline& timeline, const std::string& tit
     if (e.kind == EventKind::kAlloc) {
       open[e.buffer] = chart.buffers.size();
       ChartBuffer b;
-      b.name = fmt::format("buffer {}", e.buffer);
-      b.op_name = e.tag < timeline.tags.size() && e.tag != 0 ? timeline.tags[e.tag] : "";
-      b.category = e.tag < chart.categories.size() ? e.tag : 0;
+      const bool tagged = e.tag < timeline.tags.size() && category_of[e.tag] != UINT32_MAX;
+      if (labelled && e.buffer < timeline.labels.size()) {
+        const BufferLabel& l = timeline.labels[e.buffer];
+        b.name = l.name;
+        b.shape = l.shape;
+        b.op_name = l.op_name;
+      } else {
+        b.name = fmt::format("buffer {}", e.buffer);
+        b.op_name = tagged && e.tag != 0 ? timeline.tags[e.tag] : "";
+        b.shape = fmt::format("stream {}", e.stream);
+      }
+      b.category = tagged ? category_of[e.tag] : 0;
       b.bytes = e.size_bytes;
       b.start = i;
       b.end = timeline.events.size();
-      b.shape = fmt::format("stream {}", e.stream);
       chart.buffers.push_back(std::move(b));
     } else if (open[e.buffer] != SIZE_MAX) {
       chart.buffers[open[e.buffer]].end = i > 0 ? i - 1 : 0;

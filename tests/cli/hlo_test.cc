@@ -109,6 +109,32 @@ TEST(HloCommand, DumpFolderPicksTheLargestModuleOrTheNamedOne) {
   std::filesystem::remove_all(dir);
 }
 
+// --trace-out writes the plan as a memfit trace: memfit replay runs the planned program through the
+// allocator policies, and its live bytes are the plan's no-fragmentation bound.
+TEST(HloCommand, TraceOutReplaysThePlannedProgram) {
+  const auto trace =
+      std::filesystem::temp_directory_path() / ("memfit_plan_trace_" + std::to_string(::getpid()) + ".csv");
+  const auto hlo = testing::run_cli(
+      {"hlo", kData + "gpt_fp32_donate.lowered.hlo.txt.gz", "--json", "--trace-out", trace.string()});
+  ASSERT_EQ(hlo.code, 0) << hlo.err;
+  const auto plan = nlohmann::json::parse(hlo.out);
+  const auto replay = testing::run_cli({"replay", trace.string(), "--policy", "all", "--json"});
+  ASSERT_EQ(replay.code, 0) << replay.err;
+  const auto r = nlohmann::json::parse(replay.out);
+  EXPECT_EQ(r["peak_live_bytes"], plan["lower_bound_bytes"]);
+  ASSERT_GE(r["policies"].size(), 2u);
+  for (const auto& p : r["policies"]) {
+    EXPECT_GE(p["peak_reserved_bytes"].get<uint64_t>(), plan["lower_bound_bytes"].get<uint64_t>())
+        << p["name"];
+    EXPECT_EQ(p["oom_events"], 0) << p["name"];
+  }
+  // A folder that does not exist: exit 2, nothing written.
+  const auto bad =
+      testing::run_cli({"hlo", kData + "mlp_fp32.hlo.txt.gz", "--trace-out", "/nonexistent/dir/t.csv"});
+  EXPECT_EQ(bad.code, 2);
+  std::filesystem::remove(trace);
+}
+
 TEST(HloCommand, TruncatedOrMalformedHloExitsTwoNamingTheLine) {
   auto text = read_file(kData + "gpt_fp32_donate.hlo.txt.gz");
   ASSERT_TRUE(text.ok());

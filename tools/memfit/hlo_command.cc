@@ -7,13 +7,16 @@
 #include "html_report.h"
 #include "memfit/core/bytes.h"
 #include "memfit/core/device_catalog.h"
+#include "memfit/core/file_io.h"
 #include "memfit/core/json.h"
 #include "memfit/core/xla_env.h"
 #include "memfit/plan/hlo_plan.h"
+#include "memfit/plan/plan_timeline.h"
 #include "memfit/plan/xla_comparison.h"
 #include "memfit/program/buffer_assignment.h"
 #include "memfit/program/hlo_source.h"
 #include "memfit/program/stablehlo_module.h"
+#include "memfit/trace/writer.h"
 #include "progress.h"
 
 namespace memfit::cli {
@@ -162,6 +165,7 @@ Action add_hlo_command(CLI::App& app, Io& io) {
     bool json = false;
     bool buffers = false;
     std::string html;
+    std::string trace_out;
     std::string capacity;
     std::string live_profile;
     std::string profile_device;
@@ -178,6 +182,10 @@ Action add_hlo_command(CLI::App& app, Io& io) {
   app.add_flag("--buffers", options->buffers,
                "With --json: every buffer with its kind, live range (schedule steps) and temp offset");
   app.add_option("--html", options->html, "Also write a self-contained HTML memory timeline to this file");
+  app.add_option(
+      "--trace-out", options->trace_out,
+      "Also write the plan as a memfit trace (alloc/free per schedule step): `memfit replay` runs it "
+      "through allocator policies");
   app.add_option(
       "--capacity", options->capacity,
       "The device (bytes, 80GiB, h200): the pool's limit comes from it and the XLA variables in force");
@@ -208,6 +216,10 @@ Action add_hlo_command(CLI::App& app, Io& io) {
     if (!options->html.empty()) {
       const Status written =
           write_html(options->html, chart_from_plan(*plan, "memfit hlo: " + source_read->path));
+      if (!written.ok()) return fail(io, written.error());
+    }
+    if (!options->trace_out.empty()) {
+      const Status written = write_file_atomic(options->trace_out, to_memfit_trace(plan_timeline(*plan)));
       if (!written.ok()) return fail(io, written.error());
     }
     std::optional<NextStepFit> next;

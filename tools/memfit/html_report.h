@@ -11,8 +11,8 @@
 
 namespace memfit::cli {
 
-// Buffers of a planned program over its flattened schedule. Categories: the model zoo's own, else from
-// the buffer's kind and JAX op name (forward `jvp(` activations, backward `transpose(` gradients).
+// A planned program drawn as every Timeline is (plan_timeline, then chart_from_timeline), with the plan's
+// figures as subtitle and its peak as a line.
 MemoryChart chart_from_plan(const HloPlan& plan, const std::string& title);
 
 Status write_html(const std::string& path, const MemoryChart& chart);

@@ -28,7 +28,8 @@ struct PlannedBuffer {
   BufferKind kind = BufferKind::kTemp;
   uint64_t start = 0;  // flattened schedule times, inclusive
   uint64_t end = 0;
-  uint64_t offset = 0;  // in the temp block (temps only)
+  uint64_t offset = 0;       // in the temp block (temps only)
+  bool host_memory = false;  // in host memory (S(5), offloaded): not on the device
 };
 
 // Buffers live at the peak that came from the same op with the same shape: "8 x f32[8,16,1024,1024]".

@@ -47,7 +47,8 @@ struct ChartOptions {
 // The page. Deterministic for the same chart.
 std::string render_html(const MemoryChart& chart, const ChartOptions& options = {});
 
-// A trace as a chart: one category per tag, x = event index.
+// A Timeline - a recorded trace or a planned program - as a chart: one category per tag that an allocation
+// carries, x = event index; each buffer named by the Timeline's labels where it has them.
 MemoryChart chart_from_timeline(const Timeline& timeline, const std::string& title);
 
 }  // namespace memfit

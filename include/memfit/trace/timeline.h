@@ -31,11 +31,20 @@ struct TraceEvent {
   uint64_t time_us = 0;
 };
 
+// What a buffer is, where the source knows it (a planned program does: the instruction, its shape and the
+// JAX op that made it). Recorded traces carry only a tag.
+struct BufferLabel {
+  std::string name;
+  std::string shape;
+  std::string op_name;
+};
+
 struct Timeline {
-  std::string source;  // "pytorch-snapshot", "pytorch-csv", "rmm-csv", "memfit", ...
+  std::string source;  // "pytorch-snapshot", "pytorch-csv", "rmm-csv", "memfit", "plan", ...
   std::vector<TraceEvent> events;
   std::vector<std::string> tags{"(untagged)"};
   uint64_t buffer_count = 0;
+  std::vector<BufferLabel> labels;  // empty, or one per buffer id
   // What the recorded run reserved, when the trace has segment events (PyTorch's max_memory_reserved).
   std::optional<uint64_t> recorded_peak_reserved_bytes;
   // Frees of buffers allocated before recording started (ring-buffered traces); skipped, counted here.
