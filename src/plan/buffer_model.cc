@@ -58,67 +58,10 @@ void for_each_node(const Shape& s, std::vector<uint64_t>& index,
   }
 }
 
-bool is_elementwise(std::string_view op) {
-  static const std::unordered_set<std::string_view> kOps = {"abs",
-                                                            "add",
-                                                            "and",
-                                                            "atan2",
-                                                            "cbrt",
-                                                            "ceil",
-                                                            "clamp",
-                                                            "compare",
-                                                            "complex",
-                                                            "convert",
-                                                            "cos",
-                                                            "divide",
-                                                            "erf",
-                                                            "exponential",
-                                                            "exponential-minus-one",
-                                                            "floor",
-                                                            "imag",
-                                                            "is-finite",
-                                                            "log",
-                                                            "log-plus-one",
-                                                            "logistic",
-                                                            "maximum",
-                                                            "minimum",
-                                                            "multiply",
-                                                            "negate",
-                                                            "not",
-                                                            "or",
-                                                            "popcnt",
-                                                            "power",
-                                                            "real",
-                                                            "reduce-precision",
-                                                            "remainder",
-                                                            "round-nearest-afz",
-                                                            "round-nearest-even",
-                                                            "rsqrt",
-                                                            "select",
-                                                            "shift-left",
-                                                            "shift-right-arithmetic",
-                                                            "shift-right-logical",
-                                                            "sign",
-                                                            "sine",
-                                                            "sqrt",
-                                                            "stochastic-convert",
-                                                            "subtract",
-                                                            "tan",
-                                                            "tanh",
-                                                            "xor",
-                                                            "count-leading-zeros",
-                                                            "bitcast-convert"};
-  return kOps.contains(op);
-}
-
 // Ops whose result is (part of) an operand's value: they define no buffer.
-bool forwards_operand(std::string_view op) {
-  return op == "bitcast" || op == "add-dependency" || op == "domain" || op == "opt-barrier" ||
-         op == "optimization-barrier";
-}
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+bool forwards_operand(HloOpcode op) {
+  return op == HloOpcode::kBitcast || op == HloOpcode::kAddDependency || op == HloOpcode::kDomain ||
+         op == HloOpcode::kOptimizationBarrier;
 }
 
 class Builder {
@@ -237,7 +180,8 @@ class Builder {
     if (processed_[c]) {  // a second call site: its values flow into the same parameters
       for (uint32_t i = 0; i < comp.instructions.size(); ++i) {
         const HloInstruction& inst = comp.instructions[i];
-        if (inst.opcode == "parameter" && static_cast<size_t>(inst.parameter_number) < bindings.size())
+        if (inst.opcode == HloOpcode::kParameter &&
+            static_cast<size_t>(inst.parameter_number) < bindings.size())
           unite_all(positions_[c][i], *bindings[inst.parameter_number]);
       }
       return Status();
@@ -270,9 +214,9 @@ class Builder {
 
   Status define(uint32_t c, uint32_t i, const std::vector<const Positions*>& bindings, int depth) {
     const HloInstruction& inst = m_.computations[c].instructions[i];
-    const std::string_view op = inst.opcode;
+    const HloOpcode op = inst.opcode;
     Positions& out = positions_[c][i];
-    if (op == "parameter") {
+    if (op == HloOpcode::kParameter) {
       if (c == entry_) {
         out = define_all(c, i);
       } else if (static_cast<size_t>(inst.parameter_number) < bindings.size()) {
@@ -282,7 +226,7 @@ class Builder {
       }
       return Status();
     }
-    if (op == "get-tuple-element") {
+    if (op == HloOpcode::kGetTupleElement) {
       MEMFIT_ASSIGN_OR_RETURN(uint32_t o, operand(c, inst, 0));
       const Shape& s = m_.computations[c].instructions[o].shape;
       if (!s.is_tuple() || inst.tuple_index < 0 || static_cast<size_t>(inst.tuple_index) >= s.elements.size())
@@ -295,14 +239,14 @@ class Builder {
     if (forwards_operand(op)) {
       MEMFIT_ASSIGN_OR_RETURN(uint32_t o, operand(c, inst, 0));
       const Positions& from = positions_[c][o];
-      if (op == "bitcast" && !inst.shape.is_tuple() && !from.empty()) {
+      if (op == HloOpcode::kBitcast && !inst.shape.is_tuple() && !from.empty()) {
         out.assign(1, from.front());  // a new shape over the same buffer
       } else {
         out = from;
       }
       return Status();
     }
-    if (op == "tuple") {
+    if (op == HloOpcode::kTuple) {
       out.push_back(new_value(c, i, {}, inst.shape));
       for (size_t k = 0; k < inst.operands.size(); ++k) {
         MEMFIT_ASSIGN_OR_RETURN(uint32_t o, operand(c, inst, k));
@@ -310,7 +254,7 @@ class Builder {
       }
       return Status();
     }
-    if (op == "while") {
+    if (op == HloOpcode::kWhile) {
       MEMFIT_ASSIGN_OR_RETURN(uint32_t o, operand(c, inst, 0));
       MEMFIT_ASSIGN_OR_RETURN(uint32_t cond, callee(inst, 0));
       MEMFIT_ASSIGN_OR_RETURN(uint32_t body, callee(inst, 1));
@@ -325,13 +269,13 @@ class Builder {
       out = init;
       return Status();
     }
-    if (op == "call" || op == "conditional" || op == "async-start") {
+    if (op == HloOpcode::kCall || op == HloOpcode::kConditional) {
       std::vector<Positions> args;
       for (size_t k = 0; k < inst.operands.size(); ++k) {
         MEMFIT_ASSIGN_OR_RETURN(uint32_t o, operand(c, inst, k));
         args.push_back(positions_[c][o]);
       }
-      if (op == "call") {
+      if (op == HloOpcode::kCall) {
         MEMFIT_ASSIGN_OR_RETURN(uint32_t callee_c, callee(inst, 0));
         std::vector<const Positions*> b;
         for (const Positions& a : args) b.push_back(&a);
@@ -342,7 +286,7 @@ class Builder {
         return Status();
       }
       out = define_all(c, i);
-      if (op == "conditional") {  // branch k gets operand k + 1; every branch root is the result
+      if (op == HloOpcode::kConditional) {  // branch k gets operand k + 1; every branch root is the result
         for (size_t k = 0; k < inst.called.size(); ++k) {
           MEMFIT_ASSIGN_OR_RETURN(uint32_t branch, callee(inst, k));
           std::vector<const Positions*> b;
@@ -357,11 +301,11 @@ class Builder {
       }
       return Status();
     }
-    if (ends_with(op, "-done")) {  // the result the matching *-start made
+    if (is_async_done(op)) {  // the result the matching *-start made
       MEMFIT_ASSIGN_OR_RETURN(uint32_t o, operand(c, inst, 0));
       const Shape& s = m_.computations[c].instructions[o].shape;
       const Positions& start = positions_[c][o];
-      if (op == "copy-done" && s.is_tuple() && !s.elements.empty()) {
+      if (op == HloOpcode::kCopyDone && s.is_tuple() && !s.elements.empty()) {
         const auto [b, e] = element_nodes(s, 0, 0);
         out.assign(start.begin() + static_cast<ptrdiff_t>(b), start.begin() + static_cast<ptrdiff_t>(e));
       } else if (s.is_tuple() && s.elements.size() >= 2) {
@@ -373,12 +317,12 @@ class Builder {
       if (out.size() != node_count(inst.shape)) out = define_all(c, i);
       return Status();
     }
-    if (ends_with(op, "-start") && inst.shape.is_tuple() && !inst.shape.elements.empty()) {
+    if (is_async_start(op) && inst.shape.is_tuple() && !inst.shape.elements.empty()) {
       // (operands, results..., context): element 0 is what was passed in.
       out.assign(node_count(inst.shape), kUnset);
       const Shape& first = inst.shape.elements[0];
-      const auto [b, e] = element_nodes(inst.shape, 0, op == "copy-start" ? 1 : 0);
-      if (op != "copy-start" && first.is_tuple() && first.elements.size() == inst.operands.size()) {
+      const auto [b, e] = element_nodes(inst.shape, 0, op == HloOpcode::kCopyStart ? 1 : 0);
+      if (op != HloOpcode::kCopyStart && first.is_tuple() && first.elements.size() == inst.operands.size()) {
         for (size_t k = 0; k < inst.operands.size(); ++k) {
           MEMFIT_ASSIGN_OR_RETURN(uint32_t o, operand(c, inst, k));
           const auto [eb, ee] = element_nodes(first, b, k);
@@ -410,7 +354,8 @@ class Builder {
         unite(out[out_node], positions_[c][o][operand_node]);
       return Status();
     };
-    if (inst.opcode == "dynamic-update-slice" || inst.opcode == "scatter") return alias_operand(0, 0, 0);
+    if (inst.opcode == HloOpcode::kDynamicUpdateSlice || inst.opcode == HloOpcode::kScatter)
+      return alias_operand(0, 0, 0);
     for (const auto& a : inst.operand_aliases) {
       const Shape* s = inst.shape.at(a.output_index);
       if (s == nullptr) return error_at(inst, "output_to_operand_aliasing names an output it does not have");
@@ -432,24 +377,25 @@ class Builder {
       }
       MEMFIT_RETURN_IF_ERROR(alias_operand(node, a.operand, onode));
     }
-    if (inst.opcode == "fusion" && !inst.called.empty()) {
+    if (inst.opcode == HloOpcode::kFusion && !inst.called.empty()) {
       auto fused = comp_index_.find(inst.called[0]);
       if (fused == comp_index_.end()) return error_at(inst, "calls a computation that is not in the module");
       const HloComputation& body = m_.computations[fused->second];
       const HloInstruction* root = body.root();
       if (root == nullptr) return Status();
       auto in_place_parameter = [&](const HloInstruction* r) -> int64_t {
-        while (r != nullptr && r->opcode == "bitcast")
+        while (r != nullptr && r->opcode == HloOpcode::kBitcast)
           r = lookup(fused->second, r->operands.empty() ? "" : r->operands[0]);
-        if (r == nullptr || (r->opcode != "dynamic-update-slice" && r->opcode != "scatter") ||
+        if (r == nullptr ||
+            (r->opcode != HloOpcode::kDynamicUpdateSlice && r->opcode != HloOpcode::kScatter) ||
             r->operands.empty())
           return -1;
         const HloInstruction* p = lookup(fused->second, r->operands[0]);
-        while (p != nullptr && p->opcode == "bitcast")
+        while (p != nullptr && p->opcode == HloOpcode::kBitcast)
           p = lookup(fused->second, p->operands.empty() ? "" : p->operands[0]);
-        return p != nullptr && p->opcode == "parameter" ? p->parameter_number : -1;
+        return p != nullptr && p->opcode == HloOpcode::kParameter ? p->parameter_number : -1;
       };
-      if (root->opcode == "tuple") {
+      if (root->opcode == HloOpcode::kTuple) {
         for (size_t k = 0; k < root->operands.size() && inst.shape.is_tuple(); ++k) {
           const int64_t p = in_place_parameter(lookup(fused->second, root->operands[k]));
           if (p >= 0 && k < inst.shape.elements.size())
@@ -485,7 +431,7 @@ class Builder {
       const HloInstruction* param = nullptr;
       uint32_t param_i = 0;
       for (uint32_t i = 0; i < entry.instructions.size(); ++i) {
-        if (entry.instructions[i].opcode == "parameter" &&
+        if (entry.instructions[i].opcode == HloOpcode::kParameter &&
             entry.instructions[i].parameter_number == a.parameter) {
           param = &entry.instructions[i];
           param_i = i;
@@ -518,7 +464,7 @@ class Builder {
     for (uint32_t v = 0; v < nv; ++v) {
       HloValue& value = model_.values[v];
       const HloInstruction& def = m_.computations[value.computation].instructions[value.instruction];
-      value.start = def.opcode == "parameter"
+      value.start = def.opcode == HloOpcode::kParameter
                         ? span_[value.computation].first
                         : static_cast<uint64_t>(time_[value.computation][value.instruction]);
       value.end = value.start;
@@ -535,7 +481,7 @@ class Builder {
           extend(v, is_root ? span_[c].second : t);
           if (is_root && c == entry_) live_out_[v] = true;
         }
-        if (inst.opcode == "get-tuple-element") {  // reads only the pointer table
+        if (inst.opcode == HloOpcode::kGetTupleElement) {  // reads only the pointer table
           extend(positions_[c][operands_[c][i][0]][0], t);
           continue;
         }
@@ -571,8 +517,8 @@ class Builder {
       for (uint32_t v : b.values) {
         const HloValue& value = model_.values[v];
         const HloInstruction& def = m_.computations[value.computation].instructions[value.instruction];
-        param |= def.opcode == "parameter" && value.computation == entry_;
-        constant |= def.opcode == "constant";
+        param |= def.opcode == HloOpcode::kParameter && value.computation == entry_;
+        constant |= def.opcode == HloOpcode::kConstant;
         out |= live_out_[v];
       }
       b.kind = param      ? BufferKind::kParameter
@@ -758,10 +704,11 @@ class Builder {
     const bool same_layout =
         us->minor_to_major.empty() || os->minor_to_major.empty() || us->minor_to_major == os->minor_to_major;
     const bool equal = same_dims && same_layout;  // ShapeUtil::Equal
-    if (user.opcode != "fusion") {
+    if (user.opcode != HloOpcode::kFusion) {
       if (!equal) return false;
-      if ((user.opcode == "dynamic-update-slice" || user.opcode == "scatter") && k == 0) return true;
-      return is_elementwise(user.opcode) && user.opcode != "copy";
+      if ((user.opcode == HloOpcode::kDynamicUpdateSlice || user.opcode == HloOpcode::kScatter) && k == 0)
+        return true;
+      return is_elementwise(user.opcode) && user.opcode != HloOpcode::kCopy;
     }
     if (m_.platform == HloPlatform::kCpu) {
       // HloDataflowAnalysis's default: the same shape and layout, and every transitive use of the fused
@@ -779,17 +726,17 @@ class Builder {
     const HloComputation& body = m_.computations[f];
     const HloInstruction* param = nullptr;
     for (const HloInstruction& x : body.instructions) {
-      if (x.opcode == "parameter" && x.parameter_number == static_cast<int64_t>(k)) param = &x;
+      if (x.opcode == HloOpcode::kParameter && x.parameter_number == static_cast<int64_t>(k)) param = &x;
     }
     const HloInstruction* output = body.root();
     if (param == nullptr || output == nullptr) return false;
     for (uint64_t idx : user_index) {
-      if (output->opcode != "tuple" || idx >= output->operands.size()) return false;
+      if (output->opcode != HloOpcode::kTuple || idx >= output->operands.size()) return false;
       output = lookup(f, output->operands[idx]);
       if (output == nullptr) return false;
     }
     const HloInstruction* non_bitcast_root = output;
-    while (non_bitcast_root->opcode == "bitcast" && !non_bitcast_root->operands.empty()) {
+    while (non_bitcast_root->opcode == HloOpcode::kBitcast && !non_bitcast_root->operands.empty()) {
       const HloInstruction* next = lookup(f, non_bitcast_root->operands[0]);
       if (next == nullptr) break;
       non_bitcast_root = next;
@@ -811,10 +758,11 @@ class Builder {
         if (visited.contains(u)) continue;
         // Reaching the result tuple through another output is fine: the dump of mlp_fp32 shows Adam's
         // multi-output update fusion writing a parameter's new value over the gradient it reads.
-        if (u == body.root() && u->opcode == "tuple") continue;
-        const bool dus_in_place = u == non_bitcast_root && u->opcode == "dynamic-update-slice" &&
+        if (u == body.root() && u->opcode == HloOpcode::kTuple) continue;
+        const bool dus_in_place = u == non_bitcast_root && u->opcode == HloOpcode::kDynamicUpdateSlice &&
                                   !u->operands.empty() && u->operands[0] == x->name;
-        if (!dus_in_place && u->opcode != "bitcast" && !(is_elementwise(u->opcode) && u->opcode != "copy"))
+        if (!dus_in_place && u->opcode != HloOpcode::kBitcast &&
+            !(is_elementwise(u->opcode) && u->opcode != HloOpcode::kCopy))
           return false;
         visited.insert(u);
         queue.push_back(u);
@@ -830,7 +778,7 @@ class Builder {
     const HloComputation& body = m_.computations[fc->second];
     const HloInstruction* param = nullptr;
     for (const HloInstruction& x : body.instructions) {
-      if (x.opcode == "parameter" && x.parameter_number == static_cast<int64_t>(k)) param = &x;
+      if (x.opcode == HloOpcode::kParameter && x.parameter_number == static_cast<int64_t>(k)) param = &x;
     }
     if (param == nullptr) return false;
     const auto& users = users_of(fc->second);
@@ -843,7 +791,8 @@ class Builder {
       if (it == users.end()) continue;
       for (uint32_t ui : it->second) {
         const HloInstruction* u = &body.instructions[ui];
-        if (u->opcode != "tuple" && !(is_elementwise(u->opcode) && u->opcode != "copy")) return false;
+        if (u->opcode != HloOpcode::kTuple && !(is_elementwise(u->opcode) && u->opcode != HloOpcode::kCopy))
+          return false;
         if (visited.insert(u).second) stack.push_back(u);
       }
     }
@@ -926,7 +875,7 @@ class Builder {
                          std::vector<bool>& reused) {
     const HloValue& value = model_.values[v];
     const HloInstruction& user = m_.computations[value.computation].instructions[value.instruction];
-    if (user.opcode == "copy" || user.opcode == "parameter") return kNotColocated;
+    if (user.opcode == HloOpcode::kCopy || user.opcode == HloOpcode::kParameter) return kNotColocated;
     std::vector<std::pair<uint32_t, size_t>> candidates;  // (operand value, operand number)
     const auto& ops = operands_[value.computation][value.instruction];
     for (size_t k = 0; k < ops.size(); ++k) {

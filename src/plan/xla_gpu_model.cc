@@ -27,123 +27,131 @@ enum class Role {
   kConstant,
 };
 
-Role role_of(std::string_view op) {
-  static const std::unordered_map<std::string_view, Role> kRoles = {
-      // Cheap elementwise and data movement (fused, duplicated).
-      {"add", Role::kCheap},
-      {"subtract", Role::kCheap},
-      {"multiply", Role::kCheap},
-      {"maximum", Role::kCheap},
-      {"minimum", Role::kCheap},
-      {"negate", Role::kCheap},
-      {"abs", Role::kCheap},
-      {"compare", Role::kCheap},
-      {"select", Role::kCheap},
-      {"clamp", Role::kCheap},
-      {"convert", Role::kCheap},
-      {"and", Role::kCheap},
-      {"or", Role::kCheap},
-      {"xor", Role::kCheap},
-      {"not", Role::kCheap},
-      {"sign", Role::kCheap},
-      {"floor", Role::kCheap},
-      {"ceil", Role::kCheap},
-      {"round-nearest-afz", Role::kCheap},
-      {"round-nearest-even", Role::kCheap},
-      {"shift-left", Role::kCheap},
-      {"shift-right-arithmetic", Role::kCheap},
-      {"shift-right-logical", Role::kCheap},
-      {"is-finite", Role::kCheap},
-      {"real", Role::kCheap},
-      {"imag", Role::kCheap},
-      {"bitcast-convert", Role::kCheap},
-      {"reduce-precision", Role::kCheap},
-      {"broadcast", Role::kCheap},
-      {"reshape", Role::kCheap},
-      {"transpose", Role::kCheap},
-      {"slice", Role::kCheap},
-      {"dynamic-slice", Role::kCheap},
-      {"pad", Role::kCheap},
-      {"concatenate", Role::kCheap},
-      {"iota", Role::kCheap},
-      {"reverse", Role::kCheap},
-      {"gather", Role::kCheap},
-      {"copy", Role::kCheap},
-      {"popcnt", Role::kCheap},
-      {"stochastic-convert", Role::kCheap},
-      // Expensive elementwise (xla/hlo/ir/hlo_instruction.cc, IsExpensive).
-      {"exponential", Role::kExpensive},
-      {"exponential-minus-one", Role::kExpensive},
-      {"log", Role::kExpensive},
-      {"log-plus-one", Role::kExpensive},
-      {"logistic", Role::kExpensive},
-      {"tanh", Role::kExpensive},
-      {"sqrt", Role::kExpensive},
-      {"rsqrt", Role::kExpensive},
-      {"cbrt", Role::kExpensive},
-      {"power", Role::kExpensive},
-      {"divide", Role::kExpensive},
-      {"remainder", Role::kExpensive},
-      {"sine", Role::kExpensive},
-      {"cosine", Role::kExpensive},
-      {"tan", Role::kExpensive},
-      {"atan2", Role::kExpensive},
-      {"erf", Role::kExpensive},
-      // Library calls.
-      {"dot", Role::kGemm},
-      {"convolution", Role::kGemm},
-      // Fusion roots and ops that always write their own buffer.
-      // A reduction fuses the elementwise ops that produce its input (an input fusion,
-      // xla/service/gpu/transforms/priority_fusion.cc): its operands need no buffers of their own.
-      {"reduce", Role::kReduce},
-      {"reduce-window", Role::kReduce},
-      {"select-and-scatter", Role::kRoot},
-      {"scatter", Role::kRoot},
-      {"dynamic-update-slice", Role::kRoot},
-      {"sort", Role::kRoot},
-      {"custom-call", Role::kRoot},
-      {"rng", Role::kRoot},
-      {"rng-bit-generator", Role::kRoot},
-      {"rng-get-and-update-state", Role::kRoot},
-      {"all-reduce", Role::kRoot},
-      {"all-gather", Role::kRoot},
-      {"reduce-scatter", Role::kRoot},
-      {"all-to-all", Role::kRoot},
-      {"collective-permute", Role::kRoot},
-      {"cholesky", Role::kRoot},
-      {"triangular-solve", Role::kRoot},
-      {"fft", Role::kRoot},
-      {"batch-norm-training", Role::kRoot},
-      {"batch-norm-inference", Role::kRoot},
-      {"batch-norm-grad", Role::kRoot},
-      {"infeed", Role::kRoot},
-      {"outfeed", Role::kRoot},
-      {"send", Role::kRoot},
-      {"recv", Role::kRoot},
-      {"map", Role::kRoot},
-      {"top-k", Role::kRoot},
-      {"after-all", Role::kForward},
-      {"partition-id", Role::kCheap},
-      {"replica-id", Role::kCheap},
-      // No buffer of their own.
-      {"tuple", Role::kForward},
-      {"get-tuple-element", Role::kForward},
-      {"bitcast", Role::kForward},
-      {"opt-barrier", Role::kForward},
-      {"optimization-barrier", Role::kForward},
-      {"add-dependency", Role::kForward},
-      {"domain", Role::kForward},
-      // Control flow.
-      {"while", Role::kControl},
-      {"call", Role::kControl},
-      {"conditional", Role::kControl},
-      {"async-start", Role::kControl},
-      {"async-done", Role::kControl},
-      {"parameter", Role::kParameter},
-      {"constant", Role::kConstant},
-  };
-  auto it = kRoles.find(op);
-  return it == kRoles.end() ? Role::kRoot : it->second;  // unknown: its own buffer, the safe side
+Role role_of(HloOpcode op) {
+  switch (op) {
+    // Cheap elementwise and data movement (fused, duplicated).
+    case HloOpcode::kAdd:
+    case HloOpcode::kSubtract:
+    case HloOpcode::kMultiply:
+    case HloOpcode::kMaximum:
+    case HloOpcode::kMinimum:
+    case HloOpcode::kNegate:
+    case HloOpcode::kAbs:
+    case HloOpcode::kCompare:
+    case HloOpcode::kSelect:
+    case HloOpcode::kClamp:
+    case HloOpcode::kConvert:
+    case HloOpcode::kAnd:
+    case HloOpcode::kOr:
+    case HloOpcode::kXor:
+    case HloOpcode::kNot:
+    case HloOpcode::kSign:
+    case HloOpcode::kFloor:
+    case HloOpcode::kCeil:
+    case HloOpcode::kRoundNearestAfz:
+    case HloOpcode::kRoundNearestEven:
+    case HloOpcode::kShiftLeft:
+    case HloOpcode::kShiftRightArithmetic:
+    case HloOpcode::kShiftRightLogical:
+    case HloOpcode::kIsFinite:
+    case HloOpcode::kReal:
+    case HloOpcode::kImag:
+    case HloOpcode::kBitcastConvert:
+    case HloOpcode::kReducePrecision:
+    case HloOpcode::kBroadcast:
+    case HloOpcode::kReshape:
+    case HloOpcode::kTranspose:
+    case HloOpcode::kSlice:
+    case HloOpcode::kDynamicSlice:
+    case HloOpcode::kPad:
+    case HloOpcode::kConcatenate:
+    case HloOpcode::kIota:
+    case HloOpcode::kReverse:
+    case HloOpcode::kGather:
+    case HloOpcode::kCopy:
+    case HloOpcode::kPopcnt:
+    case HloOpcode::kStochasticConvert:
+    case HloOpcode::kPartitionId:
+    case HloOpcode::kReplicaId:
+      return Role::kCheap;
+    // Expensive elementwise (xla/hlo/ir/hlo_instruction.cc, IsExpensive).
+    case HloOpcode::kExponential:
+    case HloOpcode::kExponentialMinusOne:
+    case HloOpcode::kLog:
+    case HloOpcode::kLogPlusOne:
+    case HloOpcode::kLogistic:
+    case HloOpcode::kTanh:
+    case HloOpcode::kSqrt:
+    case HloOpcode::kRsqrt:
+    case HloOpcode::kCbrt:
+    case HloOpcode::kPower:
+    case HloOpcode::kDivide:
+    case HloOpcode::kRemainder:
+    case HloOpcode::kSine:
+    case HloOpcode::kCosine:
+    case HloOpcode::kTan:
+    case HloOpcode::kAtan2:
+    case HloOpcode::kErf:
+      return Role::kExpensive;
+    // Library calls.
+    case HloOpcode::kDot:
+    case HloOpcode::kConvolution:
+      return Role::kGemm;
+    // A reduction fuses the elementwise ops that produce its input (an input fusion,
+    // xla/service/gpu/transforms/priority_fusion.cc): its operands need no buffers of their own.
+    case HloOpcode::kReduce:
+    case HloOpcode::kReduceWindow:
+      return Role::kReduce;
+    // Fusion roots and ops that always write their own buffer.
+    case HloOpcode::kSelectAndScatter:
+    case HloOpcode::kScatter:
+    case HloOpcode::kDynamicUpdateSlice:
+    case HloOpcode::kSort:
+    case HloOpcode::kCustomCall:
+    case HloOpcode::kRng:
+    case HloOpcode::kRngBitGenerator:
+    case HloOpcode::kRngGetAndUpdateState:
+    case HloOpcode::kAllReduce:
+    case HloOpcode::kAllGather:
+    case HloOpcode::kReduceScatter:
+    case HloOpcode::kAllToAll:
+    case HloOpcode::kCollectivePermute:
+    case HloOpcode::kCholesky:
+    case HloOpcode::kTriangularSolve:
+    case HloOpcode::kFft:
+    case HloOpcode::kBatchNormTraining:
+    case HloOpcode::kBatchNormInference:
+    case HloOpcode::kBatchNormGrad:
+    case HloOpcode::kInfeed:
+    case HloOpcode::kOutfeed:
+    case HloOpcode::kSend:
+    case HloOpcode::kRecv:
+    case HloOpcode::kMap:
+    case HloOpcode::kTopK:
+      return Role::kRoot;
+    // No buffer of their own.
+    case HloOpcode::kAfterAll:
+    case HloOpcode::kTuple:
+    case HloOpcode::kGetTupleElement:
+    case HloOpcode::kBitcast:
+    case HloOpcode::kOptimizationBarrier:
+    case HloOpcode::kAddDependency:
+    case HloOpcode::kDomain:
+      return Role::kForward;
+    // Control flow.
+    case HloOpcode::kWhile:
+    case HloOpcode::kCall:
+    case HloOpcode::kConditional:
+    case HloOpcode::kAsyncStart:
+    case HloOpcode::kAsyncDone:
+      return Role::kControl;
+    case HloOpcode::kParameter:
+      return Role::kParameter;
+    case HloOpcode::kConstant:
+      return Role::kConstant;
+    default:
+      return Role::kRoot;  // unknown: its own buffer, the safe side
+  }
 }
 
 bool fuses(Role r) { return r == Role::kCheap || r == Role::kExpensive; }
@@ -177,11 +185,12 @@ void simplify_tuples_and_dce(HloComputation& comp) {
   for (uint32_t i = 0; i < n; ++i) {
     HloInstruction& x = comp.instructions[i];
     for (std::string& o : x.operands) o = resolve(o);
-    if (x.opcode != "get-tuple-element" || x.operands.size() != 1 || x.tuple_index < 0) continue;
+    if (x.opcode != HloOpcode::kGetTupleElement || x.operands.size() != 1 || x.tuple_index < 0) continue;
     auto t = index.find(x.operands[0]);
     if (t == index.end()) continue;
     const HloInstruction& tuple = comp.instructions[t->second];
-    if (tuple.opcode != "tuple" || static_cast<size_t>(x.tuple_index) >= tuple.operands.size()) continue;
+    if (tuple.opcode != HloOpcode::kTuple || static_cast<size_t>(x.tuple_index) >= tuple.operands.size())
+      continue;
     if (x.is_root) continue;  // the root keeps its name
     replaced[x.name] = resolve(tuple.operands[static_cast<size_t>(x.tuple_index)]);
   }
@@ -194,9 +203,9 @@ void simplify_tuples_and_dce(HloComputation& comp) {
   for (size_t k = n; k-- > 0;) {
     const HloInstruction& x = comp.instructions[k];
     const Role r = role_of(x.opcode);
-    const bool removable = r == Role::kCheap || r == Role::kExpensive || r == Role::kGemm ||
-                           r == Role::kConstant || (r == Role::kForward && x.opcode != "after-all") ||
-                           x.opcode == "reduce";
+    const bool removable =
+        r == Role::kCheap || r == Role::kExpensive || r == Role::kGemm || r == Role::kConstant ||
+        (r == Role::kForward && x.opcode != HloOpcode::kAfterAll) || x.opcode == HloOpcode::kReduce;
     if (x.is_root || !removable || uses[x.name] > 0) continue;
     dead[k] = true;
     for (const std::string& o : x.operands) --uses[o];
@@ -234,9 +243,10 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
   auto reduced_from = [&](uint32_t x, const std::unordered_set<uint32_t>& reductions) {
     for (int hops = 0; hops < 6; ++hops) {
       if (reductions.contains(x)) return true;
-      const std::string_view op = comp.instructions[x].opcode;
+      const HloOpcode op = comp.instructions[x].opcode;
       if (operands[x].size() != 1 ||
-          !(op == "broadcast" || op == "reshape" || op == "convert" || op == "bitcast" || op == "transpose"))
+          !(op == HloOpcode::kBroadcast || op == HloOpcode::kReshape || op == HloOpcode::kConvert ||
+            op == HloOpcode::kBitcast || op == HloOpcode::kTranspose))
         return false;
       x = operands[x][0];
     }
@@ -245,7 +255,7 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
   auto normalization_diamond = [&](uint32_t v) {
     std::unordered_set<uint32_t> reductions;
     for (uint32_t u : users[v]) {
-      if (comp.instructions[u].opcode == "reduce") reductions.insert(u);
+      if (comp.instructions[u].opcode == HloOpcode::kReduce) reductions.insert(u);
     }
     if (reductions.empty()) return false;
     for (uint32_t u : users[v]) {
@@ -316,7 +326,8 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
   std::unordered_map<uint32_t, uint32_t> transposed_fold;
   for (uint32_t r = 0; r < n; ++r) {
     const HloInstruction& red = comp.instructions[r];
-    if (role[r] != Role::kReduce || red.opcode != "reduce" || operands[r].empty() || red.dimensions.empty())
+    if (role[r] != Role::kReduce || red.opcode != HloOpcode::kReduce || operands[r].empty() ||
+        red.dimensions.empty())
       continue;
     std::string reducer = red.reducer;
     if (reducer.empty() && !red.called.empty()) {
@@ -328,7 +339,7 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
     uint32_t x = operands[r][0];
     std::vector<uint32_t> chain;
     bool ok = true;
-    while (ok && comp.instructions[x].opcode == "transpose" && users[x].size() == 1) {
+    while (ok && comp.instructions[x].opcode == HloOpcode::kTranspose && users[x].size() == 1) {
       const std::vector<int64_t>& perm = comp.instructions[x].dimensions;
       for (int64_t& d : dims) {
         if (d < 0 || static_cast<size_t>(d) >= perm.size())
@@ -343,7 +354,7 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
         x = operands[x][0];
     }
     const HloInstruction& dot = comp.instructions[x];
-    if (!ok || dot.opcode != "dot" || users[x].size() != 1 || dot.lhs_batch_dims.empty()) continue;
+    if (!ok || dot.opcode != HloOpcode::kDot || users[x].size() != 1 || dot.lhs_batch_dims.empty()) continue;
     const auto batch = static_cast<int64_t>(dot.lhs_batch_dims.size());  // a dot's result starts with them
     if (!std::all_of(dims.begin(), dims.end(), [&](int64_t d) { return d < batch; })) continue;
     materialized[x] = false;
@@ -445,7 +456,7 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
       // The dot that contracts the batch, written where the dot was.
       HloInstruction dot;
       dot.name = f->second;
-      dot.opcode = "custom-call";
+      dot.opcode = HloOpcode::kCustomCall;
       dot.custom_call_target = "__memfit$batch_contracting_dot";
       for (const auto& [r, x] : transposed_fold)
         if (x == i) dot.shape = comp.instructions[r].shape;
@@ -457,7 +468,7 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
     if (!materialized[i]) continue;
     HloInstruction inst = comp.instructions[i];
     if (auto t = transposed_fold.find(i); t != transposed_fold.end()) {
-      inst.opcode = "copy";  // the transpose of the contracted dot, a layout change
+      inst.opcode = HloOpcode::kCopy;  // the transpose of the contracted dot, a layout change
       inst.operands = {folded_name.at(t->second)};
       out.push_back(std::move(inst));
       continue;
@@ -473,12 +484,12 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
     for (uint32_t r : unique) inst.operands.push_back(comp.instructions[r].name);
     if (gemm_epilogue[i]) {
       // The GEMM writes it: a new buffer, never one of its operands' (not elementwise in XLA's sense).
-      inst.opcode = "custom-call";
+      inst.opcode = HloOpcode::kCustomCall;
       inst.custom_call_target = "__memfit$gemm_with_epilogue";
     } else if (fuses(role[i]) && normalizes(unique)) {
       // A softmax or a two-pass norm: one fusion in XLA:GPU that reads each row whole before writing it, so
       // its result cannot take the input's memory (FusionCanShareBufferHint stops at a reduction).
-      inst.opcode = "custom-call";
+      inst.opcode = HloOpcode::kCustomCall;
       inst.custom_call_target = "__memfit$normalization";
     }
     out.push_back(std::move(inst));
@@ -510,7 +521,7 @@ Status inline_into(const HloModule& m, const HloInstruction& call, const std::st
     return invalid_argument(fmt::format("line {}: '{}' calls an empty computation", call.line, call.name));
   std::unordered_map<std::string, std::string> names;  // callee name -> name in the caller
   for (const HloInstruction& x : callee->instructions) {
-    if (x.opcode == "parameter") {
+    if (x.opcode == HloOpcode::kParameter) {
       if (x.parameter_number < 0 || static_cast<size_t>(x.parameter_number) >= call.operands.size())
         return invalid_argument(fmt::format("line {}: '{}' does not pass parameter {}", call.line, call.name,
                                             x.parameter_number));
@@ -518,7 +529,7 @@ Status inline_into(const HloModule& m, const HloInstruction& call, const std::st
     }
   }
   for (const HloInstruction& x : callee->instructions) {
-    if (x.opcode == "parameter") continue;
+    if (x.opcode == HloOpcode::kParameter) continue;
     HloInstruction y = x;
     y.is_root = false;
     y.name = &x == root ? prefix : prefix + "/" + x.name;
@@ -530,15 +541,15 @@ Status inline_into(const HloModule& m, const HloInstruction& call, const std::st
       o = it->second;
     }
     names[x.name] = y.name;
-    if (y.opcode == "call" && y.called.size() == 1) {
+    if (y.opcode == HloOpcode::kCall && y.called.size() == 1) {
       MEMFIT_RETURN_IF_ERROR(inline_into(m, y, y.name, stack, out));
     } else {
       out.push_back(std::move(y));
     }
   }
-  if (root->opcode == "parameter") {  // the call returns an argument as it is
+  if (root->opcode == HloOpcode::kParameter) {  // the call returns an argument as it is
     HloInstruction alias = call;
-    alias.opcode = "bitcast";
+    alias.opcode = HloOpcode::kBitcast;
     alias.called.clear();
     alias.operands = {names[root->name]};
     alias.name = prefix;
@@ -553,12 +564,13 @@ Status inline_calls(HloModule& m) {
   const HloModule original = m;  // callees are read from the module as written
   for (HloComputation& c : m.computations) {
     bool any = false;
-    for (const HloInstruction& x : c.instructions) any = any || (x.opcode == "call" && x.called.size() == 1);
+    for (const HloInstruction& x : c.instructions)
+      any = any || (x.opcode == HloOpcode::kCall && x.called.size() == 1);
     if (!any) continue;
     std::vector<HloInstruction> out;
     out.reserve(c.instructions.size());
     for (HloInstruction& x : c.instructions) {
-      if (x.opcode != "call" || x.called.size() != 1) {
+      if (x.opcode != HloOpcode::kCall || x.called.size() != 1) {
         out.push_back(std::move(x));
         continue;
       }
@@ -617,13 +629,14 @@ void list_schedule(HloComputation& comp) {
   std::vector<uint32_t> order;
   order.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
-    if (comp.instructions[i].opcode == "parameter") order.push_back(i);  // parameters first, as written
+    if (comp.instructions[i].opcode == HloOpcode::kParameter)
+      order.push_back(i);  // parameters first, as written
   }
   for (uint32_t i : order) {
     for (uint32_t u : users[i]) --waiting_operands[u];
   }
   for (uint32_t i = 0; i < n; ++i) {
-    if (comp.instructions[i].opcode != "parameter" && waiting_operands[i] == 0 &&
+    if (comp.instructions[i].opcode != HloOpcode::kParameter && waiting_operands[i] == 0 &&
         &comp.instructions[i] != root)
       push(i);
   }
@@ -672,13 +685,14 @@ Status insert_while_copies(HloModule& m) {
   // Whether the body hands element k back unchanged: its root's element k is get-tuple-element(param, k).
   auto passes_through = [&](const HloComputation& body, size_t k) {
     const HloInstruction* root = body.root();
-    if (root == nullptr || root->opcode != "tuple" || k >= root->operands.size()) return false;
+    if (root == nullptr || root->opcode != HloOpcode::kTuple || k >= root->operands.size()) return false;
     for (const HloInstruction& x : body.instructions) {
       if (x.name != root->operands[k]) continue;
-      if (x.opcode != "get-tuple-element" || x.tuple_index != static_cast<int64_t>(k) || x.operands.empty())
+      if (x.opcode != HloOpcode::kGetTupleElement || x.tuple_index != static_cast<int64_t>(k) ||
+          x.operands.empty())
         return false;
       for (const HloInstruction& p : body.instructions)
-        if (p.name == x.operands[0]) return p.opcode == "parameter";
+        if (p.name == x.operands[0]) return p.opcode == HloOpcode::kParameter;
       return false;
     }
     return false;
@@ -694,12 +708,12 @@ Status insert_while_copies(HloModule& m) {
     std::vector<std::pair<uint32_t, HloInstruction>> copies;  // (insert before this index, the copy)
     for (uint32_t w = 0; w < c.instructions.size(); ++w) {
       const HloInstruction& loop = c.instructions[w];
-      if (loop.opcode != "while" || loop.operands.empty() || loop.called.size() < 2) continue;
+      if (loop.opcode != HloOpcode::kWhile || loop.operands.empty() || loop.called.size() < 2) continue;
       auto init_it = index.find(loop.operands[0]);
       auto body_it = by_name.find(loop.called[1]);
       if (init_it == index.end() || body_it == by_name.end()) continue;
       HloInstruction& init = c.instructions[init_it->second];
-      if (init.opcode != "tuple") continue;
+      if (init.opcode != HloOpcode::kTuple) continue;
       std::unordered_set<std::string> seen;
       for (size_t k = 0; k < init.operands.size(); ++k) {
         const std::string v = init.operands[k];
@@ -707,14 +721,14 @@ Status insert_while_copies(HloModule& m) {
         if (passes_through(*body_it->second, k)) continue;
         auto def = index.find(v);
         const bool read_only = def != index.end() && c.is_entry &&
-                               c.instructions[def->second].opcode == "parameter" &&
+                               c.instructions[def->second].opcode == HloOpcode::kParameter &&
                                !donated.contains(c.instructions[def->second].parameter_number);
         const bool read_after = last_use.count(v) && last_use[v] > w;
         if (!repeated && !read_only && !read_after) continue;
         if (def == index.end()) continue;
         HloInstruction copy;
         copy.name = fmt::format("{}.loop_copy.{}", v, made++);
-        copy.opcode = "copy";
+        copy.opcode = HloOpcode::kCopy;
         copy.shape = c.instructions[def->second].shape;
         copy.operands = {v};
         copy.op_name = "copy insertion (while " + loop.name + ")";
@@ -751,7 +765,7 @@ Expected<HloModule> model_xla_gpu(const HloModule& lowered) {
   MEMFIT_RETURN_IF_ERROR(insert_while_copies(m));
   std::unordered_map<std::string, std::string> reducers;
   for (const HloComputation& c : m.computations)
-    if (const HloInstruction* r = c.root()) reducers.emplace(c.name, r->opcode);
+    if (const HloInstruction* r = c.root()) reducers.emplace(c.name, r->opcode_name());
   for (HloComputation& c : m.computations) {
     // Reduction and sort regions are scalar code inside their op, not buffers; they stay as they are.
     MEMFIT_RETURN_IF_ERROR(model_computation(c, reducers));

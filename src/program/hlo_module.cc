@@ -305,14 +305,14 @@ Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line)
   MEMFIT_ASSIGN_OR_RETURN(inst.shape, parse_shape(c));
   const std::string_view opcode = c.word();
   if (opcode.empty() || !c.eat('(')) return c.error("an opcode and '('");
-  inst.opcode = std::string(opcode);
+  inst.set_opcode(opcode);
   MEMFIT_ASSIGN_OR_RETURN(std::string_view operands, c.until_close('(', ')'));
-  if (inst.opcode == "parameter") {
+  if (inst.opcode == HloOpcode::kParameter) {
     int64_t n = -1;
     std::from_chars(operands.data(), operands.data() + operands.size(), n);
     if (n < 0) return c.error("parameter(N)");
     inst.parameter_number = n;
-  } else if (inst.opcode != "constant") {
+  } else if (inst.opcode != HloOpcode::kConstant) {
     for (std::string_view op : split_top(operands))
       names_in(op.substr(op.rfind(' ') == std::string_view::npos ? 0 : op.rfind(' ')), inst.operands);
   }
@@ -384,7 +384,7 @@ Status check_unique_names(const HloModule& module) {
       if (!names.insert(i.name).second)
         return invalid_argument(fmt::format("line {}: a second instruction named {} in computation {}",
                                             i.line, excerpt(i.name), excerpt(c.name)));
-      if (i.opcode == "parameter" && !parameters.insert(i.parameter_number).second)
+      if (i.opcode == HloOpcode::kParameter && !parameters.insert(i.parameter_number).second)
         return invalid_argument(fmt::format("line {}: a second parameter({}) in computation {}", i.line,
                                             i.parameter_number, excerpt(c.name)));
     }
@@ -593,7 +593,7 @@ Expected<EntrySizes> entry_sizes(const HloModule& module) {
     return ok_status();
   };
   for (const HloInstruction& i : entry->instructions) {
-    if (i.opcode == "parameter") MEMFIT_RETURN_IF_ERROR(leaves(i.shape, sizes.argument_bytes));
+    if (i.opcode == HloOpcode::kParameter) MEMFIT_RETURN_IF_ERROR(leaves(i.shape, sizes.argument_bytes));
   }
   const HloInstruction* root = entry->root();
   if (root == nullptr) return invalid_argument("the ENTRY computation is empty");

@@ -309,7 +309,7 @@ class Emitter {
                       const std::string& category) {
     HloInstruction i;
     i.name = fmt::format("i{}", counter_++);
-    i.opcode = opcode;
+    i.set_opcode(opcode);
     i.shape = s;
     i.op_name = op_name;
     i.category = category;
@@ -343,7 +343,7 @@ class Emitter {
     auto add = [&](const Shape& s, const char* opcode, std::vector<std::string> operands) {
       HloInstruction x;
       x.name = fmt::format("b{}", n++);
-      x.opcode = opcode;
+      x.set_opcode(opcode);
       x.shape = s;
       x.operands = std::move(operands);
       c.instructions.push_back(std::move(x));
@@ -353,7 +353,7 @@ class Emitter {
     for (size_t k = 0; k < in.size(); ++k) {
       HloInstruction p;
       p.name = fmt::format("b{}", n++);
-      p.opcode = "parameter";
+      p.opcode = HloOpcode::kParameter;
       p.shape = in[k].shape;
       p.parameter_number = static_cast<int64_t>(k);
       c.instructions.push_back(std::move(p));

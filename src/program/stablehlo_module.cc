@@ -231,7 +231,7 @@ std::string hlo_opcode(std::string_view op) {
       {"stablehlo.log_plus_one", "log-plus-one"},
       {"stablehlo.round_nearest_even", "round-nearest-even"},
       {"stablehlo.round_nearest_afz", "round-nearest-afz"},
-      {"stablehlo.count_leading_zeros", "clz"},
+      {"stablehlo.count_leading_zeros", "count-leading-zeros"},
       {"stablehlo.shift_left", "shift-left"},
       {"stablehlo.shift_right_arithmetic", "shift-right-arithmetic"},
       {"stablehlo.shift_right_logical", "shift-right-logical"},
@@ -241,7 +241,7 @@ std::string hlo_opcode(std::string_view op) {
       {"chlo.erf", "erf"},
       {"chlo.erf_inv", "erf"},
       {"chlo.tan", "tan"},
-      {"chlo.top_k", "top-k"},
+      {"chlo.top_k", "topk"},
       {"sdy.sharding_constraint", "bitcast"},
       {"sdy.reshard", "bitcast"},
       {"mhlo.sharding", "bitcast"},
@@ -350,7 +350,7 @@ class Reader {
       return error_at(line_, fmt::format("{} names a result the op does not have", excerpt(token)));
     HloInstruction g;
     g.name = gte;
-    g.opcode = "get-tuple-element";
+    g.opcode = HloOpcode::kGetTupleElement;
     g.shape = tuple.elements[*element];
     g.operands = {it->second.instruction};
     g.tuple_index = static_cast<int64_t>(*element);
@@ -457,7 +457,7 @@ class Reader {
       MEMFIT_ASSIGN_OR_RETURN(Shape shape, parse_type(type, line_));
       HloInstruction p;
       p.name = arg_name;
-      p.opcode = "parameter";
+      p.opcode = HloOpcode::kParameter;
       p.shape = shape;
       p.parameter_number = number;
       add(std::move(p));
@@ -508,7 +508,7 @@ class Reader {
     }
     HloInstruction t;
     t.name = fmt::format("return.{}", line_);
-    t.opcode = "tuple";
+    t.opcode = HloOpcode::kTuple;
     for (const Value& v : values) {
       t.operands.push_back(v.instruction);
       t.shape.elements.push_back(v.shape);
@@ -530,7 +530,7 @@ class Reader {
       scopes_.pop_back();
       HloInstruction loop;
       loop.name = w.name;
-      loop.opcode = "while";
+      loop.opcode = HloOpcode::kWhile;
       loop.operands = {w.init_tuple};
       loop.called = {module_.computations[w.cond].name, module_.computations[w.body].name};
       for (const Shape& t : w.types) loop.shape.elements.push_back(t);
@@ -555,7 +555,7 @@ class Reader {
     scopes_.push_back(std::move(region));
     HloInstruction p;
     p.name = "carry";
-    p.opcode = "parameter";
+    p.opcode = HloOpcode::kParameter;
     p.parameter_number = 0;
     for (const Shape& t : w.types) p.shape.elements.push_back(t);
     Shape carry = p.shape;
@@ -563,7 +563,7 @@ class Reader {
     for (size_t k = 0; k < w.iter_args.size(); ++k) {
       HloInstruction g;
       g.name = w.iter_args[k];
-      g.opcode = "get-tuple-element";
+      g.opcode = HloOpcode::kGetTupleElement;
       g.shape = w.types[k];
       g.operands = {"carry"};
       g.tuple_index = static_cast<int64_t>(k);
@@ -635,7 +635,7 @@ class Reader {
     w.line = line_;
     HloInstruction init;
     init.name = result + ".init";
-    init.opcode = "tuple";
+    init.opcode = HloOpcode::kTuple;
     for (std::string_view pair : split_top_level(args)) {
       const size_t e = pair.find('=');
       if (e == std::string_view::npos || !pair.starts_with("%"))
@@ -680,19 +680,19 @@ class Reader {
     if (results.empty()) return error_at(line_, "an op with no result type");
     HloInstruction inst;
     inst.name = result;
-    inst.opcode = hlo_opcode(opname);
+    inst.set_opcode(hlo_opcode(opname));
     // No JAX op names without debug info: the StableHLO op says what made the buffer (and groups alike ones).
     inst.op_name = opname;
-    if (inst.opcode == "call" || opname == "stablehlo.composite") {
+    if (inst.opcode == HloOpcode::kCall || opname == "stablehlo.composite") {
       const size_t at = opname == "stablehlo.composite" ? body.find("decomposition = @") : body.find('@');
       if (at == std::string_view::npos) return error_at(line_, "a call without its function");
       size_t start = at + (opname == "stablehlo.composite" ? 17 : 1), end = start;
       while (end < body.size() && (std::isalnum(static_cast<unsigned char>(body[end])) || body[end] == '_' ||
                                    body[end] == '.' || body[end] == '$'))
         ++end;
-      inst.opcode = "call";
+      inst.opcode = HloOpcode::kCall;
       inst.called = {std::string(body.substr(start, end - start))};  // checked once every function is read
-    } else if (inst.opcode == "custom-call") {
+    } else if (inst.opcode == HloOpcode::kCustomCall) {
       if (const size_t at = body.find('@'); at != std::string_view::npos) {
         size_t end = at + 1;
         while (end < body.size() && body[end] != '(' && !std::isspace(static_cast<unsigned char>(body[end])))
@@ -721,11 +721,11 @@ class Reader {
         operand_shapes.push_back(std::move(v.shape));
       }
     }
-    if (inst.opcode == "opt-barrier" && count > 1) {
+    if (inst.opcode == HloOpcode::kOptimizationBarrier && count > 1) {
       // HLO's barrier takes one tuple: StableHLO's takes the values themselves.
       HloInstruction in;
       in.name = result + ".in";
-      in.opcode = "tuple";
+      in.opcode = HloOpcode::kTuple;
       in.operands = inst.operands;
       in.shape.elements = std::move(operand_shapes);
       inst.operands = {add(std::move(in))};

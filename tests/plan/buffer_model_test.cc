@@ -272,7 +272,7 @@ ENTRY main {
   ASSERT_TRUE(modeled.ok()) << modeled.error().message();
   size_t copies = 0;
   for (const HloInstruction& i : modeled->computations.back().instructions)
-    copies += i.opcode == "copy" && i.op_name.starts_with("copy insertion");
+    copies += i.opcode == HloOpcode::kCopy && i.op_name.starts_with("copy insertion");
   EXPECT_EQ(copies, 1u);  // the second use of `zeros`; `x` passes through the loop unchanged
   auto plan = plan_hlo(*m);
   ASSERT_TRUE(plan.ok()) << plan.error().message();

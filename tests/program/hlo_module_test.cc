@@ -46,19 +46,19 @@ TEST(HloModule, InstructionsCarryOperandsCalledComputationsAndOpNames) {
   ASSERT_NE(entry, nullptr);
   const HloInstruction* root = entry->root();
   ASSERT_NE(root, nullptr);
-  EXPECT_EQ(root->opcode, "tuple");
+  EXPECT_EQ(root->opcode, HloOpcode::kTuple);
   EXPECT_TRUE(root->shape.is_tuple());
   EXPECT_EQ(root->operands.size(), root->shape.elements.size());
   int fusions = 0;
   int parameters = 0;
   for (const HloInstruction& i : entry->instructions) {
-    if (i.opcode == "fusion") {
+    if (i.opcode == HloOpcode::kFusion) {
       ++fusions;
       ASSERT_EQ(i.called.size(), 1u) << i.name;
       EXPECT_NE(module->find(i.called[0]), nullptr) << i.called[0];
     }
-    if (i.opcode == "parameter") ++parameters;
-    if (i.opcode == "get-tuple-element") {
+    if (i.opcode == HloOpcode::kParameter) ++parameters;
+    if (i.opcode == HloOpcode::kGetTupleElement) {
       EXPECT_GE(i.tuple_index, 0) << i.name;
     }
   }

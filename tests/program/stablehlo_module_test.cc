@@ -47,12 +47,13 @@ TEST(StableHlo, ReadsFunctionsCallsMultiResultsAndDonation) {
   EXPECT_EQ(sizes->alias_bytes, 4u * 8 * 4);
   const HloInstruction* root = m->entry()->root();
   ASSERT_NE(root, nullptr);
-  EXPECT_EQ(root->opcode, "tuple");
+  EXPECT_EQ(root->opcode, HloOpcode::kTuple);
   // The call, its results through get-tuple-element, the select typed by its last type.
   bool call = false, select = false;
   for (const HloInstruction& i : m->entry()->instructions) {
-    if (i.opcode == "call") call = i.called == std::vector<std::string>{"pair"} && i.shape.is_tuple();
-    if (i.opcode == "select") select = i.shape.to_string() == "f32[4,8]";
+    if (i.opcode == HloOpcode::kCall)
+      call = i.called == std::vector<std::string>{"pair"} && i.shape.is_tuple();
+    if (i.opcode == HloOpcode::kSelect) select = i.shape.to_string() == "f32[4,8]";
   }
   EXPECT_TRUE(call);
   EXPECT_TRUE(select);

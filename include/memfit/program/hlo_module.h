@@ -15,6 +15,7 @@
 
 #include "memfit/core/dtype.h"
 #include "memfit/core/status.h"
+#include "memfit/program/hlo_opcode.h"
 
 namespace memfit {
 
@@ -41,8 +42,9 @@ struct Shape {
 };
 
 struct HloInstruction {
-  std::string name;    // without the '%'
-  std::string opcode;  // "fusion", "parameter", "get-tuple-element", ...
+  std::string name;  // without the '%'
+  HloOpcode opcode = HloOpcode::kUnknown;
+  std::string opcode_text;  // the opcode as written, when XLA's name for it differs (see opcode_name)
   Shape shape;
   std::vector<std::string> operands;    // instruction names
   std::vector<std::string> called;      // computations: calls=, to_apply=, condition=, body=, branches
@@ -67,6 +69,16 @@ struct HloInstruction {
   std::string category;
   bool is_root = false;
   uint64_t line = 0;
+
+  // The opcode as the text spells it (fusion-start for an async-start of a fusion, a StableHLO op with no
+  // HLO twin), else XLA's name for it.
+  std::string_view opcode_name() const {
+    return opcode_text.empty() ? hlo_opcode_name(opcode) : std::string_view(opcode_text);
+  }
+  void set_opcode(std::string_view spelled) {
+    opcode = hlo_opcode_from_name(spelled);
+    opcode_text = hlo_opcode_name(opcode) == spelled ? std::string() : std::string(spelled);
+  }
 };
 
 struct HloComputation {

@@ -1,0 +1,152 @@
+// memfit/program/hlo_opcode.h - XLA's HLO opcodes (xla/hlo/ir/hlo_opcode.h), resolved once when an
+// instruction is read or made, so the planner compares enums, not strings.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace memfit {
+
+enum class HloOpcode : uint8_t {
+  kUnknown,  // not an XLA opcode (a StableHLO op with no HLO twin): HloInstruction::opcode_text has its name
+  kAbs,
+  kAdd,
+  kAddDependency,
+  kAfterAll,
+  kAllGather,
+  kAllGatherDone,
+  kAllGatherStart,
+  kAllReduce,
+  kAllReduceDone,
+  kAllReduceStart,
+  kAllToAll,
+  kAnd,
+  kAsyncDone,
+  kAsyncStart,
+  kAsyncUpdate,
+  kAtan2,
+  kBatchNormGrad,
+  kBatchNormInference,
+  kBatchNormTraining,
+  kBitcast,
+  kBitcastConvert,
+  kBroadcast,
+  kCall,
+  kCbrt,
+  kCeil,
+  kCholesky,
+  kClamp,
+  kCollectiveBroadcast,
+  kCollectivePermute,
+  kCollectivePermuteDone,
+  kCollectivePermuteStart,
+  kCompare,
+  kComplex,
+  kConcatenate,
+  kConditional,
+  kConstant,
+  kConvert,
+  kConvolution,
+  kCopy,
+  kCopyDone,
+  kCopyStart,
+  kCosine,
+  kCountLeadingZeros,
+  kCustomCall,
+  kDivide,
+  kDomain,
+  kDot,
+  kDynamicReshape,
+  kDynamicSlice,
+  kDynamicUpdateSlice,
+  kErf,
+  kExponential,
+  kExponentialMinusOne,
+  kFft,
+  kFloor,
+  kFusion,
+  kGather,
+  kGetDimensionSize,
+  kGetTupleElement,
+  kImag,
+  kInfeed,
+  kIota,
+  kIsFinite,
+  kLog,
+  kLogPlusOne,
+  kLogistic,
+  kMap,
+  kMaximum,
+  kMinimum,
+  kMultiply,
+  kNegate,
+  kNot,
+  kOptimizationBarrier,
+  kOr,
+  kOutfeed,
+  kPad,
+  kParameter,
+  kPartitionId,
+  kPopcnt,
+  kPower,
+  kRaggedAllToAll,
+  kRaggedDot,
+  kReal,
+  kRecv,
+  kRecvDone,
+  kReduce,
+  kReducePrecision,
+  kReduceScatter,
+  kReduceWindow,
+  kRemainder,
+  kReplicaId,
+  kReshape,
+  kReverse,
+  kRng,
+  kRngBitGenerator,
+  kRngGetAndUpdateState,
+  kRoundNearestAfz,
+  kRoundNearestEven,
+  kRsqrt,
+  kScatter,
+  kSelect,
+  kSelectAndScatter,
+  kSend,
+  kSendDone,
+  kSetDimensionSize,
+  kShiftLeft,
+  kShiftRightArithmetic,
+  kShiftRightLogical,
+  kSign,
+  kSine,
+  kSlice,
+  kSort,
+  kSqrt,
+  kStochasticConvert,
+  kSubtract,
+  kTan,
+  kTanh,
+  kTopK,
+  kTranspose,
+  kTriangularSolve,
+  kTuple,
+  kWhile,
+  kXor,
+};
+
+// "fusion" -> kFusion; kUnknown for a name XLA does not have. "optimization-barrier" is read as opt-barrier;
+// the printed forms of async ops by what they wrap (fusion-start, fusion-done) as kAsyncStart/kAsyncDone.
+HloOpcode hlo_opcode_from_name(std::string_view name);
+// XLA's spelling; "" for kUnknown.
+std::string_view hlo_opcode_name(HloOpcode opcode);
+
+// XLA's HloInstruction::IsElementwise for unfused instructions: the result element i reads element i of
+// each operand (xla/hlo/ir/hlo_instruction.cc).
+bool is_elementwise(HloOpcode opcode);
+
+// The halves of an asynchronous op: *-start makes (operands, results..., context), *-done returns what
+// its start made.
+bool is_async_start(HloOpcode opcode);
+bool is_async_done(HloOpcode opcode);
+
+}  // namespace memfit
