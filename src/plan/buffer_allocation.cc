@@ -1,0 +1,349 @@
+// Allocations and heap intervals (xla/service/buffer_assignment.cc, HeapSimulator::RunComputation).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "buffer_model_builder.h"
+
+namespace memfit::buffer_model_internal {
+
+// BufferAssigner::AssignBuffersForComputations: buffers go largest first (live-out first on ties). Before a
+// temporary is left to the heap it tries the allocation of an operand it may share, then every allocation
+// made so far, smallest first, where it fits and meets nothing already there. Outputs get allocations of
+// their own, so a temporary that dies before an output is written lives in the output's memory.
+void Builder::assign_allocations() {
+  struct Allocation {
+    uint64_t size = 0;
+    bool writable = false;
+    std::vector<uint32_t> buffers;
+    // (start, value) of every value placed here, by start. They never interfere, so their ranges follow
+    // one another and a query looks at the few around its own range.
+    std::vector<std::pair<uint64_t, uint32_t>> spans;
+    void add(const BufferModel& model, uint32_t b) {
+      buffers.push_back(b);
+      for (uint32_t v : model.buffers[b].values) {
+        const std::pair<uint64_t, uint32_t> span(model.values[v].start, v);
+        spans.insert(std::upper_bound(spans.begin(), spans.end(), span), span);
+      }
+    }
+  };
+  std::vector<Allocation> allocs;
+  std::vector<uint32_t> alloc_of(model_.buffers.size(), UINT32_MAX);
+  std::vector<uint32_t> reusable;  // candidate allocations in creation order
+  std::vector<uint32_t> order(model_.buffers.size());
+  std::iota(order.begin(), order.end(), 0u);
+  auto live_out = [&](uint32_t b) {
+    for (uint32_t v : model_.buffers[b].values)
+      if (live_out_[v]) return true;
+    return false;
+  };
+  std::vector<bool> is_live_out(model_.buffers.size());
+  for (uint32_t b = 0; b < model_.buffers.size(); ++b) is_live_out[b] = live_out(b);
+  // Ties go to the buffer whose first defining instruction comes first in post order (a depth-first walk
+  // from each computation's results, operands in order): XLA's MakeInstructionPostOrder, not the schedule.
+  const auto post_order = post_order_positions();
+  std::vector<uint64_t> first_post_order(model_.buffers.size(), UINT64_MAX);
+  for (uint32_t b = 0; b < model_.buffers.size(); ++b) {
+    for (uint32_t v : model_.buffers[b].values) {
+      const HloValue& value = model_.values[v];
+      first_post_order[b] = std::min(first_post_order[b], post_order[value.computation][value.instruction]);
+    }
+  }
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    const HloBuffer& x = model_.buffers[a];
+    const HloBuffer& y = model_.buffers[b];
+    if (x.size_bytes != y.size_bytes) return x.size_bytes > y.size_bytes;
+    if (is_live_out[a] != is_live_out[b]) return static_cast<bool>(is_live_out[a]);
+    return std::tie(first_post_order[a], a) < std::tie(first_post_order[b], b);
+  });
+  auto strictly_before = [&](uint32_t a, uint32_t b) {
+    const HloValue& x = model_.values[a];
+    const HloValue& y = model_.values[b];
+    if (x.end < y.start) return true;
+    if (x.end > y.start || live_out_[a]) return false;
+    // a dies where b is defined: fine when b may take over a's memory.
+    const auto& ops = operands_[y.computation][y.instruction];
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const Positions& p = positions_[y.computation][ops[k]];
+      if (!p.empty() && p[0] == a) return can_share(a, y.computation, y.instruction, y.index, k);
+    }
+    return false;
+  };
+  auto try_assign = [&](uint32_t a, uint32_t b) {
+    Allocation& alloc = allocs[a];
+    const HloBuffer& buffer = model_.buffers[b];
+    // Pointer tables never move into another allocation (XLA keeps tuples out of reuse).
+    if (!alloc.writable || buffer.size_bytes > alloc.size || shape_of_[buffer.values.front()]->is_tuple())
+      return false;
+    if (is_live_out[b] && buffer.size_bytes != alloc.size) return false;
+    for (uint32_t y : buffer.values) {
+      const HloValue& value = model_.values[y];
+      auto it = std::upper_bound(alloc.spans.begin(), alloc.spans.end(),
+                                 std::pair<uint64_t, uint32_t>(value.end, UINT32_MAX));
+      while (it != alloc.spans.begin()) {
+        const uint32_t x = (--it)->second;
+        if (model_.values[x].end < value.start && !live_out_[x]) break;  // this and all before end earlier
+        if (!strictly_before(x, y) && !strictly_before(y, x)) return false;
+      }
+    }
+    alloc.add(model_, b);
+    alloc_of[b] = a;
+    return true;
+  };
+  for (uint32_t b : order) {
+    HloBuffer& buffer = model_.buffers[b];
+    const bool tuple = shape_of_[buffer.values.front()]->is_tuple();
+    if (buffer.kind == BufferKind::kParameter || buffer.kind == BufferKind::kConstant) {
+      // Arguments are read-only unless donated; constants always.
+      const bool writable = buffer.kind == BufferKind::kParameter && is_live_out[b] && !tuple;
+      allocs.push_back({buffer.size_bytes, writable, {}, {}});
+      allocs.back().add(model_, b);
+      alloc_of[b] = static_cast<uint32_t>(allocs.size() - 1);
+      // A donated argument's memory is free between its last read and the write of its new value;
+      // XLA's dump of gpt_fp32_donate shows small temporaries placed there.
+      if (writable) reusable.push_back(alloc_of[b]);
+      continue;
+    }
+    bool placed = false;
+    for (uint32_t v : buffer.values) {
+      const HloValue& value = model_.values[v];
+      const auto& ops = operands_[value.computation][value.instruction];
+      for (size_t k = 0; k < ops.size() && !placed; ++k) {
+        const Positions& p = positions_[value.computation][ops[k]];
+        if (p.empty()) continue;
+        const uint32_t ob = model_.values[p[0]].buffer;
+        if (alloc_of[ob] == UINT32_MAX || ob == b) continue;
+        if (can_share(p[0], value.computation, value.instruction, value.index, k))
+          placed = try_assign(alloc_of[ob], b);
+      }
+      if (placed) break;
+    }
+    for (size_t r = reusable.size(); r-- > 0 && !placed;) placed = try_assign(reusable[r], b);
+    if (placed) {
+      if (buffer.kind == BufferKind::kTemp) {
+        buffer.kind = BufferKind::kReusesAllocation;
+        buffer.allocation_of = allocs[alloc_of[b]].buffers.front();
+      }
+      continue;
+    }
+    if (buffer.kind == BufferKind::kTemp) continue;  // to the heap
+    allocs.push_back({buffer.size_bytes, !tuple, {}, {}});
+    allocs.back().add(model_, b);
+    alloc_of[b] = static_cast<uint32_t>(allocs.size() - 1);
+    reusable.push_back(alloc_of[b]);
+  }
+}
+
+// Does the fusion/op read operand k in the order it writes the result at user_index? Then the result
+// may take over the operand's memory (GPU's FusionCanShareBufferHint, dataflow's elementwise rule).
+bool Builder::can_share(uint32_t operand_value, uint32_t c, uint32_t i,
+                        const std::vector<uint64_t>& user_index, size_t k) {
+  const HloInstruction& user = m_.computations[c].instructions[i];
+  const Shape* us = user.shape.at(user_index);
+  const Shape* os = shape_of_[operand_value];
+  if (us == nullptr || us->is_tuple() || os->is_tuple()) return false;
+  const bool same_dims = us->type == os->type && us->dims == os->dims;
+  const bool same_layout =
+      us->minor_to_major.empty() || os->minor_to_major.empty() || us->minor_to_major == os->minor_to_major;
+  const bool equal = same_dims && same_layout;  // ShapeUtil::Equal
+  if (user.opcode != HloOpcode::kFusion) {
+    if (!equal) return false;
+    if ((user.opcode == HloOpcode::kDynamicUpdateSlice || user.opcode == HloOpcode::kScatter) && k == 0)
+      return true;
+    return is_elementwise(user.opcode) && user.opcode != HloOpcode::kCopy;
+  }
+  if (m_.platform == HloPlatform::kCpu) {
+    // HloDataflowAnalysis's default: the same shape and layout, and every transitive use of the fused
+    // parameter elementwise (or a tuple).
+    return equal && fused_uses_elementwise(user, k);
+  }
+  // XLA:GPU's FusionCanShareBufferHint: the same element count and width will do.
+  if (!equal && (us->own_bytes() != os->own_bytes() ||
+                 element_storage_bits(us->type) != element_storage_bits(os->type)))
+    return false;
+  if (user.called.empty()) return false;
+  auto fc = comp_index_.find(user.called[0]);
+  if (fc == comp_index_.end()) return false;
+  const uint32_t f = fc->second;
+  const HloComputation& body = m_.computations[f];
+  const HloInstruction* param = nullptr;
+  for (const HloInstruction& x : body.instructions) {
+    if (x.opcode == HloOpcode::kParameter && x.parameter_number == static_cast<int64_t>(k)) param = &x;
+  }
+  const HloInstruction* output = body.root();
+  if (param == nullptr || output == nullptr) return false;
+  for (uint64_t idx : user_index) {
+    if (output->opcode != HloOpcode::kTuple || idx >= output->operands.size()) return false;
+    output = lookup(f, output->operands[idx]);
+    if (output == nullptr) return false;
+  }
+  const HloInstruction* non_bitcast_root = output;
+  while (non_bitcast_root->opcode == HloOpcode::kBitcast && !non_bitcast_root->operands.empty()) {
+    const HloInstruction* next = lookup(f, non_bitcast_root->operands[0]);
+    if (next == nullptr) break;
+    non_bitcast_root = next;
+  }
+  const auto& users = users_of(f);
+  std::vector<const HloInstruction*> queue{param};
+  std::unordered_set<const HloInstruction*> visited{param};
+  bool found = false;
+  for (size_t q = 0; q < queue.size(); ++q) {
+    const HloInstruction* x = queue[q];
+    if (x == output) {
+      found = true;
+      continue;
+    }
+    auto it = users.find(x->name);
+    if (it == users.end()) continue;
+    for (uint32_t ui : it->second) {
+      const HloInstruction* u = &body.instructions[ui];
+      if (visited.contains(u)) continue;
+      // Reaching the result tuple through another output is fine: the dump of mlp_fp32 shows Adam's
+      // multi-output update fusion writing a parameter's new value over the gradient it reads.
+      if (u == body.root() && u->opcode == HloOpcode::kTuple) continue;
+      const bool dus_in_place = u == non_bitcast_root && u->opcode == HloOpcode::kDynamicUpdateSlice &&
+                                !u->operands.empty() && u->operands[0] == x->name;
+      if (!dus_in_place && u->opcode != HloOpcode::kBitcast &&
+          !(is_elementwise(u->opcode) && u->opcode != HloOpcode::kCopy))
+        return false;
+      visited.insert(u);
+      queue.push_back(u);
+    }
+  }
+  return found;
+}
+
+bool Builder::fused_uses_elementwise(const HloInstruction& fusion, size_t k) {
+  if (fusion.called.empty()) return false;
+  auto fc = comp_index_.find(fusion.called[0]);
+  if (fc == comp_index_.end()) return false;
+  const HloComputation& body = m_.computations[fc->second];
+  const HloInstruction* param = nullptr;
+  for (const HloInstruction& x : body.instructions) {
+    if (x.opcode == HloOpcode::kParameter && x.parameter_number == static_cast<int64_t>(k)) param = &x;
+  }
+  if (param == nullptr) return false;
+  const auto& users = users_of(fc->second);
+  std::vector<const HloInstruction*> stack{param};
+  std::unordered_set<const HloInstruction*> visited{param};
+  while (!stack.empty()) {
+    const HloInstruction* x = stack.back();
+    stack.pop_back();
+    auto it = users.find(x->name);
+    if (it == users.end()) continue;
+    for (uint32_t ui : it->second) {
+      const HloInstruction* u = &body.instructions[ui];
+      if (u->opcode != HloOpcode::kTuple && !(is_elementwise(u->opcode) && u->opcode != HloOpcode::kCopy))
+        return false;
+      if (visited.insert(u).second) stack.push_back(u);
+    }
+  }
+  return true;
+}
+
+const std::unordered_map<std::string_view, std::vector<uint32_t>>& Builder::users_of(uint32_t c) {
+  auto& u = users_[c];
+  if (!users_built_[c]) {  // built once per computation, on first need
+    users_built_[c] = true;
+    const auto& insts = m_.computations[c].instructions;
+    for (uint32_t i = 0; i < insts.size(); ++i) {
+      for (const std::string& o : insts[i].operands) {
+        auto& list = u[o];
+        if (list.empty() || list.back() != i) list.push_back(i);
+      }
+    }
+  }
+  return u;
+}
+
+// HeapSimulator::RunComputation: per time step, the values defined then are allocated (sharing their
+// buffer's chunk, or a dying operand's), then the values that die then are freed; every event ticks.
+void Builder::simulate_heap() {
+  simulate_heap_of(/*host=*/false, model_.heap_intervals, model_.heap_values);
+  simulate_heap_of(/*host=*/true, model_.host_heap_intervals, model_.host_heap_values);
+}
+
+// One heap per memory space: device temps, or host temps (S(5)).
+void Builder::simulate_heap_of(bool host, std::vector<HeapInterval>& intervals,
+                               std::vector<uint32_t>& heap_values) {
+  const size_t nv = model_.values.size();
+  std::vector<uint32_t> temps;
+  for (uint32_t v = 0; v < nv; ++v) {
+    if (model_.buffers[model_.values[v].buffer].kind != BufferKind::kTemp) continue;
+    if ((shape_of_[v]->memory_space == kHostMemorySpace) != host) continue;
+    temps.push_back(v);
+  }
+  std::sort(temps.begin(), temps.end(), [&](uint32_t a, uint32_t b) {
+    const HloValue& x = model_.values[a];
+    const HloValue& y = model_.values[b];
+    return std::tie(x.start, x.end, a) < std::tie(y.start, y.end, b);
+  });
+  std::vector<uint32_t> by_end = temps;
+  std::stable_sort(by_end.begin(), by_end.end(),
+                   [&](uint32_t a, uint32_t b) { return model_.values[a].end < model_.values[b].end; });
+  std::vector<uint32_t> interval_of(nv, UINT32_MAX);
+  std::vector<uint32_t> first_of_buffer(model_.buffers.size(), UINT32_MAX);
+  std::vector<bool> reused(nv, false);
+  uint64_t clock = 0;
+  size_t a = 0, f = 0;
+  for (uint64_t t = 0; t < clock_time_; ++t) {
+    for (; a < temps.size() && model_.values[temps[a]].start == t; ++a) {
+      const uint32_t v = temps[a];
+      const HloValue& value = model_.values[v];
+      HeapInterval iv;
+      iv.start = clock++;
+      iv.size_bytes = value.size_bytes;
+      const uint32_t first = first_of_buffer[value.buffer];
+      if (first != UINT32_MAX) {
+        iv.colocated_with = first;
+      } else {
+        iv.colocated_with = reuse_operand(v, t, interval_of, reused);
+        first_of_buffer[value.buffer] = static_cast<uint32_t>(intervals.size());
+      }
+      interval_of[v] = static_cast<uint32_t>(intervals.size());
+      intervals.push_back(iv);
+      heap_values.push_back(v);
+    }
+    for (; f < by_end.size() && model_.values[by_end[f]].end == t; ++f) {
+      const uint32_t iv = interval_of[by_end[f]];
+      if (iv != UINT32_MAX) intervals[iv].end = clock++;
+    }
+  }
+}
+
+// The dying operand whose chunk a new value takes over. Candidates are tried oldest value first, which is
+// what XLA's dump shows when several operands qualify (a GELU-backward fusion takes its matmul input's
+// memory, not the newer activation's).
+uint32_t Builder::reuse_operand(uint32_t v, uint64_t t, const std::vector<uint32_t>& interval_of,
+                                std::vector<bool>& reused) {
+  const HloValue& value = model_.values[v];
+  const HloInstruction& user = m_.computations[value.computation].instructions[value.instruction];
+  if (user.opcode == HloOpcode::kCopy || user.opcode == HloOpcode::kParameter) return kNotColocated;
+  std::vector<std::pair<uint32_t, size_t>> candidates;  // (operand value, operand number)
+  const auto& ops = operands_[value.computation][value.instruction];
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const Positions& p = positions_[value.computation][ops[k]];
+    if (!p.empty()) candidates.emplace_back(p[0], k);
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [ov, k] : candidates) {
+    const HloValue& operand_value = model_.values[ov];
+    const HloBuffer& ob = model_.buffers[operand_value.buffer];
+    if (ob.kind != BufferKind::kTemp || ob.values.size() != 1 || operand_value.end != t || reused[ov] ||
+        interval_of[ov] == UINT32_MAX || operand_value.size_bytes != value.size_bytes)
+      continue;
+    if (!can_share(ov, value.computation, value.instruction, value.index, k)) continue;
+    reused[ov] = true;
+    return interval_of[ov];
+  }
+  return kNotColocated;
+}
+
+}  // namespace memfit::buffer_model_internal
