@@ -281,6 +281,26 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
     }
     return sum;
   };
+  // Whether a GEMM fusion takes producer `p` in as an input (XLA:GPU's GemmFusion, IsInputWorthFusing and
+  // IsConversionWorthFusing in xla/service/gpu/triton_tiling_propagation.cc): never a narrowing conversion
+  // (the f32 -> bf16 cast of a weight in mixed precision is written out once, XLA's wrapped_convert); an op
+  // that reads at most 1 KiB more than it writes (broadcasts, transposes, widening casts); else only an op
+  // with this one reader whose operands are parameters or constants read by it alone.
+  auto gemm_takes_in = [&](uint32_t p) {
+    const HloInstruction& x = comp.instructions[p];
+    uint64_t in_bytes = 0;
+    for (uint32_t o : operands[p]) in_bytes += comp.instructions[o].shape.own_bytes();
+    const uint64_t out_bytes = x.shape.own_bytes();
+    if (x.opcode == HloOpcode::kConvert && in_bytes > out_bytes) return false;
+    if (in_bytes <= out_bytes + 1024) return true;
+    std::unordered_set<uint32_t> readers(users[p].begin(), users[p].end());
+    if (readers.size() > 1) return false;
+    for (uint32_t o : operands[p]) {
+      const Role r = role[o];
+      if ((r != Role::kParameter && r != Role::kConstant) || users[o].size() != 1) return false;
+    }
+    return true;
+  };
   // Which values get a buffer. A large constant is a buffer; a scalar one is folded into its users.
   std::vector<bool> materialized(n, false);
   const HloInstruction* root = comp.root();
@@ -300,7 +320,8 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
       case Role::kExpensive: {
         std::unordered_set<uint32_t> distinct(users[i].begin(), users[i].end());
         bool needed = &inst == root;
-        for (uint32_t u : distinct) needed = needed || needs_buffers(role[u]);
+        for (uint32_t u : distinct)
+          needed = needed || needs_buffers(role[u]) || (role[u] == Role::kGemm && !gemm_takes_in(i));
         if (role[i] == Role::kConstant) needed = needed || inst.shape.is_tuple() || elements(inst.shape) > 1;
         // An expensive value read by several fusions is computed once, into a buffer - unless its readers are
         // a reduction and what divides or shifts by that reduction: a softmax (exp, its sum, the division)
