@@ -218,6 +218,59 @@ void simplify_tuples_and_dce(HloComputation& comp) {
   comp.instructions = std::move(out);
 }
 
+// XLA's algebraic simplifier folds add(A, scatter-add(zeros, indices, updates)) into scatter-add(A, indices,
+// updates) (xla/hlo/transforms/simplifiers/algebraic_simplifier.cc, HandleAdd: "A + scatter(0, ...)"): the
+// scatter adds into A where A lies. JAX's gradient of a gather (an embedding lookup) is such a scatter into
+// zeros, added to the tied weight's other gradient: folded, that GEMM's result is the scatter's operand, not
+// an epilogue waiting for the scatter at the end of the backward pass with the logits' gradient held.
+void fold_add_of_scatter(HloComputation& comp, const std::unordered_map<std::string, std::string>& reducers) {
+  std::unordered_map<std::string_view, uint32_t> index;
+  for (uint32_t i = 0; i < comp.instructions.size(); ++i) index.emplace(comp.instructions[i].name, i);
+  std::unordered_map<std::string_view, uint32_t> uses;
+  for (const HloInstruction& x : comp.instructions)
+    for (const std::string& o : x.operands) ++uses[o];
+  auto find = [&](const std::string& name) -> const HloInstruction* {
+    auto it = index.find(name);
+    return it == index.end() ? nullptr : &comp.instructions[it->second];
+  };
+  auto scatter_into_zeros = [&](const HloInstruction* s) {
+    if (s == nullptr || s->opcode != HloOpcode::kScatter || s->operands.size() != 3 || s->called.empty() ||
+        uses[s->name] != 1 || s->is_root)
+      return false;
+    auto r = reducers.find(s->called[0]);
+    if (r == reducers.end() || r->second != "add") return false;
+    const HloInstruction* zeros = find(s->operands[0]);
+    if (zeros == nullptr || zeros->opcode != HloOpcode::kBroadcast || zeros->operands.size() != 1)
+      return false;
+    const HloInstruction* scalar = find(zeros->operands[0]);
+    return scalar != nullptr && scalar->opcode == HloOpcode::kConstant && !scalar->shape.is_tuple() &&
+           scalar->shape.dims.empty();
+  };
+  std::unordered_set<std::string> folded;
+  for (HloInstruction& add : comp.instructions) {
+    if (add.opcode != HloOpcode::kAdd || add.operands.size() != 2) continue;
+    for (size_t k = 0; k < 2; ++k) {
+      const HloInstruction* s = find(add.operands[k]);
+      if (!scatter_into_zeros(s) || s->shape.to_string() != add.shape.to_string()) continue;
+      const std::string other = add.operands[1 - k];
+      folded.insert(s->name);
+      HloInstruction scatter = *s;
+      scatter.name = add.name;
+      scatter.operands[0] = other;
+      scatter.is_root = add.is_root;
+      scatter.line = add.line;
+      add = std::move(scatter);
+      break;
+    }
+  }
+  if (folded.empty()) return;
+  std::vector<HloInstruction> out;
+  out.reserve(comp.instructions.size());
+  for (HloInstruction& x : comp.instructions)
+    if (!folded.contains(x.name)) out.push_back(std::move(x));
+  comp.instructions = std::move(out);
+}
+
 // `reducers`: each computation's root opcode, for the reductions that name their combiner by computation.
 Status model_computation(HloComputation& comp, const std::unordered_map<std::string, std::string>& reducers) {
   simplify_tuples_and_dce(comp);
@@ -301,6 +354,16 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
     }
     return true;
   };
+  // The producers a GEMM fusion takes in, walking up from its operands (through transposes, broadcasts,
+  // widening casts): each taken in only if every reader is that GEMM or another producer it takes in.
+  std::vector<bool> absorbed(n, false);
+  for (size_t k = n; k-- > 0;) {
+    const uint32_t i = static_cast<uint32_t>(k);
+    if (!fuses(role[i]) || users[i].empty() || comp.instructions[i].is_root) continue;
+    bool all = true;
+    for (uint32_t u : users[i]) all = all && (role[u] == Role::kGemm || absorbed[u]);
+    absorbed[i] = all && gemm_takes_in(i);
+  }
   // Which values get a buffer. A large constant is a buffer; a scalar one is folded into its users.
   std::vector<bool> materialized(n, false);
   const HloInstruction* root = comp.root();
@@ -321,7 +384,8 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
         std::unordered_set<uint32_t> distinct(users[i].begin(), users[i].end());
         bool needed = &inst == root;
         for (uint32_t u : distinct)
-          needed = needed || needs_buffers(role[u]) || (role[u] == Role::kGemm && !gemm_takes_in(i));
+          needed = needed || needs_buffers(role[u]) ||
+                   ((role[u] == Role::kGemm || absorbed[u]) && !gemm_takes_in(i));
         if (role[i] == Role::kConstant) needed = needed || inst.shape.is_tuple() || elements(inst.shape) > 1;
         // An expensive value read by several fusions is computed once, into a buffer - unless its readers are
         // a reduction and what divides or shifts by that reduction: a softmax (exp, its sum, the division)
@@ -789,6 +853,7 @@ Expected<HloModule> model_xla_gpu(const HloModule& lowered) {
     if (const HloInstruction* r = c.root()) reducers.emplace(c.name, r->opcode_name());
   for (HloComputation& c : m.computations) {
     // Reduction and sort regions are scalar code inside their op, not buffers; they stay as they are.
+    fold_add_of_scatter(c, reducers);
     MEMFIT_RETURN_IF_ERROR(model_computation(c, reducers));
   }
   m.is_scheduled = true;

@@ -11,12 +11,17 @@
 //   - library calls and fusion roots get a buffer: dots and convolutions (cuBLAS, cuDNN, Triton GEMM, with
 //     one elementwise epilogue such as a bias add or a convert folded into the GEMM's output,
 //     gemm_rewriter.cc), reductions, scatters, sorts, custom calls, collectives, loops and calls;
+//   - a GEMM takes in only the producers XLA's GemmFusion finds worth it (triton_tiling_propagation.cc):
+//     never a narrowing cast - a weight's bf16 copy in mixed precision is a buffer of its own, read by the
+//     forward and the backward GEMMs;
+//   - algebraic simplification: add(A, scatter-add(zeros, ...)) becomes scatter-add(A, ...), and a sum
+//     over a dot's batch dimensions becomes the dot that contracts them;
 //   - whatever a tuple, a loop, a call, an optimization barrier (jax.checkpoint) or the program's result
 //     takes is materialized, as XLA must;
 //   - the schedule: XLA's DefaultMemoryScheduler keeps the best of a list scheduler and post orders
 //     (hlo_memory_scheduler.cc); plan_hlo plans both the program's own order (JAX prints a post order) and
-//     list_scheduled()'s and keeps the smaller. Layouts cost no copies (approximated); algebraic
-//     simplification is only what fusion leaves out (dot+reduce rewrites are not modeled yet).
+//     list_scheduled()'s and keeps the smaller. Layouts cost no copies (approximated). XLA's latency-hiding
+//     scheduler, which reorders after the memory scheduler, is not modeled.
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
 // the README's table.
 #pragma once
