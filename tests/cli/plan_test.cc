@@ -53,6 +53,30 @@ TEST(PlanCommand, DoesNotFitExitsOneAndFitFindsTheCheapestChange) {
   EXPECT_NE(fit.out.find("NamedSharding"), std::string::npos);
 }
 
+// fit --json has ARCHITECTURE.md's keys: `fits` for the step as it is, `changes[]` (`change`, `peak_bytes`,
+// `cost`) the changes that fit, cheapest first, each under the pool's limit; `tried[]` every change.
+TEST(PlanCommand, FitJsonHasTheArchitecturesKeys) {
+  const auto run = testing::run_cli({"fit", "--model", "gpt", "--capacity", "16GiB", "--json"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  const auto j = nlohmann::json::parse(run.out);
+  ASSERT_TRUE(j.contains("fits"));
+  EXPECT_FALSE(j["fits"].get<bool>());  // the default GPT step needs more than 16 GiB
+  ASSERT_TRUE(j["changes"].is_array());
+  ASSERT_FALSE(j["changes"].empty());
+  double last_cost = -1;
+  for (const auto& c : j["changes"]) {
+    ASSERT_TRUE(c.contains("change") && c.contains("peak_bytes") && c.contains("cost")) << c.dump();
+    EXPECT_TRUE(c["fits"].get<bool>());
+    EXPECT_LE(c["peak_bytes"].get<uint64_t>(), c["limit_bytes"].get<uint64_t>());
+    EXPECT_GE(c["cost"].get<double>(), last_cost) << "cheapest first";
+    last_cost = c["cost"].get<double>();
+  }
+  EXPECT_GT(j["tried"].size(), j["changes"].size());  // some of the seed's fixes do not fit alone
+  const auto roomy = testing::run_cli({"fit", "--model", "mlp", "--capacity", "h200", "--json"});
+  ASSERT_EQ(roomy.code, 0) << roomy.err;
+  EXPECT_TRUE(nlohmann::json::parse(roomy.out)["fits"].get<bool>());
+}
+
 TEST(PlanCommand, NonsenseExitsTwoWithAReason) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"plan", "--model", "gpt", "--heads", "7"}, "heads"},

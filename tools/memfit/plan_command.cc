@@ -50,21 +50,28 @@ Json step_plan_to_json(const StepPlan& p) {
   return j;
 }
 
+// ARCHITECTURE.md's keys: `fits` (the step as it is) and `changes[]` (`change`, `peak_bytes`, `cost`), the
+// changes that fit, cheapest first; `tried[]` is every change in the seed's order.
 Json fit_to_json(const FitResult& fit) {
+  auto candidate = [](const FitCandidate& c) {
+    return Json{{"step", c.step},
+                {"change", c.change},
+                {"code", c.code},
+                {"cost", c.cost},
+                {"cost_note", c.cost_note},
+                {"peak_bytes", c.peak_bytes},
+                {"limit_bytes", c.limit_bytes},
+                {"fits", c.fits}};
+  };
   Json j;
+  j["fits"] = fit.baseline.fits;
+  Json changes = Json::array();
+  for (size_t i : fit.ranked) changes.push_back(candidate(fit.candidates[i]));
+  j["changes"] = changes;
+  Json tried = Json::array();
+  for (const FitCandidate& c : fit.candidates) tried.push_back(candidate(c));
+  j["tried"] = tried;
   j["baseline"] = step_plan_to_json(fit.baseline);
-  Json all = Json::array();
-  for (const FitCandidate& c : fit.candidates)
-    all.push_back({{"step", c.step},
-                   {"change", c.change},
-                   {"code", c.code},
-                   {"cost", c.cost},
-                   {"cost_note", c.cost_note},
-                   {"peak_bytes", c.peak_bytes},
-                   {"limit_bytes", c.limit_bytes},
-                   {"fits", c.fits}});
-  j["candidates"] = all;
-  j["ranked"] = fit.ranked;
   return j;
 }
 
