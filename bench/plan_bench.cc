@@ -47,17 +47,17 @@ BENCHMARK(BM_PlanGpt)->Arg(1)->Arg(10)->Unit(benchmark::kMillisecond);
 // mesh: building the per-device program and planning it (target: under a second).
 void BM_PlanGpt96LayersOver4096Devices(benchmark::State& state) {
   ModelSpec spec;
-  spec.model = "gpt";
+  spec.model = ModelFamily::kGpt;
   spec.layers = 96;
   spec.d_model = 12288;
   spec.heads = 96;
   spec.vocab = 50304;
   spec.seq = 2048;
   spec.batch = 4096;
-  spec.precision = "mixed";
-  spec.remat = "full";
+  spec.precision = Precision::kMixed;
+  spec.remat = RematPolicy::kFull;
   spec.donate = true;
-  spec.sharding = "fsdp";
+  spec.sharding = ShardingKind::kFsdp;
   spec.mesh = {4096};
   spec.mesh_axes = {"data"};
   for (auto _ : state) {

@@ -76,7 +76,7 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
                                       "os.environ['XLA_CLIENT_MEM_FRACTION'] = '.95'  # before importing jax",
                                       0, "free, if nothing else shares the GPU", spec, 0.95));
   }
-  if (!spec.donate && spec.step == "train") {
+  if (!spec.donate && spec.step == StepKind::kTrain) {
     ModelSpec s = spec;
     s.donate = true;
     MEMFIT_RETURN_IF_ERROR(try_change("allocation", "donate parameters and optimizer state",
@@ -84,27 +84,27 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
                                       "free; the old arrays are gone after the call", s, memory_fraction));
   }
   // 2. shapes: precision, rematerialization, accumulation, batch.
-  if (spec.precision == "fp32") {
+  if (spec.precision == Precision::kFp32) {
     ModelSpec s = spec;
-    s.precision = "mixed";
+    s.precision = Precision::kMixed;
     MEMFIT_RETURN_IF_ERROR(
         try_change("shapes", "mixed precision (fp32 parameters, bf16 compute)",
                    "x @ W.astype(jnp.bfloat16)  # compute in bfloat16, keep fp32 parameters", 0.02,
                    "faster on tensor cores; check the loss curve", s, memory_fraction));
   }
-  if (spec.step == "train") {
+  if (spec.step == StepKind::kTrain) {
     const struct {
-      const char* policy;
+      RematPolicy policy;
       const char* jax;
       double cost;
       const char* note;
     } remats[] = {
-        {"dots_no_batch",
+        {RematPolicy::kDotsNoBatch,
          "jax.checkpoint(block, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)", 0.2,
          "~20% more compute: attention and elementwise ops run twice"},
-        {"dots", "jax.checkpoint(block, policy=jax.checkpoint_policies.dots_saveable)", 0.15,
+        {RematPolicy::kDots, "jax.checkpoint(block, policy=jax.checkpoint_policies.dots_saveable)", 0.15,
          "~15% more compute: elementwise ops run twice"},
-        {"full", "jax.checkpoint(block, policy=jax.checkpoint_policies.nothing_saveable)", 0.33,
+        {RematPolicy::kFull, "jax.checkpoint(block, policy=jax.checkpoint_policies.nothing_saveable)", 0.33,
          "~33% more compute: the forward pass runs twice"},
     };
     for (const auto& r : remats) {
@@ -112,8 +112,8 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
       ModelSpec s = spec;
       s.remat = r.policy;
       s.remat_layers.clear();
-      MEMFIT_RETURN_IF_ERROR(
-          try_change("shapes", fmt::format("remat {}", r.policy), r.jax, r.cost, r.note, s, memory_fraction));
+      MEMFIT_RETURN_IF_ERROR(try_change("shapes", fmt::format("remat {}", to_string(r.policy)), r.jax, r.cost,
+                                        r.note, s, memory_fraction));
     }
     for (uint64_t k : {2, 4, 8, 16}) {
       ModelSpec s = spec;
@@ -138,10 +138,10 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
     if (last_fits) break;
   }
   // 3. sharding: FSDP over more devices (parameters, gradients and optimizer state split; batch split).
-  if (spec.sharding == "replicated" && spec.devices() <= 1 && spec.step == "train") {
+  if (spec.sharding == ShardingKind::kReplicated && spec.devices() <= 1 && spec.step == StepKind::kTrain) {
     for (uint64_t n : {2, 4, 8, 16, 32, 64}) {
       ModelSpec s = spec;
-      s.sharding = "fsdp";
+      s.sharding = ShardingKind::kFsdp;
       s.mesh = {n};
       s.mesh_axes = {"data"};
       if (s.batch % n != 0) s.batch = (s.batch + n - 1) / n * n;  // the global batch must split

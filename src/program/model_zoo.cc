@@ -11,225 +11,6 @@
 
 namespace memfit {
 
-uint64_t ModelSpec::devices() const {
-  uint64_t n = 1;
-  for (uint64_t m : mesh) n *= m;
-  return n;
-}
-
-uint64_t ModelSpec::axis_size(const std::string& name) const {
-  for (size_t i = 0; i < mesh_axes.size() && i < mesh.size(); ++i)
-    if (mesh_axes[i] == name) return mesh[i];
-  return 1;
-}
-
-namespace {
-
-Status check_one_of(const std::string& key, const std::string& value,
-                    std::initializer_list<const char*> allowed) {
-  for (const char* a : allowed)
-    if (value == a) return Status();
-  std::string list;
-  for (const char* a : allowed) {
-    if (!list.empty()) list += ", ";
-    list += a;
-  }
-  return invalid_argument(fmt::format("{}: {} is not one of {}", key, excerpt(value), list));
-}
-
-Expected<uint64_t> positive(const Json& config, const char* key, uint64_t fallback) {
-  if (!config.contains(key)) return fallback;
-  const Json& v = config[key];
-  if (!v.is_number_integer() || v.get<int64_t>() <= 0)
-    return invalid_argument(
-        fmt::format("{}: expected a positive integer, got {}", key, excerpt(json_text(v))));
-  return v.get<uint64_t>();
-}
-
-}  // namespace
-
-Expected<ModelSpec> model_spec_from_json(const Json& config) {
-  if (!config.is_object()) return invalid_argument("a model spec is a JSON object of config keys");
-  static const std::set<std::string> kKeys = {
-      "model", "vocab",        "d_model",   "heads", "layers",       "seq",      "batch",   "din",
-      "width", "depth",        "dout",      "image", "patch",        "channels", "classes", "precision",
-      "remat", "remat_layers", "optimizer", "step",  "donate",       "scan",     "accum",   "sharding",
-      "mesh",  "mesh_axes",    "backend",   "name",  "compile_only", "cpu8"};
-  for (const auto& [key, value] : config.items())
-    if (!kKeys.contains(key))
-      return invalid_argument(fmt::format("unknown key {} in the model spec", excerpt(key)));
-  ModelSpec s;
-  auto str = [&](const char* key, std::string& out) -> Status {
-    if (!config.contains(key)) return Status();
-    if (!config[key].is_string()) return invalid_argument(fmt::format("{}: expected a string", key));
-    out = config[key].get<std::string>();
-    return Status();
-  };
-  auto flag = [&](const char* key, bool& out) -> Status {
-    if (!config.contains(key)) return Status();
-    if (!config[key].is_boolean()) return invalid_argument(fmt::format("{}: expected true or false", key));
-    out = config[key].get<bool>();
-    return Status();
-  };
-  MEMFIT_RETURN_IF_ERROR(str("model", s.model));
-  MEMFIT_ASSIGN_OR_RETURN(s.vocab, positive(config, "vocab", s.vocab));
-  MEMFIT_ASSIGN_OR_RETURN(s.d_model, positive(config, "d_model", s.d_model));
-  MEMFIT_ASSIGN_OR_RETURN(s.heads, positive(config, "heads", s.heads));
-  MEMFIT_ASSIGN_OR_RETURN(s.layers, positive(config, "layers", s.layers));
-  MEMFIT_ASSIGN_OR_RETURN(s.seq, positive(config, "seq", s.seq));
-  // The reference programs' batch: 8 sequences for the GPT, 2048 rows for the MLP, 64 images for the ViT.
-  s.batch = s.model == "mlp" ? 2048 : s.model == "vit" ? 64 : 8;
-  MEMFIT_ASSIGN_OR_RETURN(s.batch, positive(config, "batch", s.batch));
-  MEMFIT_ASSIGN_OR_RETURN(s.din, positive(config, "din", s.din));
-  MEMFIT_ASSIGN_OR_RETURN(s.width, positive(config, "width", s.width));
-  MEMFIT_ASSIGN_OR_RETURN(s.depth, positive(config, "depth", s.depth));
-  MEMFIT_ASSIGN_OR_RETURN(s.dout, positive(config, "dout", s.dout));
-  MEMFIT_ASSIGN_OR_RETURN(s.image, positive(config, "image", s.image));
-  MEMFIT_ASSIGN_OR_RETURN(s.patch, positive(config, "patch", s.patch));
-  MEMFIT_ASSIGN_OR_RETURN(s.channels, positive(config, "channels", s.channels));
-  MEMFIT_ASSIGN_OR_RETURN(s.classes, positive(config, "classes", s.classes));
-  MEMFIT_ASSIGN_OR_RETURN(s.accum, positive(config, "accum", s.accum));
-  MEMFIT_RETURN_IF_ERROR(str("precision", s.precision));
-  MEMFIT_RETURN_IF_ERROR(str("remat", s.remat));
-  MEMFIT_RETURN_IF_ERROR(str("optimizer", s.optimizer));
-  MEMFIT_RETURN_IF_ERROR(str("step", s.step));
-  MEMFIT_RETURN_IF_ERROR(str("sharding", s.sharding));
-  MEMFIT_RETURN_IF_ERROR(str("backend", s.backend));
-  MEMFIT_RETURN_IF_ERROR(flag("donate", s.donate));
-  MEMFIT_RETURN_IF_ERROR(flag("scan", s.scan));
-  bool cpu8 = false;
-  MEMFIT_RETURN_IF_ERROR(flag("cpu8", cpu8));
-  if (cpu8) s.backend = "cpu";
-  if (config.contains("mesh")) {
-    if (!config["mesh"].is_array()) return invalid_argument("mesh: expected a list of axis sizes");
-    for (const Json& m : config["mesh"]) {
-      if (!m.is_number_integer() || m.get<int64_t>() <= 0)
-        return invalid_argument(
-            fmt::format("mesh: axis sizes must be positive integers, got {}", excerpt(json_text(m))));
-      s.mesh.push_back(m.get<uint64_t>());
-    }
-  }
-  if (config.contains("mesh_axes")) {
-    if (!config["mesh_axes"].is_array()) return invalid_argument("mesh_axes: expected a list of names");
-    for (const Json& m : config["mesh_axes"]) {
-      if (!m.is_string()) return invalid_argument("mesh_axes: expected a list of names");
-      s.mesh_axes.push_back(m.get<std::string>());
-    }
-  }
-  if (config.contains("remat_layers")) {
-    if (!config["remat_layers"].is_array())
-      return invalid_argument("remat_layers: expected a list of layers");
-    for (const Json& m : config["remat_layers"]) {
-      if (!m.is_number_integer() || m.get<int64_t>() < 0)
-        return invalid_argument(
-            fmt::format("remat_layers: expected layer numbers, got {}", excerpt(json_text(m))));
-      s.remat_layers.push_back(m.get<uint64_t>());
-    }
-  }
-  MEMFIT_RETURN_IF_ERROR(validate_model_spec(s));
-  return s;
-}
-
-Status validate_model_spec(const ModelSpec& s) {
-  MEMFIT_RETURN_IF_ERROR(check_one_of("model", s.model, {"gpt", "mlp", "vit"}));
-  // JAX's own names for the policies are accepted too.
-  MEMFIT_RETURN_IF_ERROR(
-      check_one_of("remat", s.remat,
-                   {"none", "full", "dots", "dots_no_batch", "nothing_saveable", "dots_saveable",
-                    "dots_with_no_batch_dims_saveable", "everything_saveable"}));
-  MEMFIT_RETURN_IF_ERROR(check_one_of("precision", s.precision, {"fp32", "mixed", "bf16"}));
-  MEMFIT_RETURN_IF_ERROR(check_one_of("optimizer", s.optimizer, {"adam", "sgd"}));
-  MEMFIT_RETURN_IF_ERROR(check_one_of("step", s.step, {"train", "infer", "vmap_grads"}));
-  MEMFIT_RETURN_IF_ERROR(check_one_of("sharding", s.sharding, {"replicated", "fsdp", "tp"}));
-  MEMFIT_RETURN_IF_ERROR(check_one_of("backend", s.backend, {"gpu", "cpu"}));
-  if (s.model != "mlp" && s.d_model % s.heads != 0)
-    return invalid_argument(fmt::format("heads: {} heads do not divide d_model {}", s.heads, s.d_model));
-  if (s.model == "vit" && s.image % s.patch != 0)
-    return invalid_argument(fmt::format("patch: {} does not divide the image side {}", s.patch, s.image));
-  if (s.batch % s.accum != 0)
-    return invalid_argument(
-        fmt::format("accum: batch {} does not split into {} microbatches", s.batch, s.accum));
-  if (s.accum > 1 && s.step != "train") return invalid_argument("accum applies to step train only");
-  if (s.step == "vmap_grads" && s.model != "mlp")
-    return invalid_argument("step vmap_grads is built for the mlp");
-  if (s.mesh.size() != s.mesh_axes.size())
-    return invalid_argument(
-        fmt::format("mesh has {} axes but mesh_axes names {}", s.mesh.size(), s.mesh_axes.size()));
-  if (s.sharding != "replicated" && s.mesh.empty())
-    return invalid_argument(fmt::format("sharding {} needs a mesh", s.sharding));
-  if (s.sharding == "tp" && s.axis_size("model") == 1)
-    return invalid_argument("sharding tp needs a 'model' mesh axis");
-  if ((s.sharding == "fsdp") && s.axis_size("data") == 1)
-    return invalid_argument("sharding fsdp needs a 'data' mesh axis");
-  const uint64_t data = s.axis_size("data");
-  if ((s.batch / s.accum) % data != 0)
-    return invalid_argument(fmt::format("batch: {} per microbatch does not split over the data axis of {}",
-                                        s.batch / s.accum, data));
-  const uint64_t tp = s.axis_size("model");
-  if (s.model != "mlp" && s.heads % tp != 0)
-    return invalid_argument(
-        fmt::format("heads: {} heads do not split over the model axis of {}", s.heads, tp));
-  for (uint64_t l : s.remat_layers) {
-    const uint64_t n = s.model == "mlp" ? s.depth : s.layers;
-    if (l >= n)
-      return invalid_argument(fmt::format("remat_layers: layer {} does not exist (0..{})", l, n - 1));
-  }
-  if (s.devices() > (1u << 20)) return invalid_argument("mesh: more than 2^20 devices");
-  // Budgets, so that a typo (--layers 1000000) is an error in a millisecond, not minutes and gigabytes.
-  // Without scan the program holds every layer, as jax.jit unrolls a Python loop; the largest models have
-  // ~100-200.
-  const uint64_t blocks = s.model == "mlp" ? s.depth : s.layers;
-  if (!s.scan && blocks > kMaxUnrolledLayers) {
-    return invalid_argument(fmt::format(
-        "{}: {} layers unrolled is beyond what memfit plans (at most {}; real models have a few hundred): "
-        "plan it with --scan (jax.lax.scan over the layers), which gives the same peak",
-        s.model == "mlp" ? "depth" : "layers", blocks, kMaxUnrolledLayers));
-  }
-  if (s.scan && blocks > kMaxScannedLayers)
-    return invalid_argument(fmt::format("layers: {} is more than memfit plans (at most {} with scan)", blocks,
-                                        kMaxScannedLayers));
-  return Status();
-}
-
-Json model_spec_to_json(const ModelSpec& s) {
-  Json j;
-  j["model"] = s.model;
-  if (s.model == "mlp") {
-    j["din"] = s.din;
-    j["width"] = s.width;
-    j["depth"] = s.depth;
-    j["dout"] = s.dout;
-  } else {
-    if (s.model == "gpt") j["vocab"] = s.vocab;
-    j["d_model"] = s.d_model;
-    j["heads"] = s.heads;
-    j["layers"] = s.layers;
-    if (s.model == "gpt") j["seq"] = s.seq;
-    if (s.model == "vit") {
-      j["image"] = s.image;
-      j["patch"] = s.patch;
-      j["channels"] = s.channels;
-      j["classes"] = s.classes;
-    }
-  }
-  j["batch"] = s.batch;
-  j["precision"] = s.precision;
-  j["remat"] = s.remat;
-  if (!s.remat_layers.empty()) j["remat_layers"] = s.remat_layers;
-  j["optimizer"] = s.optimizer;
-  j["step"] = s.step;
-  j["donate"] = s.donate;
-  j["scan"] = s.scan;
-  j["accum"] = s.accum;
-  j["sharding"] = s.sharding;
-  if (!s.mesh.empty()) {
-    j["mesh"] = s.mesh;
-    j["mesh_axes"] = s.mesh_axes;
-  }
-  j["backend"] = s.backend;
-  return j;
-}
-
 namespace {
 
 Shape array(PrimitiveType type, std::vector<uint64_t> dims) {
@@ -415,16 +196,8 @@ struct Ctx {
   PrimitiveType pdt, cdt;
   bool fsdp, cpu;
   uint64_t data, tp;
-  std::string remat;  // normalized: none, full, dots, dots_no_batch
+  RematPolicy remat;
 };
-
-std::string normalized_remat(const std::string& r) {
-  if (r == "nothing_saveable") return "full";
-  if (r == "dots_saveable") return "dots";
-  if (r == "dots_with_no_batch_dims_saveable") return "dots_no_batch";
-  if (r == "everything_saveable") return "none";
-  return r;
-}
 
 // Per-device shape of a parameter, as reference_programs.py shards it: FSDP splits the largest dimension
 // over 'data' when it divides; TP splits the q/k/v and first MLP matrix by columns, the output projection
@@ -432,7 +205,7 @@ std::string normalized_remat(const std::string& r) {
 std::vector<uint64_t> local_dims(const Ctx& c, const std::string& name, const std::vector<uint64_t>& dims) {
   std::vector<uint64_t> d = dims;
   if (d.empty()) return d;
-  if (c.s.sharding == "fsdp") {
+  if (c.s.sharding == ShardingKind::kFsdp) {
     // The largest dimension that divides (the reference's rule when the largest one does).
     std::vector<size_t> order(d.size());
     for (size_t i = 0; i < d.size(); ++i) order[i] = i;
@@ -443,7 +216,7 @@ std::vector<uint64_t> local_dims(const Ctx& c, const std::string& name, const st
         break;
       }
     }
-  } else if (c.s.sharding == "tp" && d.size() >= 2) {
+  } else if (c.s.sharding == ShardingKind::kTp && d.size() >= 2) {
     if ((name.find("wqkv") != std::string::npos || name.find("w1") != std::string::npos) &&
         d.back() % c.tp == 0)
       d.back() /= c.tp;
@@ -479,7 +252,7 @@ class Step {
       args_.parameter_count += n;
       args_.parameter_bytes += p.value.shape.own_bytes();
     }
-    if (train() && c_.s.optimizer == "adam") {
+    if (train() && c_.s.optimizer == OptimizerKind::kAdam) {
       for (Param& p : params_) {
         p.m =
             e_.param(array(PrimitiveType::kF32, p.local), fmt::format("opt[0]{}", p.name), "optimizer_state");
@@ -497,7 +270,7 @@ class Step {
   void count_batch(const T& t) { args_.batch_bytes += t.shape.own_bytes(); }
   const StepArguments& arguments() const { return args_; }
 
-  bool train() const { return c_.s.step != "infer"; }
+  bool train() const { return c_.s.step != StepKind::kInfer; }
 
   // The weight as the compute uses it: FSDP gathers it (a transient full copy).
   T use(Param& p, const std::string& where) {
@@ -537,7 +310,7 @@ class Step {
   }
   // Gradients have the parameter's dtype; FSDP makes them whole before reduce-scattering them.
   Shape grad_shape(const Param& p) const {
-    return array(c_.s.precision == "bf16" ? PrimitiveType::kBF16 : PrimitiveType::kF32,
+    return array(c_.s.precision == Precision::kBf16 ? PrimitiveType::kBF16 : PrimitiveType::kF32,
                  p.gathered ? p.dims : p.local);
   }
 
@@ -546,7 +319,7 @@ class Step {
     std::vector<T> new_params, new_m, new_v;
     for (Param& p : params_) {
       const std::string where = fmt::format("jit(step)/update{}", p.name);
-      if (c_.s.optimizer == "adam") {
+      if (c_.s.optimizer == OptimizerKind::kAdam) {
         auto outs = e_.loop_multi({p.value, p.grad, p.m, p.v, count_}, {p.value.shape, p.m.shape, p.v.shape},
                                   where, "parameters");
         new_params.push_back(outs[0]);
@@ -557,7 +330,7 @@ class Step {
       }
     }
     std::vector<T> outs = new_params;
-    if (c_.s.optimizer == "adam") {
+    if (c_.s.optimizer == OptimizerKind::kAdam) {
       outs.insert(outs.end(), new_m.begin(), new_m.end());
       outs.insert(outs.end(), new_v.begin(), new_v.end());
       outs.push_back(e_.loop({count_}, count_.shape, "jit(step)/add", "optimizer_state"));
@@ -605,7 +378,7 @@ void build_mlp(const Ctx& c, Step& step, HloModule& module) {
   const T x_in = e.param(array(PrimitiveType::kF32, {B, s.din}), "batch[0]", "activations");
   step.count_batch(x_in);
   T y_in;
-  if (s.step != "infer") {
+  if (s.step != StepKind::kInfer) {
     y_in = e.param(array(PrimitiveType::kF32, {B, s.dout}), "batch[1]", "activations");
     step.count_batch(y_in);
   }
@@ -640,12 +413,12 @@ void build_mlp(const Ctx& c, Step& step, HloModule& module) {
       return sv;
     };
     T a = x;
-    const bool remat_all = c.remat == "full";
+    const bool remat_all = c.remat == RematPolicy::kFull;
     for (size_t l = 0; l < n; ++l) {
       saved[l] = forward_layer(l, a, false);
       a = l + 1 < n ? saved[l].g0 : saved[l].h;
     }
-    if (s.step == "infer") {
+    if (s.step == StepKind::kInfer) {
       loss = a;
       break;
     }
@@ -671,7 +444,7 @@ void build_mlp(const Ctx& c, Step& step, HloModule& module) {
         if (!recompute) in.push_back(sv.g1);
         dpre = e.loop(in, array(c.cdt, {mb, sizes[l + 1]}), "jit(step)/transpose(jvp())/mul", "temporaries");
       }
-      if (s.step == "vmap_grads") {
+      if (s.step == StepKind::kVmapGrads) {
         // Per-example gradients: one weight-sized gradient per example, then their mean.
         T pe = e.dot({sv.in, dpre}, array(PrimitiveType::kF32, {mb, sizes[l], sizes[l + 1]}),
                      where + "/per_example", "temporaries");
@@ -690,7 +463,7 @@ void build_mlp(const Ctx& c, Step& step, HloModule& module) {
                   "temporaries");
     }
   }
-  if (s.step == "infer") {
+  if (s.step == StepKind::kInfer) {
     e.root({e.loop({loss}, array(PrimitiveType::kF32, loss.shape.dims), "jit(step)/convert", "activations")});
     return;
   }
@@ -707,7 +480,7 @@ struct Block {
 void build_transformer(const Ctx& c, Step& step, HloModule& module) {
   const ModelSpec& s = c.s;
   Emitter& e = c.e;
-  const bool vit = s.model == "vit";
+  const bool vit = s.model == ModelFamily::kVit;
   const uint64_t D = s.d_model, H = s.heads, F = 4 * D, L = s.layers;
   const uint64_t S = vit ? (s.image / s.patch) * (s.image / s.patch) + 1 : s.seq;
   const uint64_t V = vit ? s.classes : s.vocab;
@@ -784,16 +557,16 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module) {
 
   auto remat_of = [&](uint64_t l) {
     if (!s.remat_layers.empty() && !std::count(s.remat_layers.begin(), s.remat_layers.end(), l))
-      return std::string("none");
+      return RematPolicy::kNone;
     return c.remat;
   };
   // Which forward tensors a policy keeps for the backward pass (the rest is recomputed there).
-  auto saveable = [&](const std::string& policy, const std::string& key) {
-    if (policy == "none") return true;
-    if (policy == "full") return false;
+  auto saveable = [&](RematPolicy policy, const std::string& key) {
+    if (policy == RematPolicy::kNone) return true;
+    if (policy == RematPolicy::kFull) return false;
     const bool weight_dot = key == "qkv" || key == "o" || key == "h1" || key == "h2";
     const bool batch_dot = key == "scores" || key == "av";
-    if (policy == "dots") return weight_dot || batch_dot;
+    if (policy == RematPolicy::kDots) return weight_dot || batch_dot;
     return weight_dot;  // dots_no_batch
   };
 
@@ -977,7 +750,7 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module) {
     for (uint64_t l = 0; l < L; ++l) {
       Block b = forward(l, h, {}, false);
       h = b.t.at("out");
-      const std::string policy = step.train() ? remat_of(l) : "full";
+      const RematPolicy policy = step.train() ? remat_of(l) : RematPolicy::kFull;
       Block keep;
       keep.x = b.x;
       for (const auto& [key, t] : b.t)
@@ -1078,8 +851,8 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module) {
         b.x = slice("x", b.x);
         for (auto& [key, t] : have) t = slice(key, t);
       }
-      const std::string policy = remat_of(l);
-      Block full = policy == "none" ? Block{b.x, have} : forward(l, b.x, have, true);
+      const RematPolicy policy = remat_of(l);
+      Block full = policy == RematPolicy::kNone ? Block{b.x, have} : forward(l, b.x, have, true);
       dh = backward(l, full, dh);
     }
     if (vit) {
@@ -1114,21 +887,21 @@ Expected<HloModule> build_step_module(const ModelSpec& spec, StepArguments* argu
   HloModule module;
   module.name = "jit_step";
   module.is_scheduled = true;
-  module.platform = spec.backend == "cpu" ? HloPlatform::kCpu : HloPlatform::kGpu;
+  module.platform = spec.backend == Backend::kCpu ? HloPlatform::kCpu : HloPlatform::kGpu;
   Emitter e(module);
-  const PrimitiveType pdt = spec.precision == "bf16" ? PrimitiveType::kBF16 : PrimitiveType::kF32;
-  const PrimitiveType cdt = spec.precision == "fp32" ? PrimitiveType::kF32 : PrimitiveType::kBF16;
+  const PrimitiveType pdt = spec.precision == Precision::kBf16 ? PrimitiveType::kBF16 : PrimitiveType::kF32;
+  const PrimitiveType cdt = spec.precision == Precision::kFp32 ? PrimitiveType::kF32 : PrimitiveType::kBF16;
   Ctx c{spec,
         e,
         pdt,
         cdt,
-        spec.sharding == "fsdp",
-        spec.backend == "cpu",
+        spec.sharding == ShardingKind::kFsdp,
+        spec.backend == Backend::kCpu,
         spec.axis_size("data"),
-        spec.sharding == "tp" ? spec.axis_size("model") : 1,
-        normalized_remat(spec.remat)};
+        spec.sharding == ShardingKind::kTp ? spec.axis_size("model") : 1,
+        spec.remat};
   Step step(c);
-  if (spec.model == "mlp") {
+  if (spec.model == ModelFamily::kMlp) {
     build_mlp(c, step, module);
   } else {
     build_transformer(c, step, module);

@@ -79,14 +79,16 @@ namespace {
 
 void print(std::ostream& out, const StepPlan& p) {
   const ModelSpec& s = p.spec;
-  out << fmt::format("memfit plan: {} {} step, {} precision, remat {}, {} parameters{}{}\n", s.model, s.step,
-                     s.precision, s.remat, p.arguments.parameter_count, s.donate ? ", donated" : "",
-                     s.devices() > 1 ? fmt::format(", {} over {} devices", s.sharding, s.devices()) : "");
+  out << fmt::format(
+      "memfit plan: {} {} step, {} precision, remat {}, {} parameters{}{}\n", to_string(s.model),
+      to_string(s.step), to_string(s.precision), to_string(s.remat), p.arguments.parameter_count,
+      s.donate ? ", donated" : "",
+      s.devices() > 1 ? fmt::format(", {} over {} devices", to_string(s.sharding), s.devices()) : "");
   auto row = [&](const char* what, uint64_t bytes) {
     out << fmt::format("  {:<16} {:>10} {:>16} B  {:>6}\n", what, format_bytes(bytes), bytes,
                        format_percent(bytes, p.peak_bytes));
   };
-  if (s.devices() > 1 && s.sharding == "replicated") {
+  if (s.devices() > 1 && s.sharding == ShardingKind::kReplicated) {
     out << fmt::format(
         "  data parallel: parameters and optimizer state replicated on each of the {} devices (as pmap "
         "does), the batch split\n",
@@ -135,8 +137,9 @@ Action add_plan_command(CLI::App& app, Io& io) {
     auto plan = plan_step(in->spec, in->capacity_bytes, options->memory_fraction);
     if (!plan.ok()) return fail(io, plan.error());
     if (!html->empty()) {
-      MemoryChart chart =
-          chart_from_plan(plan->hlo, fmt::format("memfit plan: {} {} step", in->spec.model, in->spec.step));
+      MemoryChart chart = chart_from_plan(
+          plan->hlo,
+          fmt::format("memfit plan: {} {} step", to_string(in->spec.model), to_string(in->spec.step)));
       if (plan->capacity_bytes) {
         chart.lines.push_back({"capacity", *plan->capacity_bytes});
         chart.lines.push_back(

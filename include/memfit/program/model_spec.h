@@ -1,0 +1,70 @@
+// memfit/program/model_spec.h - what a step of a model people train is: the keys of the `config` objects
+// in ../shared/data/xla/programs.json (reference_programs.py), read once into typed fields.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memfit/core/json.h"
+#include "memfit/core/status.h"
+
+namespace memfit {
+
+enum class ModelFamily : uint8_t { kGpt, kMlp, kVit };
+enum class Precision : uint8_t { kFp32, kMixed, kBf16 };  // mixed: fp32 parameters, bf16 compute
+// jax.checkpoint policies: nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable.
+enum class RematPolicy : uint8_t { kNone, kFull, kDots, kDotsNoBatch };
+enum class OptimizerKind : uint8_t { kAdam, kSgd };  // adam keeps fp32 moments
+enum class StepKind : uint8_t { kTrain, kInfer, kVmapGrads };
+enum class ShardingKind : uint8_t { kReplicated, kFsdp, kTp };
+enum class Backend : uint8_t { kGpu, kCpu };  // XLA:CPU keeps more unfused tensors
+
+// The names the JSON and the command line use ("gpt", "mixed", "dots_no_batch", ...).
+std::string_view to_string(ModelFamily v);
+std::string_view to_string(Precision v);
+std::string_view to_string(RematPolicy v);
+std::string_view to_string(OptimizerKind v);
+std::string_view to_string(StepKind v);
+std::string_view to_string(ShardingKind v);
+std::string_view to_string(Backend v);
+
+// The keys of programs.json's `config`; absent = its default.
+struct ModelSpec {
+  ModelFamily model = ModelFamily::kGpt;
+  // gpt (and vit's encoder)
+  uint64_t vocab = 32000, d_model = 1024, heads = 16, layers = 8, seq = 1024, batch = 8;
+  // mlp
+  uint64_t din = 1024, width = 4096, depth = 8, dout = 1024;
+  // vit: image side, patch side, channels, classes
+  uint64_t image = 224, patch = 16, channels = 3, classes = 1000;
+  Precision precision = Precision::kFp32;
+  RematPolicy remat = RematPolicy::kNone;
+  std::vector<uint64_t> remat_layers;  // per-layer policy: only these layers use `remat` (empty = all)
+  OptimizerKind optimizer = OptimizerKind::kAdam;
+  StepKind step = StepKind::kTrain;
+  bool donate = false;
+  bool scan = false;
+  uint64_t accum = 1;
+  ShardingKind sharding = ShardingKind::kReplicated;
+  std::vector<uint64_t> mesh;          // device mesh sizes, e.g. {8} or {2, 4}
+  std::vector<std::string> mesh_axes;  // their names, e.g. {"data"} or {"data", "model"}
+  Backend backend = Backend::kGpu;
+
+  uint64_t devices() const;
+  uint64_t axis_size(const std::string& name) const;  // 1 when the mesh has no such axis
+};
+
+// Budgets on the program a spec asks for (a plan of the largest takes a few seconds).
+inline constexpr uint64_t kMaxUnrolledLayers = 512;
+inline constexpr uint64_t kMaxScannedLayers = 4096;
+
+// From a programs.json `config` object (or a spec file); unknown values and nonsense sizes are errors
+// naming the key (heads must divide d_model, batch must split into accum microbatches and the data axis...).
+// JAX's own policy names are read as memfit's (nothing_saveable is full).
+Expected<ModelSpec> model_spec_from_json(const Json& config);
+Status validate_model_spec(const ModelSpec& spec);
+Json model_spec_to_json(const ModelSpec& spec);
+
+}  // namespace memfit

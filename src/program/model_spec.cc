@@ -1,0 +1,284 @@
+#include "memfit/program/model_spec.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <set>
+#include <utility>
+
+#include "memfit/core/text.h"
+
+namespace memfit {
+namespace {
+
+// Each enum's names, in the enum's order.
+constexpr std::array<std::pair<ModelFamily, std::string_view>, 3> kModelFamilyNames = {{
+    {ModelFamily::kGpt, "gpt"},
+    {ModelFamily::kMlp, "mlp"},
+    {ModelFamily::kVit, "vit"},
+}};
+constexpr std::array<std::pair<Precision, std::string_view>, 3> kPrecisionNames = {{
+    {Precision::kFp32, "fp32"},
+    {Precision::kMixed, "mixed"},
+    {Precision::kBf16, "bf16"},
+}};
+constexpr std::array<std::pair<RematPolicy, std::string_view>, 4> kRematPolicyNames = {{
+    {RematPolicy::kNone, "none"},
+    {RematPolicy::kFull, "full"},
+    {RematPolicy::kDots, "dots"},
+    {RematPolicy::kDotsNoBatch, "dots_no_batch"},
+}};
+constexpr std::array<std::pair<OptimizerKind, std::string_view>, 2> kOptimizerKindNames = {{
+    {OptimizerKind::kAdam, "adam"},
+    {OptimizerKind::kSgd, "sgd"},
+}};
+constexpr std::array<std::pair<StepKind, std::string_view>, 3> kStepKindNames = {{
+    {StepKind::kTrain, "train"},
+    {StepKind::kInfer, "infer"},
+    {StepKind::kVmapGrads, "vmap_grads"},
+}};
+constexpr std::array<std::pair<ShardingKind, std::string_view>, 3> kShardingKindNames = {{
+    {ShardingKind::kReplicated, "replicated"},
+    {ShardingKind::kFsdp, "fsdp"},
+    {ShardingKind::kTp, "tp"},
+}};
+constexpr std::array<std::pair<Backend, std::string_view>, 2> kBackendNames = {{
+    {Backend::kGpu, "gpu"},
+    {Backend::kCpu, "cpu"},
+}};
+
+template <typename E, size_t N>
+std::string_view name_of(const std::array<std::pair<E, std::string_view>, N>& names, E v) {
+  for (const auto& [e, n] : names)
+    if (e == v) return n;
+  return "?";
+}
+
+// `key`'s value as one of `names` (`extra`: more accepted spellings); the error lists the choices.
+template <typename E, size_t N>
+Status read_enum(const Json& config, const char* key,
+                 const std::array<std::pair<E, std::string_view>, N>& names, E& out,
+                 std::initializer_list<std::pair<std::string_view, E>> extra = {}) {
+  if (!config.contains(key)) return Status();
+  if (!config[key].is_string()) return invalid_argument(fmt::format("{}: expected a string", key));
+  const std::string value = config[key].get<std::string>();
+  for (const auto& [e, n] : names) {
+    if (n == value) {
+      out = e;
+      return Status();
+    }
+  }
+  for (const auto& [n, e] : extra) {
+    if (n == value) {
+      out = e;
+      return Status();
+    }
+  }
+  std::string list;
+  for (const auto& [e, n] : names) list += (list.empty() ? "" : ", ") + std::string(n);
+  for (const auto& [n, e] : extra) list += ", " + std::string(n);
+  return invalid_argument(fmt::format("{}: {} is not one of {}", key, excerpt(value), list));
+}
+
+Expected<uint64_t> positive(const Json& config, const char* key, uint64_t fallback) {
+  if (!config.contains(key)) return fallback;
+  const Json& v = config[key];
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+    return invalid_argument(
+        fmt::format("{}: expected a positive integer, got {}", key, excerpt(json_text(v))));
+  return v.get<uint64_t>();
+}
+
+}  // namespace
+
+std::string_view to_string(ModelFamily v) { return name_of(kModelFamilyNames, v); }
+std::string_view to_string(Precision v) { return name_of(kPrecisionNames, v); }
+std::string_view to_string(RematPolicy v) { return name_of(kRematPolicyNames, v); }
+std::string_view to_string(OptimizerKind v) { return name_of(kOptimizerKindNames, v); }
+std::string_view to_string(StepKind v) { return name_of(kStepKindNames, v); }
+std::string_view to_string(ShardingKind v) { return name_of(kShardingKindNames, v); }
+std::string_view to_string(Backend v) { return name_of(kBackendNames, v); }
+
+uint64_t ModelSpec::devices() const {
+  uint64_t n = 1;
+  for (uint64_t m : mesh) n *= m;
+  return n;
+}
+
+uint64_t ModelSpec::axis_size(const std::string& name) const {
+  for (size_t i = 0; i < mesh_axes.size() && i < mesh.size(); ++i)
+    if (mesh_axes[i] == name) return mesh[i];
+  return 1;
+}
+
+Expected<ModelSpec> model_spec_from_json(const Json& config) {
+  if (!config.is_object()) return invalid_argument("a model spec is a JSON object of config keys");
+  static const std::set<std::string> kKeys = {
+      "model", "vocab",        "d_model",   "heads", "layers",       "seq",      "batch",   "din",
+      "width", "depth",        "dout",      "image", "patch",        "channels", "classes", "precision",
+      "remat", "remat_layers", "optimizer", "step",  "donate",       "scan",     "accum",   "sharding",
+      "mesh",  "mesh_axes",    "backend",   "name",  "compile_only", "cpu8"};
+  for (const auto& [key, value] : config.items())
+    if (!kKeys.contains(key))
+      return invalid_argument(fmt::format("unknown key {} in the model spec", excerpt(key)));
+  ModelSpec s;
+  auto flag = [&](const char* key, bool& out) -> Status {
+    if (!config.contains(key)) return Status();
+    if (!config[key].is_boolean()) return invalid_argument(fmt::format("{}: expected true or false", key));
+    out = config[key].get<bool>();
+    return Status();
+  };
+  MEMFIT_RETURN_IF_ERROR(read_enum(config, "model", kModelFamilyNames, s.model));
+  MEMFIT_ASSIGN_OR_RETURN(s.vocab, positive(config, "vocab", s.vocab));
+  MEMFIT_ASSIGN_OR_RETURN(s.d_model, positive(config, "d_model", s.d_model));
+  MEMFIT_ASSIGN_OR_RETURN(s.heads, positive(config, "heads", s.heads));
+  MEMFIT_ASSIGN_OR_RETURN(s.layers, positive(config, "layers", s.layers));
+  MEMFIT_ASSIGN_OR_RETURN(s.seq, positive(config, "seq", s.seq));
+  // The reference programs' batch: 8 sequences for the GPT, 2048 rows for the MLP, 64 images for the ViT.
+  s.batch = s.model == ModelFamily::kMlp ? 2048 : s.model == ModelFamily::kVit ? 64 : 8;
+  MEMFIT_ASSIGN_OR_RETURN(s.batch, positive(config, "batch", s.batch));
+  MEMFIT_ASSIGN_OR_RETURN(s.din, positive(config, "din", s.din));
+  MEMFIT_ASSIGN_OR_RETURN(s.width, positive(config, "width", s.width));
+  MEMFIT_ASSIGN_OR_RETURN(s.depth, positive(config, "depth", s.depth));
+  MEMFIT_ASSIGN_OR_RETURN(s.dout, positive(config, "dout", s.dout));
+  MEMFIT_ASSIGN_OR_RETURN(s.image, positive(config, "image", s.image));
+  MEMFIT_ASSIGN_OR_RETURN(s.patch, positive(config, "patch", s.patch));
+  MEMFIT_ASSIGN_OR_RETURN(s.channels, positive(config, "channels", s.channels));
+  MEMFIT_ASSIGN_OR_RETURN(s.classes, positive(config, "classes", s.classes));
+  MEMFIT_ASSIGN_OR_RETURN(s.accum, positive(config, "accum", s.accum));
+  MEMFIT_RETURN_IF_ERROR(read_enum(config, "precision", kPrecisionNames, s.precision));
+  // JAX's own names for the policies are accepted too.
+  MEMFIT_RETURN_IF_ERROR(read_enum(config, "remat", kRematPolicyNames, s.remat,
+                                   {{"nothing_saveable", RematPolicy::kFull},
+                                    {"dots_saveable", RematPolicy::kDots},
+                                    {"dots_with_no_batch_dims_saveable", RematPolicy::kDotsNoBatch},
+                                    {"everything_saveable", RematPolicy::kNone}}));
+  MEMFIT_RETURN_IF_ERROR(read_enum(config, "optimizer", kOptimizerKindNames, s.optimizer));
+  MEMFIT_RETURN_IF_ERROR(read_enum(config, "step", kStepKindNames, s.step));
+  MEMFIT_RETURN_IF_ERROR(read_enum(config, "sharding", kShardingKindNames, s.sharding));
+  MEMFIT_RETURN_IF_ERROR(read_enum(config, "backend", kBackendNames, s.backend));
+  MEMFIT_RETURN_IF_ERROR(flag("donate", s.donate));
+  MEMFIT_RETURN_IF_ERROR(flag("scan", s.scan));
+  bool cpu8 = false;
+  MEMFIT_RETURN_IF_ERROR(flag("cpu8", cpu8));
+  if (cpu8) s.backend = Backend::kCpu;
+  if (config.contains("mesh")) {
+    if (!config["mesh"].is_array()) return invalid_argument("mesh: expected a list of axis sizes");
+    for (const Json& m : config["mesh"]) {
+      if (!m.is_number_integer() || m.get<int64_t>() <= 0)
+        return invalid_argument(
+            fmt::format("mesh: axis sizes must be positive integers, got {}", excerpt(json_text(m))));
+      s.mesh.push_back(m.get<uint64_t>());
+    }
+  }
+  if (config.contains("mesh_axes")) {
+    if (!config["mesh_axes"].is_array()) return invalid_argument("mesh_axes: expected a list of names");
+    for (const Json& m : config["mesh_axes"]) {
+      if (!m.is_string()) return invalid_argument("mesh_axes: expected a list of names");
+      s.mesh_axes.push_back(m.get<std::string>());
+    }
+  }
+  if (config.contains("remat_layers")) {
+    if (!config["remat_layers"].is_array())
+      return invalid_argument("remat_layers: expected a list of layers");
+    for (const Json& m : config["remat_layers"]) {
+      if (!m.is_number_integer() || m.get<int64_t>() < 0)
+        return invalid_argument(
+            fmt::format("remat_layers: expected layer numbers, got {}", excerpt(json_text(m))));
+      s.remat_layers.push_back(m.get<uint64_t>());
+    }
+  }
+  MEMFIT_RETURN_IF_ERROR(validate_model_spec(s));
+  return s;
+}
+
+Status validate_model_spec(const ModelSpec& s) {
+  if (s.model != ModelFamily::kMlp && s.d_model % s.heads != 0)
+    return invalid_argument(fmt::format("heads: {} heads do not divide d_model {}", s.heads, s.d_model));
+  if (s.model == ModelFamily::kVit && s.image % s.patch != 0)
+    return invalid_argument(fmt::format("patch: {} does not divide the image side {}", s.patch, s.image));
+  if (s.batch % s.accum != 0)
+    return invalid_argument(
+        fmt::format("accum: batch {} does not split into {} microbatches", s.batch, s.accum));
+  if (s.accum > 1 && s.step != StepKind::kTrain) return invalid_argument("accum applies to step train only");
+  if (s.step == StepKind::kVmapGrads && s.model != ModelFamily::kMlp)
+    return invalid_argument("step vmap_grads is built for the mlp");
+  if (s.mesh.size() != s.mesh_axes.size())
+    return invalid_argument(
+        fmt::format("mesh has {} axes but mesh_axes names {}", s.mesh.size(), s.mesh_axes.size()));
+  if (s.sharding != ShardingKind::kReplicated && s.mesh.empty())
+    return invalid_argument(fmt::format("sharding {} needs a mesh", to_string(s.sharding)));
+  if (s.sharding == ShardingKind::kTp && s.axis_size("model") == 1)
+    return invalid_argument("sharding tp needs a 'model' mesh axis");
+  if ((s.sharding == ShardingKind::kFsdp) && s.axis_size("data") == 1)
+    return invalid_argument("sharding fsdp needs a 'data' mesh axis");
+  const uint64_t data = s.axis_size("data");
+  if ((s.batch / s.accum) % data != 0)
+    return invalid_argument(fmt::format("batch: {} per microbatch does not split over the data axis of {}",
+                                        s.batch / s.accum, data));
+  const uint64_t tp = s.axis_size("model");
+  if (s.model != ModelFamily::kMlp && s.heads % tp != 0)
+    return invalid_argument(
+        fmt::format("heads: {} heads do not split over the model axis of {}", s.heads, tp));
+  for (uint64_t l : s.remat_layers) {
+    const uint64_t n = s.model == ModelFamily::kMlp ? s.depth : s.layers;
+    if (l >= n)
+      return invalid_argument(fmt::format("remat_layers: layer {} does not exist (0..{})", l, n - 1));
+  }
+  if (s.devices() > (1u << 20)) return invalid_argument("mesh: more than 2^20 devices");
+  // Budgets, so that a typo (--layers 1000000) is an error in a millisecond, not minutes and gigabytes.
+  // Without scan the program holds every layer, as jax.jit unrolls a Python loop; the largest models have
+  // ~100-200.
+  const uint64_t blocks = s.model == ModelFamily::kMlp ? s.depth : s.layers;
+  if (!s.scan && blocks > kMaxUnrolledLayers) {
+    return invalid_argument(fmt::format(
+        "{}: {} layers unrolled is beyond what memfit plans (at most {}; real models have a few hundred): "
+        "plan it with --scan (jax.lax.scan over the layers), which gives the same peak",
+        s.model == ModelFamily::kMlp ? "depth" : "layers", blocks, kMaxUnrolledLayers));
+  }
+  if (s.scan && blocks > kMaxScannedLayers)
+    return invalid_argument(fmt::format("layers: {} is more than memfit plans (at most {} with scan)", blocks,
+                                        kMaxScannedLayers));
+  return Status();
+}
+
+Json model_spec_to_json(const ModelSpec& s) {
+  Json j;
+  j["model"] = to_string(s.model);
+  if (s.model == ModelFamily::kMlp) {
+    j["din"] = s.din;
+    j["width"] = s.width;
+    j["depth"] = s.depth;
+    j["dout"] = s.dout;
+  } else {
+    if (s.model == ModelFamily::kGpt) j["vocab"] = s.vocab;
+    j["d_model"] = s.d_model;
+    j["heads"] = s.heads;
+    j["layers"] = s.layers;
+    if (s.model == ModelFamily::kGpt) j["seq"] = s.seq;
+    if (s.model == ModelFamily::kVit) {
+      j["image"] = s.image;
+      j["patch"] = s.patch;
+      j["channels"] = s.channels;
+      j["classes"] = s.classes;
+    }
+  }
+  j["batch"] = s.batch;
+  j["precision"] = to_string(s.precision);
+  j["remat"] = to_string(s.remat);
+  if (!s.remat_layers.empty()) j["remat_layers"] = s.remat_layers;
+  j["optimizer"] = to_string(s.optimizer);
+  j["step"] = to_string(s.step);
+  j["donate"] = s.donate;
+  j["scan"] = s.scan;
+  j["accum"] = s.accum;
+  j["sharding"] = to_string(s.sharding);
+  if (!s.mesh.empty()) {
+    j["mesh"] = s.mesh;
+    j["mesh_axes"] = s.mesh_axes;
+  }
+  j["backend"] = to_string(s.backend);
+  return j;
+}
+
+}  // namespace memfit
