@@ -1,0 +1,373 @@
+// src/program/zoo_step.h - what every family of the model zoo builds a step with, private to the program
+// layer: the Emitter that writes an HloModule instruction by instruction (fused bodies shared by
+// signature), a parameter's per-device shape over the mesh, and the Step that declares the arguments and
+// emits the optimizer update. The families: zoo_mlp.cc, zoo_transformer.cc (GPT and ViT).
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "memfit/core/checked.h"
+#include "memfit/core/text.h"
+#include "memfit/program/model_zoo.h"
+
+namespace memfit::zoo {
+
+inline Shape array(PrimitiveType type, std::vector<uint64_t> dims) {
+  Shape s;
+  s.type = type;
+  s.dims = std::move(dims);
+  return s;
+}
+
+// Emits an HloModule instruction by instruction, with fused bodies shared by signature.
+class Emitter {
+ public:
+  struct T {
+    std::string name;
+    Shape shape;
+  };
+
+  explicit Emitter(HloModule& m) : m_(m) {}
+
+  T param(const Shape& s, const std::string& op_name, const std::string& category) {
+    HloInstruction i = make(s, "parameter", op_name, category);
+    i.parameter_number = static_cast<int64_t>(parameters_++);
+    return push(std::move(i));
+  }
+  T loop(const std::vector<T>& in, const Shape& out, const std::string& op_name,
+         const std::string& category) {
+    return fusion(in, out, "kLoop", op_name, category);
+  }
+  T dot(const std::vector<T>& in, const Shape& out, const std::string& op_name, const std::string& category) {
+    return fusion(in, out, "kCustom", op_name, category);
+  }
+  T reduce(const std::vector<T>& in, const Shape& out, const std::string& op_name,
+           const std::string& category) {
+    return fusion(in, out, "kInput", op_name, category);
+  }
+  // A plain op (collectives, dynamic slices): no fused body.
+  T op(const std::string& opcode, const std::vector<T>& in, const Shape& out, const std::string& op_name,
+       const std::string& category) {
+    HloInstruction i = make(out, opcode, op_name, category);
+    for (const T& t : in) i.operands.push_back(t.name);
+    return push(std::move(i));
+  }
+  // A multi-output loop fusion and its elements.
+  std::vector<T> loop_multi(const std::vector<T>& in, const std::vector<Shape>& outs,
+                            const std::string& op_name, const std::string& category) {
+    Shape tuple;
+    tuple.elements = outs;
+    const T f = fusion(in, tuple, "kLoop", op_name, category);
+    std::vector<T> elements;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      HloInstruction g = make(outs[k], "get-tuple-element", op_name, category);
+      g.operands.push_back(f.name);
+      g.tuple_index = static_cast<int64_t>(k);
+      elements.push_back(push(std::move(g)));
+    }
+    return elements;
+  }
+  void root(const std::vector<T>& outs) {
+    Shape tuple;
+    for (const T& t : outs) tuple.elements.push_back(t.shape);
+    HloInstruction r = make(tuple, "tuple", "", "");
+    for (const T& t : outs) r.operands.push_back(t.name);
+    r.is_root = true;
+    push(std::move(r));
+  }
+  HloModule finish() {
+    HloComputation entry;
+    entry.name = "main";
+    entry.is_entry = true;
+    entry.instructions = std::move(entry_);
+    m_.computations.push_back(std::move(entry));
+    return std::move(m_);
+  }
+
+ private:
+  HloInstruction make(const Shape& s, const std::string& opcode, const std::string& op_name,
+                      const std::string& category) {
+    HloInstruction i;
+    i.name = fmt::format("i{}", counter_++);
+    i.set_opcode(opcode);
+    i.shape = s;
+    i.op_name = op_name;
+    i.category = category;
+    return i;
+  }
+  T push(HloInstruction i) {
+    T t{i.name, i.shape};
+    entry_.push_back(std::move(i));
+    return t;
+  }
+
+  T fusion(const std::vector<T>& in, const Shape& out, const char* kind, const std::string& op_name,
+           const std::string& category) {
+    HloInstruction i = make(out, "fusion", op_name, category);
+    i.fusion_kind = kind;
+    for (const T& t : in) i.operands.push_back(t.name);
+    i.called.push_back(body(in, out, kind));
+    return push(std::move(i));
+  }
+
+  // The fused computation: parameters that have the output's dimensions reach it through elementwise ops
+  // (so the fusion may write over them, as XLA:GPU decides); others are broadcast, reduced or contracted.
+  std::string body(const std::vector<T>& in, const Shape& out, const std::string& kind) {
+    std::string key = fmt::format("{}|{}", kind, out.to_string());
+    for (const T& t : in) key += fmt::format("|{}", t.shape.to_string());
+    auto it = bodies_.find(key);
+    if (it != bodies_.end()) return it->second;
+    HloComputation c;
+    c.name = fmt::format("fused_{}", bodies_.size());
+    int n = 0;
+    auto add = [&](const Shape& s, const char* opcode, std::vector<std::string> operands) {
+      HloInstruction x;
+      x.name = fmt::format("b{}", n++);
+      x.set_opcode(opcode);
+      x.shape = s;
+      x.operands = std::move(operands);
+      c.instructions.push_back(std::move(x));
+      return c.instructions.back().name;
+    };
+    std::vector<std::string> params;
+    for (size_t k = 0; k < in.size(); ++k) {
+      HloInstruction p;
+      p.name = fmt::format("b{}", n++);
+      p.opcode = HloOpcode::kParameter;
+      p.shape = in[k].shape;
+      p.parameter_number = static_cast<int64_t>(k);
+      c.instructions.push_back(std::move(p));
+      params.push_back(c.instructions.back().name);
+    }
+    const std::vector<Shape> outs = out.is_tuple() ? out.elements : std::vector<Shape>{out};
+    std::vector<std::string> results;
+    for (const Shape& o : outs) {
+      std::string acc;
+      for (size_t k = 0; k < in.size(); ++k) {
+        std::string v = params[k];
+        if (kind == "kCustom" && k < 2) {
+          if (k == 1)
+            acc = add(o, "dot", {acc, v});
+          else
+            acc = v;
+          continue;
+        }
+        if (in[k].shape.dims != o.dims) v = add(o, kind == "kInput" ? "reduce" : "broadcast", {v});
+        acc = acc.empty() ? v : add(o, "add", {acc, v});
+      }
+      if (acc.empty()) acc = add(o, "broadcast", {});
+      if ((!params.empty() && acc == params.front()) || (kind == "kCustom" && in.size() < 2))
+        acc = add(o, "negate", {acc});
+      results.push_back(acc);
+    }
+    if (out.is_tuple()) add(out, "tuple", results);
+    c.instructions.back().is_root = true;
+    m_.computations.push_back(std::move(c));
+    bodies_.emplace(key, m_.computations.back().name);
+    return m_.computations.back().name;
+  }
+
+  HloModule& m_;
+  std::vector<HloInstruction> entry_;
+  std::map<std::string, std::string> bodies_;
+  uint64_t counter_ = 0;
+  uint64_t parameters_ = 0;
+};
+
+using T = Emitter::T;
+
+// A parameter of the model: its logical shape and how it is laid over the mesh.
+struct Param {
+  std::string name;
+  std::vector<uint64_t> dims;   // logical
+  std::vector<uint64_t> local;  // per device
+  T value;                      // the entry parameter (per-device shape)
+  T m, v;                       // Adam moments
+  T grad;                       // the gradient as the optimizer reads it
+  bool gathered = false;        // FSDP: all-gathered before use
+  Param* stacked = nullptr;     // scan: this layer's slice of a parameter stacked over the layers
+};
+
+// How the step is built: dtypes, policy, mesh.
+struct Ctx {
+  const ModelSpec& s;
+  Emitter& e;
+  PrimitiveType pdt, cdt;
+  bool fsdp, cpu;
+  uint64_t data, tp;
+  RematPolicy remat;
+};
+
+// Per-device shape of a parameter, as reference_programs.py shards it: FSDP splits the largest dimension
+// over 'data' when it divides; TP splits the q/k/v and first MLP matrix by columns, the output projection
+// and second MLP matrix by rows and the embedding by vocabulary over 'model'.
+inline std::vector<uint64_t> local_dims(const Ctx& c, const std::string& name,
+                                        const std::vector<uint64_t>& dims) {
+  std::vector<uint64_t> d = dims;
+  if (d.empty()) return d;
+  if (c.s.sharding == ShardingKind::kFsdp) {
+    // The largest dimension that divides (the reference's rule when the largest one does).
+    std::vector<size_t> order(d.size());
+    for (size_t i = 0; i < d.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return d[a] > d[b]; });
+    for (size_t ax : order) {
+      if (d[ax] % c.data == 0) {
+        d[ax] /= c.data;
+        break;
+      }
+    }
+  } else if (c.s.sharding == ShardingKind::kTp && d.size() >= 2) {
+    if ((name.find("wqkv") != std::string::npos || name.find("w1") != std::string::npos) &&
+        d.back() % c.tp == 0)
+      d.back() /= c.tp;
+    else if ((name.find("wo") != std::string::npos || name.find("w2") != std::string::npos) &&
+             d[d.size() - 2] % c.tp == 0)
+      d[d.size() - 2] /= c.tp;
+    else if (name == "embed" && d[0] % c.tp == 0)
+      d[0] /= c.tp;
+  }
+  return d;
+}
+
+class Step {
+ public:
+  Step(const Ctx& c) : c_(c), e_(c.e) {}
+
+  Param& add_param(const std::string& name, std::vector<uint64_t> dims) {
+    Param p;
+    p.name = name;
+    p.dims = dims;
+    p.local = local_dims(c_, name, dims);
+    p.gathered = c_.fsdp && p.local != p.dims;
+    params_.push_back(std::move(p));
+    return params_.back();
+  }
+
+  // Entry parameters in the order jax flattens (params, m, v, count, batch).
+  void declare_arguments() {
+    for (Param& p : params_) {
+      p.value = e_.param(array(c_.pdt, p.local), fmt::format("params{}", p.name), "parameters");
+      uint64_t n = 1;
+      for (uint64_t d : p.dims) n *= d;
+      args_.parameter_count += n;
+      args_.parameter_bytes += p.value.shape.own_bytes();
+    }
+    if (train() && c_.s.optimizer == OptimizerKind::kAdam) {
+      for (Param& p : params_) {
+        p.m =
+            e_.param(array(PrimitiveType::kF32, p.local), fmt::format("opt[0]{}", p.name), "optimizer_state");
+        args_.optimizer_state_bytes += p.m.shape.own_bytes();
+      }
+      for (Param& p : params_) {
+        p.v =
+            e_.param(array(PrimitiveType::kF32, p.local), fmt::format("opt[1]{}", p.name), "optimizer_state");
+        args_.optimizer_state_bytes += p.v.shape.own_bytes();
+      }
+      count_ = e_.param(array(PrimitiveType::kS32, {}), "opt[2]", "optimizer_state");
+      args_.optimizer_state_bytes += 4;
+    }
+  }
+  void count_batch(const T& t) { args_.batch_bytes += t.shape.own_bytes(); }
+  const StepArguments& arguments() const { return args_; }
+
+  bool train() const { return c_.s.step != StepKind::kInfer; }
+
+  // The weight as the compute uses it: FSDP gathers it (a transient full copy).
+  T use(Param& p, const std::string& where) {
+    if (p.stacked != nullptr) {  // scan: the body slices its layer out of the stack
+      Param& st = *p.stacked;
+      T whole = st.gathered ? e_.op("all-gather", {st.value}, array(c_.pdt, st.dims), where + "/all-gather",
+                                    "temporaries")
+                            : st.value;
+      return e_.op("dynamic-slice", {whole}, array(c_.pdt, p.dims), "jit(step)/while/body/dynamic_slice",
+                   "temporaries");
+    }
+    if (!p.gathered) return p.value;
+    return e_.op("all-gather", {p.value}, array(c_.pdt, p.dims), where + "/all-gather", "temporaries");
+  }
+  // A weight gradient: FSDP reduce-scatters the full one to this device's shard; gradients accumulate
+  // over microbatches.
+  void set_grad(Param& p, T full, const std::string& where) {
+    if (p.stacked != nullptr) {  // scan: written into the stacked gradient, one layer per iteration
+      Param& st = *p.stacked;
+      if (st.grad.name.empty())
+        st.grad = e_.loop({}, grad_shape(st), "jit(step)/while/broadcast_in_dim", "gradients");
+      st.grad = e_.op("dynamic-update-slice", {st.grad, full}, st.grad.shape, where + "/dynamic_update_slice",
+                      "gradients");
+      return;
+    }
+    T g = full;
+    if (p.gathered)
+      g = e_.op("reduce-scatter", {full}, array(full.shape.type, p.local), where + "/reduce-scatter",
+                "gradients");
+    if (accumulating_ && p.grad.name.size()) {
+      p.grad = e_.loop({p.grad, g}, array(PrimitiveType::kF32, p.local), where + "/add_any", "gradients");
+    } else if (accumulating_) {
+      p.grad = e_.loop({g}, array(PrimitiveType::kF32, p.local), where + "/convert", "gradients");
+    } else {
+      p.grad = g;
+    }
+  }
+  // Gradients have the parameter's dtype; FSDP makes them whole before reduce-scattering them.
+  Shape grad_shape(const Param& p) const {
+    return array(c_.s.precision == Precision::kBf16 ? PrimitiveType::kBF16 : PrimitiveType::kF32,
+                 p.gathered ? p.dims : p.local);
+  }
+
+  // Adam (or SGD) per parameter at the end, then the outputs in jax's order; donation aliases them.
+  void optimize_and_finish(std::vector<T> extra_outputs, HloModule* module_aliases) {
+    std::vector<T> new_params, new_m, new_v;
+    for (Param& p : params_) {
+      const std::string where = fmt::format("jit(step)/update{}", p.name);
+      if (c_.s.optimizer == OptimizerKind::kAdam) {
+        auto outs = e_.loop_multi({p.value, p.grad, p.m, p.v, count_}, {p.value.shape, p.m.shape, p.v.shape},
+                                  where, "parameters");
+        new_params.push_back(outs[0]);
+        new_m.push_back(outs[1]);
+        new_v.push_back(outs[2]);
+      } else {
+        new_params.push_back(e_.loop({p.value, p.grad}, p.value.shape, where, "parameters"));
+      }
+    }
+    std::vector<T> outs = new_params;
+    if (c_.s.optimizer == OptimizerKind::kAdam) {
+      outs.insert(outs.end(), new_m.begin(), new_m.end());
+      outs.insert(outs.end(), new_v.begin(), new_v.end());
+      outs.push_back(e_.loop({count_}, count_.shape, "jit(step)/add", "optimizer_state"));
+    }
+    const size_t aliased = outs.size();
+    outs.insert(outs.end(), extra_outputs.begin(), extra_outputs.end());
+    e_.root(outs);
+    if (c_.s.donate) {
+      for (size_t k = 0; k < aliased; ++k) {
+        HloAlias a;
+        a.output_index = {k};
+        a.parameter = static_cast<int64_t>(k);
+        module_aliases->aliases.push_back(a);
+      }
+    }
+  }
+
+  std::vector<Param>& params() { return params_; }
+  bool accumulating_ = false;
+
+ private:
+  const Ctx& c_;
+  Emitter& e_;
+  std::vector<Param> params_;
+  T count_;
+  StepArguments args_;
+};
+
+void build_mlp(const Ctx& c, Step& step, HloModule& module);
+// GPT (tokens, a tied embedding, causal attention) and ViT (patches, a class token, a head).
+void build_transformer(const Ctx& c, Step& step, HloModule& module);
+
+}  // namespace memfit::zoo

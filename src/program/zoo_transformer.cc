@@ -1,0 +1,420 @@
+// The transformer families of the model zoo: the GPT decoder and the ViT encoder of reference_programs.py,
+// one block body, two embeddings and heads.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "zoo_step.h"
+
+namespace memfit::zoo {
+
+struct Block {
+  T x;  // input
+  std::map<std::string, T> t;
+};
+
+void build_transformer(const Ctx& c, Step& step, HloModule& module) {
+  const ModelSpec& s = c.s;
+  Emitter& e = c.e;
+  const bool vit = s.model == ModelFamily::kVit;
+  const uint64_t D = s.d_model, H = s.heads, F = 4 * D, L = s.layers;
+  const uint64_t S = vit ? (s.image / s.patch) * (s.image / s.patch) + 1 : s.seq;
+  const uint64_t V = vit ? s.classes : s.vocab;
+  const uint64_t patch_dim = s.patch * s.patch * s.channels;
+  // Parameters in jax's flattening order (dict keys sorted).
+  if (vit) step.add_param("['cls']", {D});
+  step.add_param(vit ? "['embed']" : "['embed']",
+                 vit ? std::vector<uint64_t>{patch_dim, D} : std::vector<uint64_t>{V, D});
+  if (vit) step.add_param("['head']", {D, V});
+  const std::vector<std::pair<std::string, std::vector<uint64_t>>> layer_params = {
+      {"['b1']", {F}},    {"['b2']", {D}},         {"['ln1_b']", {D}}, {"['ln1_g']", {D}},
+      {"['ln2_b']", {D}}, {"['ln2_g']", {D}},      {"['w1']", {D, F}}, {"['w2']", {F, D}},
+      {"['wo']", {D, D}}, {"['wqkv']", {D, 3 * D}}};
+  if (s.scan) {  // jax.lax.scan over stacked layers: one parameter per key, [layers, ...]
+    for (const auto& [key, dims] : layer_params) {
+      std::vector<uint64_t> d{L};
+      d.insert(d.end(), dims.begin(), dims.end());
+      step.add_param("['layers']" + key, d);
+    }
+  } else {
+    for (uint64_t l = 0; l < L; ++l)
+      for (const auto& [key, dims] : layer_params)
+        step.add_param(fmt::format("['layers'][{}]{}", l, key), dims);
+  }
+  step.add_param("['lnf_b']", {D});
+  step.add_param("['lnf_g']", {D});
+  step.add_param("['pos']", {S, D});
+  step.declare_arguments();
+  auto& P = step.params();
+  // scan: each layer's view of the stacked parameters (sliced where used, gradients written back).
+  std::map<std::string, Param> views;
+  auto find = [&](const std::string& name) -> Param& {
+    for (Param& p : P)
+      if (p.name == name) return p;
+    auto v = views.find(name);
+    if (v != views.end()) return v->second;
+    // "['layers'][3]['w1']" -> the stacked "['layers']['w1']"
+    const size_t close = name.find(']', 10);
+    const std::string stacked = "['layers']" + name.substr(close + 1);
+    for (Param& p : P) {
+      if (p.name != stacked) continue;
+      Param view;
+      view.name = name;
+      view.dims.assign(p.dims.begin() + 1, p.dims.end());
+      view.local = view.dims;
+      view.stacked = &p;
+      return views.emplace(name, std::move(view)).first->second;
+    }
+    return P.front();
+  };
+  const uint64_t B = s.batch / c.data;
+  const uint64_t Hl = H / c.tp, Fl = F / c.tp, hd = D / H;
+  T tokens, labels;
+  if (vit) {
+    tokens = e.param(array(PrimitiveType::kF32, {B, S - 1, patch_dim}), "batch[0]", "activations");
+    step.count_batch(tokens);
+    if (step.train()) {
+      labels = e.param(array(PrimitiveType::kS32, {B}), "batch[1]", "activations");
+      step.count_batch(labels);
+    }
+  } else {
+    tokens = e.param(array(PrimitiveType::kS32, {B, S}), "batch[0]", "activations");
+    step.count_batch(tokens);
+    if (step.train()) {  // jax.jit drops arguments the step never reads (keep_unused=False)
+      labels = e.param(array(PrimitiveType::kS32, {B, S}), "batch[1]", "activations");
+      step.count_batch(labels);
+    }
+  }
+  const uint64_t k = s.accum, Bm = B / k;
+  step.accumulating_ = k > 1;
+  const PrimitiveType f32 = PrimitiveType::kF32, cd = c.cdt;
+  auto A = [&](std::vector<uint64_t> d, PrimitiveType t) { return array(t, std::move(d)); };
+  const bool scan = s.scan;
+
+  auto remat_of = [&](uint64_t l) {
+    if (!s.remat_layers.empty() && !std::count(s.remat_layers.begin(), s.remat_layers.end(), l))
+      return RematPolicy::kNone;
+    return c.remat;
+  };
+  // Which forward tensors a policy keeps for the backward pass (the rest is recomputed there).
+  auto saveable = [&](RematPolicy policy, const std::string& key) {
+    if (policy == RematPolicy::kNone) return true;
+    if (policy == RematPolicy::kFull) return false;
+    const bool weight_dot = key == "qkv" || key == "o" || key == "h1" || key == "h2";
+    const bool batch_dot = key == "scores" || key == "av";
+    if (policy == RematPolicy::kDots) return weight_dot || batch_dot;
+    return weight_dot;  // dots_no_batch
+  };
+
+  // One block's forward. `reuse`: tensors kept from the forward pass (recomputation takes them as is).
+  // `recompute`: rematerialization in the backward pass, which needs neither the output nor h2.
+  auto forward = [&](uint64_t l, const T& x, const std::map<std::string, T>& reuse, bool recompute) {
+    Block b;
+    b.x = x;
+    const std::string p = fmt::format("['layers'][{}]", l);
+    const std::string w = "jit(step)/jvp()";
+    auto get = [&](const std::string& key, auto make) {
+      auto it = reuse.find(key);
+      T t = it != reuse.end() ? it->second : make();
+      b.t[key] = t;
+      return t;
+    };
+    T ln1 = get("ln1", [&] {
+      return e.loop({x, step.use(find(p + "['ln1_g']"), w), step.use(find(p + "['ln1_b']"), w)},
+                    A({Bm, S, D}, cd), w + "/ln1/mul", "activations");
+    });
+    T qkv = get("qkv", [&] {
+      return e.dot({ln1, step.use(find(p + "['wqkv']"), w)}, A({Bm * S, 3 * D / c.tp}, cd),
+                   w + "/qkv/dot_general", "activations");
+    });
+    T q = get("q", [&] { return e.loop({qkv}, A({Bm, S, D / c.tp}, cd), w + "/split", "activations"); });
+    T kk = get("k", [&] { return e.loop({qkv}, A({Bm, S, D / c.tp}, cd), w + "/split", "activations"); });
+    T v = get("v", [&] { return e.loop({qkv}, A({Bm, S, D / c.tp}, cd), w + "/split", "activations"); });
+    T scores = get("scores", [&] {
+      return e.dot({q, kk}, A({Bm * Hl, S, S}, cd), w + "/attention_scores/dot_general", "activations");
+    });
+    if (c.cpu)
+      get("exp", [&] { return e.loop({scores}, A({Bm, Hl, S, S}, f32), w + "/softmax/exp", "activations"); });
+    T probs = get("probs", [&] {
+      return e.loop({scores}, A({Bm, Hl, S, S}, cd), w + "/softmax/div", "activations");
+    });
+    if (c.cpu)
+      get("probs2", [&] {
+        return e.loop({probs}, A({Bm, Hl, S, S}, f32), w + "/softmax/div", "activations");
+      });
+    T av = get("av", [&] {
+      return e.dot({probs, v}, A({Bm * Hl, S, hd}, cd), w + "/attention/dot_general", "activations");
+    });
+    T at = get("attn_t", [&] {
+      return e.loop({av}, A({Bm, S, Hl, hd}, cd), w + "/transpose", "activations");
+    });
+    T o = get("o", [&] {
+      return e.dot({at, step.use(find(p + "['wo']"), w)}, A({Bm * S, D}, cd), w + "/out/dot_general",
+                   "activations");
+    });
+    T ln2 = get("ln2", [&] {
+      return e.loop({x, o, step.use(find(p + "['ln2_g']"), w), step.use(find(p + "['ln2_b']"), w)},
+                    A({Bm, S, D}, cd), w + "/ln2/mul", "activations");
+    });
+    T h1 = get("h1", [&] {
+      return e.dot({ln2, step.use(find(p + "['w1']"), w), step.use(find(p + "['b1']"), w)},
+                   A({Bm * S, Fl}, cd), w + "/mlp/dot_general", "activations");
+    });
+    T g0 = get("g0", [&] { return e.loop({h1}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "activations"); });
+    T g1 = get("g1", [&] { return e.loop({h1}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "activations"); });
+    if (recompute) return b;
+    T h2 = get("h2", [&] {
+      return e.dot({g0, step.use(find(p + "['w2']"), w)}, A({Bm * S, D}, cd), w + "/mlp_out/dot_general",
+                   "temporaries");
+    });
+    if (scan && !recompute) {
+      // Inside a scan body XLA fuses less across the saved boundary: the dump of gpt_fp32_donate_scan keeps
+      // one more MLP-width and two more model-width residuals per layer than the unrolled program.
+      get("scan_f", [&] { return e.loop({h1}, A({Bm, S, Fl}, cd), w + "/scan/residual", "activations"); });
+      get("scan_d0", [&] { return e.loop({x, o}, A({Bm, S, D}, cd), w + "/scan/residual", "activations"); });
+      get("scan_d1", [&] {
+        return e.loop({x, ln2}, A({Bm, S, D}, cd), w + "/scan/residual", "activations");
+      });
+    }
+    if (c.cpu) {
+      for (int extra = 0; extra < 7; ++extra)
+        get(fmt::format("cpu{}", extra), [&] {
+          return e.loop({x, o}, A({Bm, S, D}, f32), w + "/unfused", "activations");
+        });
+    }
+    b.t["out"] =
+        e.loop({x, o, h2, step.use(find(p + "['b2']"), w)}, A({Bm, S, D}, cd), w + "/add", "activations");
+    return b;
+  };
+
+  // One block's backward from the gradient of its output; returns the gradient of its input.
+  auto backward = [&](uint64_t l, const Block& b, const T& dy) {
+    const std::string p = fmt::format("['layers'][{}]", l);
+    const std::string w = "jit(step)/transpose(jvp())";
+    auto t = [&](const char* key) { return b.t.at(key); };
+    auto grad = [&](const std::string& name, std::vector<T> in, const char* what) {
+      Param& q = find(p + name);
+      step.set_grad(q, e.dot(in, step.grad_shape(q), w + what, "gradients"), w);
+    };
+    auto vgrad = [&](const std::string& name, std::vector<T> in) {
+      Param& q = find(p + name);
+      step.set_grad(q, e.reduce(in, step.grad_shape(q), w + "/reduce_sum", "gradients"), w);
+    };
+    grad("['w2']", {t("g0"), dy}, "/dot_general");
+    vgrad("['b2']", {dy});
+    T dg = e.dot({dy, step.use(find(p + "['w2']"), w)}, A({Bm * S, Fl}, cd), w + "/mlp/dot_general",
+                 "temporaries");
+    T dpre = e.loop({dg, t("g1"), t("g0"), t("h1")}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "temporaries");
+    vgrad("['b1']", {dpre});
+    grad("['w1']", {t("ln2"), dpre}, "/dot_general");
+    T dln2 = e.dot({dpre, step.use(find(p + "['w1']"), w)}, A({Bm * S, D}, cd), w + "/ln2/dot_general",
+                   "temporaries");
+    T dx2 = e.loop({dln2, t("ln2"), b.x, t("o"), dy}, A({Bm, S, D}, cd), w + "/ln2/add_any", "temporaries");
+    vgrad("['ln2_g']", {dln2, b.x});
+    vgrad("['ln2_b']", {dln2});
+    grad("['wo']", {t("attn_t"), dx2}, "/dot_general");
+    T dattn = e.dot({dx2, step.use(find(p + "['wo']"), w)}, A({Bm * S, D / c.tp}, cd), w + "/out/dot_general",
+                    "temporaries");
+    T dat = e.loop({dattn}, A({Bm, Hl, S, hd}, cd), w + "/transpose", "temporaries");
+    T dprobs = e.dot({dat, t("v")}, A({Bm * Hl, S, S}, cd), w + "/attention/dot_general", "temporaries");
+    T dv = e.dot({t("probs"), dat}, A({Bm * Hl, S, hd}, cd), w + "/attention/dot_general", "temporaries");
+    std::vector<T> softmax_in{dprobs, t("probs")};
+    if (!c.cpu) softmax_in.push_back(t("scores"));  // XLA:GPU keeps the raw scores for the softmax backward
+    if (c.cpu) {  // XLA:CPU keeps the exponentials and a second copy of the probabilities for this
+      softmax_in.push_back(t("exp"));
+      softmax_in.push_back(t("probs2"));
+    }
+    T dscores = e.loop(softmax_in, A({Bm, Hl, S, S}, cd), w + "/softmax/mul", "temporaries");
+    T dq = e.dot({dscores, t("k")}, A({Bm * Hl, S, hd}, cd), w + "/scores/dot_general", "temporaries");
+    T dk = e.dot({dscores, t("q")}, A({Bm * Hl, S, hd}, cd), w + "/scores/dot_general", "temporaries");
+    T dqkv = e.loop({dq, dk, dv}, A({Bm * S, 3 * D / c.tp}, cd), w + "/concatenate", "temporaries");
+    grad("['wqkv']", {t("ln1"), dqkv}, "/dot_general");
+    T dln1 = e.dot({dqkv, step.use(find(p + "['wqkv']"), w)}, A({Bm * S, D}, cd), w + "/ln1/dot_general",
+                   "temporaries");
+    std::vector<T> ln1_in{dln1, b.x};
+    for (const char* key : {"scan_f", "scan_d0", "scan_d1"})
+      if (b.t.contains(key)) ln1_in.push_back(t(key));
+    if (c.cpu)
+      for (int extra = 0; extra < 7; ++extra) ln1_in.push_back(t(fmt::format("cpu{}", extra).c_str()));
+    vgrad("['ln1_g']", ln1_in);
+    vgrad("['ln1_b']", {dln1});
+    return e.loop({dln1, t("ln1"), b.x, dx2}, A({Bm, S, D}, cd), w + "/ln1/add_any", "temporaries");
+  };
+
+  // XLA:GPU schedules the zero buffer of take_along_axis's backward at the very start.
+  T zeros;
+  if (!vit && step.train() && !c.cpu)
+    zeros = e.loop({}, A({Bm, S, V}, f32), "jit(step)/transpose(jvp(jit(take_along_axis)))/broadcast_in_dim",
+                   "temporaries");
+  T loss;
+  T out_logits;
+  T embed_head_grad;
+  for (uint64_t micro = 0; micro < k; ++micro) {
+    T tok = tokens, lab = labels;
+    if (k > 1) {
+      tok = e.op("dynamic-slice", {tokens},
+                 array(tokens.shape.type,
+                       [&] {
+                         auto d = tokens.shape.dims;
+                         d[0] = Bm;
+                         return d;
+                       }()),
+                 "jit(step)/microbatch", "activations");
+      if (step.train())
+        lab = e.op("dynamic-slice", {labels},
+                   array(labels.shape.type,
+                         [&] {
+                           auto d = labels.shape.dims;
+                           d[0] = Bm;
+                           return d;
+                         }()),
+                   "jit(step)/microbatch", "activations");
+    }
+    T x;
+    if (vit) {
+      x = e.dot(
+          {tok, step.use(find("['embed']"), "jit(step)/patch"), find("['cls']").value, find("['pos']").value},
+          A({Bm, S, D}, cd), "jit(step)/jvp()/patch_embed", "activations");
+    } else {
+      x = e.loop({step.use(find("['embed']"), "jit(step)/embed"), find("['pos']").value, tok},
+                 A({Bm, S, D}, cd), "jit(step)/jvp()/add", "activations");
+    }
+    // Forward; with scan the kept tensors go into stacked buffers, one slice per layer.
+    std::vector<Block> kept(L);
+    std::map<std::string, T> stacked;
+    T h = x;
+    for (uint64_t l = 0; l < L; ++l) {
+      Block b = forward(l, h, {}, false);
+      h = b.t.at("out");
+      const RematPolicy policy = step.train() ? remat_of(l) : RematPolicy::kFull;
+      Block keep;
+      keep.x = b.x;
+      for (const auto& [key, t] : b.t)
+        if (key != "out" && saveable(policy, key)) keep.t[key] = t;
+      if (scan && step.train()) {
+        // stacked[key] = dynamic-update-slice(stacked[key], t): XLA allocates each stack at the start.
+        auto put = [&](const std::string& key, const T& t) {
+          auto it = stacked.find(key);
+          if (it == stacked.end()) {
+            std::vector<uint64_t> d{L};
+            d.insert(d.end(), t.shape.dims.begin(), t.shape.dims.end());
+            it = stacked
+                     .emplace(key, e.loop({}, array(t.shape.type, d), "jit(step)/scan/broadcast_in_dim",
+                                          "activations"))
+                     .first;
+          }
+          it->second = e.op("dynamic-update-slice", {it->second, t}, it->second.shape,
+                            "jit(step)/scan/dynamic_update_slice", "activations");
+        };
+        put("x", keep.x);
+        for (const auto& [key, t] : keep.t) put(key, t);
+      }
+      kept[l] = keep;
+    }
+    T lnf = e.loop({h, find("['lnf_g']").value, find("['lnf_b']").value}, A({Bm, S, D}, cd),
+                   "jit(step)/jvp()/lnf/mul", "activations");
+    if (!step.train()) {
+      T logits = vit ? e.dot({lnf, find("['head']").value}, A({Bm, V}, cd),
+                             "jit(step)/jvp()/head/dot_general", "activations")
+                     : e.dot({lnf, find("['embed']").value}, A({Bm * S, V}, cd),
+                             "jit(step)/jvp()/dot_general", "activations");
+      out_logits =
+          e.loop({logits}, A(vit ? std::vector<uint64_t>{Bm, V} : std::vector<uint64_t>{Bm, S, V}, f32),
+                 "jit(step)/convert", "activations");
+      break;
+    }
+    T dh;
+    if (vit) {
+      T pooled = e.reduce({lnf}, A({Bm, D}, cd), "jit(step)/jvp()/pool", "activations");
+      T logits = e.dot({pooled, step.use(find("['head']"), "jit(step)/head")}, A({Bm, V}, cd),
+                       "jit(step)/jvp()/head/dot_general", "activations");
+      T l2 = e.reduce({logits, lab}, A({}, f32), "jit(step)/reduce_sum", "temporaries");
+      loss = micro ? e.loop({loss, l2}, l2.shape, "jit(step)/add", "temporaries") : l2;
+      T dlogits = e.loop({logits, lab}, A({Bm, V}, cd), "jit(step)/transpose(jvp(jit(log_softmax)))/add_any",
+                         "temporaries");
+      step.set_grad(find("['head']"),
+                    e.dot({pooled, dlogits}, step.grad_shape(find("['head']")), "jit(step)/transpose/head",
+                          "gradients"),
+                    "jit(step)/head");
+      T dpool = e.dot({dlogits, step.use(find("['head']"), "jit(step)/head")}, A({Bm, D}, cd),
+                      "jit(step)/transpose/head", "temporaries");
+      dh = e.loop({dpool, h}, A({Bm, S, D}, cd), "jit(step)/transpose/lnf", "temporaries");
+    } else {
+      T logits = e.dot({lnf, step.use(find("['embed']"), "jit(step)/logits")}, A({Bm * S, V}, cd),
+                       "jit(step)/jvp()/dot_general", "activations");
+      T cpu_exp;
+      if (c.cpu)
+        cpu_exp = e.loop({logits}, A({Bm, S, V}, f32), "jit(step)/jvp(jit(log_softmax))/exp", "temporaries");
+      T lse =
+          e.reduce({logits}, A({Bm * S}, f32), "jit(step)/jvp(jit(log_softmax))/reduce_max", "activations");
+      T l2 = e.reduce({lse, lab}, A({}, f32), "jit(step)/reduce_sum", "temporaries");
+      loss = micro ? e.loop({loss, l2}, l2.shape, "jit(step)/add", "temporaries") : l2;
+      T z = zeros.name.empty() || micro
+                ? e.loop({}, A({Bm, S, V}, f32),
+                         "jit(step)/transpose(jvp(jit(take_along_axis)))/broadcast_in_dim", "temporaries")
+                : zeros;
+      T scat = e.loop({z, lab}, A({Bm, S, V}, f32),
+                      "jit(step)/transpose(jvp(jit(take_along_axis)))/scatter-add", "temporaries");
+      std::vector<T> dl_in{scat, logits, lse};
+      if (c.cpu) dl_in.push_back(cpu_exp);
+      T dlogits = e.loop(dl_in, A({Bm, S, V}, f32), "jit(step)/transpose(jvp(jit(log_softmax)))/add_any",
+                         "temporaries");
+      if (cd != f32)
+        dlogits = e.loop({dlogits}, A({Bm * S, V}, cd), "jit(step)/transpose/convert", "temporaries");
+      T dembed_head = e.dot({dlogits, lnf}, step.grad_shape(find("['embed']")),
+                            "jit(step)/transpose(jvp())/dot_general", "gradients");
+      T dlnf = e.dot({dlogits, step.use(find("['embed']"), "jit(step)/logits")}, A({Bm * S, D}, cd),
+                     "jit(step)/transpose(jvp())/dot_general", "temporaries");
+      dh = e.loop({dlnf, h, lnf}, A({Bm, S, D}, cd), "jit(step)/transpose(jvp())/lnf/add_any", "temporaries");
+      // The embedding's gradient: the logits' part now, the tokens' scatter after the blocks.
+      embed_head_grad = dembed_head;
+    }
+    step.set_grad(find("['lnf_g']"),
+                  e.reduce({dh}, step.grad_shape(find("['lnf_g']")), "jit(step)/transpose/lnf", "gradients"),
+                  "jit(step)/lnf");
+    step.set_grad(find("['lnf_b']"),
+                  e.reduce({dh}, step.grad_shape(find("['lnf_b']")), "jit(step)/transpose/lnf", "gradients"),
+                  "jit(step)/lnf");
+    for (uint64_t l = L; l-- > 0;) {
+      Block b = kept[l];
+      std::map<std::string, T> have = b.t;
+      if (scan) {
+        // Each layer's tensors come back out of the stacks (copies).
+        auto slice = [&](const std::string& key, const T& like) {
+          return e.op("dynamic-slice", {stacked.at(key)}, like.shape, "jit(step)/scan/dynamic_slice",
+                      "activations");
+        };
+        b.x = slice("x", b.x);
+        for (auto& [key, t] : have) t = slice(key, t);
+      }
+      const RematPolicy policy = remat_of(l);
+      Block full = policy == RematPolicy::kNone ? Block{b.x, have} : forward(l, b.x, have, true);
+      dh = backward(l, full, dh);
+    }
+    if (vit) {
+      step.set_grad(
+          find("['embed']"),
+          e.dot({tok, dh}, step.grad_shape(find("['embed']")), "jit(step)/transpose/patch", "gradients"),
+          "jit(step)/patch");
+      step.set_grad(find("['cls']"),
+                    e.reduce({dh}, step.grad_shape(find("['cls']")), "jit(step)/transpose/cls", "gradients"),
+                    "jit(step)/cls");
+    } else {
+      Param& emb = find("['embed']");
+      T full = e.loop({embed_head_grad, dh, tok}, embed_head_grad.shape,
+                      "jit(step)/transpose(jvp())/scatter-add", "gradients");
+      step.set_grad(emb, full, "jit(step)/embed");
+    }
+    step.set_grad(find("['pos']"),
+                  e.reduce({dh}, step.grad_shape(find("['pos']")), "jit(step)/transpose/pos", "gradients"),
+                  "jit(step)/pos");
+  }
+  if (!step.train()) {
+    e.root({out_logits});
+    return;
+  }
+  step.optimize_and_finish({loss}, &module);
+}
+
+}  // namespace memfit::zoo
