@@ -224,9 +224,10 @@ void simplify_tuples_and_dce(HloComputation& comp) {
 // zeros, added to the tied weight's other gradient: folded, that GEMM's result is the scatter's operand, not
 // an epilogue waiting for the scatter at the end of the backward pass with the logits' gradient held.
 void fold_add_of_scatter(HloComputation& comp, const std::unordered_map<std::string, std::string>& reducers) {
-  std::unordered_map<std::string_view, uint32_t> index;
+  // Keys are copies: an add is rewritten in place below, which replaces its name's storage.
+  std::unordered_map<std::string, uint32_t> index;
   for (uint32_t i = 0; i < comp.instructions.size(); ++i) index.emplace(comp.instructions[i].name, i);
-  std::unordered_map<std::string_view, uint32_t> uses;
+  std::unordered_map<std::string, uint32_t> uses;
   for (const HloInstruction& x : comp.instructions)
     for (const std::string& o : x.operands) ++uses[o];
   auto find = [&](const std::string& name) -> const HloInstruction* {
