@@ -1,5 +1,6 @@
 // `memfit plan` and `memfit fit`: golden output, spec files, exit codes and refused specs.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -75,6 +76,26 @@ TEST(PlanCommand, FitJsonHasTheArchitecturesKeys) {
   const auto roomy = testing::run_cli({"fit", "--model", "mlp", "--capacity", "h200", "--json"});
   ASSERT_EQ(roomy.code, 0) << roomy.err;
   EXPECT_TRUE(nlohmann::json::parse(roomy.out)["fits"].get<bool>());
+}
+
+// --trace-out: the step's plan as a memfit trace; memfit replay runs it through the allocator policies, its
+// live bytes the plan's no-fragmentation bound and each pool at least that.
+TEST(PlanCommand, TraceOutReplaysTheStep) {
+  const auto trace =
+      std::filesystem::temp_directory_path() / ("memfit_step_trace_" + std::to_string(::getpid()) + ".csv");
+  const auto plan = testing::run_cli(
+      {"plan", "--model", "gpt", "--layers", "2", "--donate", "--json", "--trace-out", trace.string()});
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  const auto p = nlohmann::json::parse(plan.out);
+  const auto replay = testing::run_cli({"replay", trace.string(), "--policy", "all", "--json"});
+  ASSERT_EQ(replay.code, 0) << replay.err;
+  const auto r = nlohmann::json::parse(replay.out);
+  EXPECT_EQ(r["peak_live_bytes"], p["lower_bound_bytes"]);
+  EXPECT_LE(p["lower_bound_bytes"].get<uint64_t>(), p["peak_bytes"].get<uint64_t>());
+  for (const auto& pool : r["policies"])
+    EXPECT_GE(pool["peak_reserved_bytes"].get<uint64_t>(), p["lower_bound_bytes"].get<uint64_t>())
+        << pool["name"];
+  std::filesystem::remove(trace);
 }
 
 TEST(PlanCommand, NonsenseExitsTwoWithAReason) {

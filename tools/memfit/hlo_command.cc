@@ -7,16 +7,13 @@
 #include "html_report.h"
 #include "memfit/core/bytes.h"
 #include "memfit/core/device_catalog.h"
-#include "memfit/core/file_io.h"
 #include "memfit/core/json.h"
 #include "memfit/core/xla_env.h"
 #include "memfit/plan/hlo_plan.h"
-#include "memfit/plan/plan_timeline.h"
 #include "memfit/plan/xla_comparison.h"
 #include "memfit/program/buffer_assignment.h"
 #include "memfit/program/hlo_source.h"
 #include "memfit/program/stablehlo_module.h"
-#include "memfit/trace/writer.h"
 #include "progress.h"
 
 namespace memfit::cli {
@@ -219,7 +216,7 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       if (!written.ok()) return fail(io, written.error());
     }
     if (!options->trace_out.empty()) {
-      const Status written = write_file_atomic(options->trace_out, to_memfit_trace(plan_timeline(*plan)));
+      const Status written = write_plan_trace(options->trace_out, *plan);
       if (!written.ok()) return fail(io, written.error());
     }
     std::optional<NextStepFit> next;

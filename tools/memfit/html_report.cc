@@ -5,6 +5,7 @@
 #include "memfit/core/bytes.h"
 #include "memfit/core/file_io.h"
 #include "memfit/plan/plan_timeline.h"
+#include "memfit/trace/writer.h"
 
 namespace memfit::cli {
 
@@ -20,6 +21,10 @@ MemoryChart chart_from_plan(const HloPlan& plan, const std::string& title) {
 
 Status write_html(const std::string& path, const MemoryChart& chart) {
   return write_file_atomic(path, render_html(chart));
+}
+
+Status write_plan_trace(const std::string& path, const HloPlan& plan) {
+  return write_file_atomic(path, to_memfit_trace(plan_timeline(plan)));
 }
 
 }  // namespace memfit::cli

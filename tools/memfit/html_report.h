@@ -17,4 +17,7 @@ MemoryChart chart_from_plan(const HloPlan& plan, const std::string& title);
 
 Status write_html(const std::string& path, const MemoryChart& chart);
 
+// `--trace-out FILE`: the plan's Timeline as a memfit trace, all-or-nothing (memfit replay reads it).
+Status write_plan_trace(const std::string& path, const HloPlan& plan);
+
 }  // namespace memfit::cli

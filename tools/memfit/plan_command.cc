@@ -24,6 +24,7 @@ Json step_plan_to_json(const StepPlan& p) {
   j["alias_bytes"] = p.hlo.alias_bytes;
   j["temp_bytes"] = p.hlo.temp_bytes;
   j["peak_bytes"] = p.peak_bytes;
+  j["lower_bound_bytes"] = p.hlo.lower_bound_bytes;  // the peak with no fragmentation in temp
   j["breakdown"] = {{"parameters", p.breakdown.parameters},
                     {"optimizer_state", p.breakdown.optimizer_state},
                     {"gradients", p.breakdown.gradients},
@@ -123,15 +124,19 @@ void print(std::ostream& out, const StepPlan& p) {
 Action add_plan_command(CLI::App& app, Io& io) {
   auto options = std::make_shared<PlanOptions>();
   auto html = std::make_shared<std::string>();
+  auto trace_out = std::make_shared<std::string>();
   auto live = std::make_shared<std::pair<std::string, std::string>>();  // --live-profile, --profile-device
   add_plan_options(app, *options);
   app.add_option("--html", *html, "Also write a self-contained HTML memory timeline to this file");
+  app.add_option(
+      "--trace-out", *trace_out,
+      "Also write the step's plan as a memfit trace: `memfit replay` runs it through allocator policies");
   app.add_option("--live-profile", live->first,
                  "A live process's device memory profile (jax.profiler.save_device_memory_profile): does the "
                  "next step fit on top of what it holds?");
   app.add_option("--profile-device", live->second,
                  "The profile's device (cuda:0); default: the one holding most");
-  return [options, html, live, &io]() -> int {
+  return [options, html, trace_out, live, &io]() -> int {
     auto in = resolve_plan_inputs(*options);
     if (!in.ok()) return fail(io, in.error());
     auto plan = plan_step(in->spec, in->capacity_bytes, options->memory_fraction);
@@ -146,6 +151,10 @@ Action add_plan_command(CLI::App& app, Io& io) {
             {fmt::format("XLA pool ({:.0f}%)", 100 * plan->memory_fraction), plan->limit_bytes});
       }
       const Status written = write_html(*html, chart);
+      if (!written.ok()) return fail(io, written.error());
+    }
+    if (!trace_out->empty()) {
+      const Status written = write_plan_trace(*trace_out, plan->hlo);
       if (!written.ok()) return fail(io, written.error());
     }
     std::optional<NextStepFit> next;
