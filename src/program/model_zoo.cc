@@ -4,6 +4,7 @@
 
 #include "memfit/core/checked.h"
 #include "zoo_step.h"
+#include "zoo_transformer.h"
 
 namespace memfit {
 
@@ -29,7 +30,8 @@ Expected<HloModule> build_step_module(const ModelSpec& spec, StepArguments* argu
   if (spec.model == ModelFamily::kMlp) {
     zoo::build_mlp(c, step, module);
   } else {
-    zoo::build_transformer(c, step, module);
+    auto family = spec.model == ModelFamily::kVit ? zoo::vit_family() : zoo::gpt_family();
+    zoo::build_transformer(c, step, module, *family);
   }
   if (arguments != nullptr) *arguments = step.arguments();
   HloModule built = e.finish();

@@ -1,7 +1,8 @@
 // src/program/zoo_step.h - what every family of the model zoo builds a step with, private to the program
 // layer: the Emitter that writes an HloModule instruction by instruction (fused bodies shared by
 // signature), a parameter's per-device shape over the mesh, and the Step that declares the arguments and
-// emits the optimizer update. The families: zoo_mlp.cc, zoo_transformer.cc (GPT and ViT).
+// emits the optimizer update. The families: zoo_mlp.cc, and zoo_gpt.cc / zoo_vit.cc around the transformer
+// blocks of zoo_transformer.cc.
 #pragma once
 
 #include <fmt/format.h>
@@ -367,7 +368,5 @@ class Step {
 };
 
 void build_mlp(const Ctx& c, Step& step, HloModule& module);
-// GPT (tokens, a tied embedding, causal attention) and ViT (patches, a class token, a head).
-void build_transformer(const Ctx& c, Step& step, HloModule& module);
 
 }  // namespace memfit::zoo

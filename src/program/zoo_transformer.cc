@@ -1,11 +1,12 @@
-// The transformer families of the model zoo: the GPT decoder and the ViT encoder of reference_programs.py,
-// one block body, two embeddings and heads.
+// The transformer blocks of the model zoo, shared by its GPT and ViT families (zoo_gpt.cc, zoo_vit.cc): the
+// step's parameters and microbatches, each block's forward with the tensors its remat policy keeps (stacked
+// under scan), the backward pass with recomputation, and the optimizer.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
 
-#include "zoo_step.h"
+#include "zoo_transformer.h"
 
 namespace memfit::zoo {
 
@@ -14,19 +15,14 @@ struct Block {
   std::map<std::string, T> t;
 };
 
-void build_transformer(const Ctx& c, Step& step, HloModule& module) {
+void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerFamily& family) {
   const ModelSpec& s = c.s;
   Emitter& e = c.e;
-  const bool vit = s.model == ModelFamily::kVit;
   const uint64_t D = s.d_model, H = s.heads, F = 4 * D, L = s.layers;
-  const uint64_t S = vit ? (s.image / s.patch) * (s.image / s.patch) + 1 : s.seq;
-  const uint64_t V = vit ? s.classes : s.vocab;
-  const uint64_t patch_dim = s.patch * s.patch * s.channels;
+  const uint64_t S = family.sequence(s);
+  const uint64_t V = family.outputs(s);
   // Parameters in jax's flattening order (dict keys sorted).
-  if (vit) step.add_param("['cls']", {D});
-  step.add_param(vit ? "['embed']" : "['embed']",
-                 vit ? std::vector<uint64_t>{patch_dim, D} : std::vector<uint64_t>{V, D});
-  if (vit) step.add_param("['head']", {D, V});
+  family.add_leading_params(step, s);
   const std::vector<std::pair<std::string, std::vector<uint64_t>>> layer_params = {
       {"['b1']", {F}},    {"['b2']", {D}},         {"['ln1_b']", {D}}, {"['ln1_g']", {D}},
       {"['ln2_b']", {D}}, {"['ln2_g']", {D}},      {"['w1']", {D, F}}, {"['w2']", {F, D}},
@@ -70,23 +66,10 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module) {
   };
   const uint64_t B = s.batch / c.data;
   const uint64_t Hl = H / c.tp, Fl = F / c.tp, hd = D / H;
-  T tokens, labels;
-  if (vit) {
-    tokens = e.param(array(PrimitiveType::kF32, {B, S - 1, patch_dim}), "batch[0]", "activations");
-    step.count_batch(tokens);
-    if (step.train()) {
-      labels = e.param(array(PrimitiveType::kS32, {B}), "batch[1]", "activations");
-      step.count_batch(labels);
-    }
-  } else {
-    tokens = e.param(array(PrimitiveType::kS32, {B, S}), "batch[0]", "activations");
-    step.count_batch(tokens);
-    if (step.train()) {  // jax.jit drops arguments the step never reads (keep_unused=False)
-      labels = e.param(array(PrimitiveType::kS32, {B, S}), "batch[1]", "activations");
-      step.count_batch(labels);
-    }
-  }
   const uint64_t k = s.accum, Bm = B / k;
+  TransformerBuild build{c, e, step, find, D, S, V, Bm, c.cdt};
+  T tokens, labels;
+  family.add_batch(build, B, tokens, labels);
   step.accumulating_ = k > 1;
   const PrimitiveType f32 = PrimitiveType::kF32, cd = c.cdt;
   auto A = [&](std::vector<uint64_t> d, PrimitiveType t) { return array(t, std::move(d)); };
@@ -243,13 +226,9 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module) {
   };
 
   // XLA:GPU schedules the zero buffer of take_along_axis's backward at the very start.
-  T zeros;
-  if (!vit && step.train() && !c.cpu)
-    zeros = e.loop({}, A({Bm, S, V}, f32), "jit(step)/transpose(jvp(jit(take_along_axis)))/broadcast_in_dim",
-                   "temporaries");
+  family.before_microbatches(build);
   T loss;
   T out_logits;
-  T embed_head_grad;
   for (uint64_t micro = 0; micro < k; ++micro) {
     T tok = tokens, lab = labels;
     if (k > 1) {
@@ -271,15 +250,7 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module) {
                          }()),
                    "jit(step)/microbatch", "activations");
     }
-    T x;
-    if (vit) {
-      x = e.dot(
-          {tok, step.use(find("['embed']"), "jit(step)/patch"), find("['cls']").value, find("['pos']").value},
-          A({Bm, S, D}, cd), "jit(step)/jvp()/patch_embed", "activations");
-    } else {
-      x = e.loop({step.use(find("['embed']"), "jit(step)/embed"), find("['pos']").value, tok},
-                 A({Bm, S, D}, cd), "jit(step)/jvp()/add", "activations");
-    }
+    const T x = family.embed(build, tok);
     // Forward; with scan the kept tensors go into stacked buffers, one slice per layer.
     std::vector<Block> kept(L);
     std::map<std::string, T> stacked;
@@ -315,61 +286,10 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module) {
     T lnf = e.loop({h, find("['lnf_g']").value, find("['lnf_b']").value}, A({Bm, S, D}, cd),
                    "jit(step)/jvp()/lnf/mul", "activations");
     if (!step.train()) {
-      T logits = vit ? e.dot({lnf, find("['head']").value}, A({Bm, V}, cd),
-                             "jit(step)/jvp()/head/dot_general", "activations")
-                     : e.dot({lnf, find("['embed']").value}, A({Bm * S, V}, cd),
-                             "jit(step)/jvp()/dot_general", "activations");
-      out_logits =
-          e.loop({logits}, A(vit ? std::vector<uint64_t>{Bm, V} : std::vector<uint64_t>{Bm, S, V}, f32),
-                 "jit(step)/convert", "activations");
+      out_logits = family.infer_head(build, lnf);
       break;
     }
-    T dh;
-    if (vit) {
-      T pooled = e.reduce({lnf}, A({Bm, D}, cd), "jit(step)/jvp()/pool", "activations");
-      T logits = e.dot({pooled, step.use(find("['head']"), "jit(step)/head")}, A({Bm, V}, cd),
-                       "jit(step)/jvp()/head/dot_general", "activations");
-      T l2 = e.reduce({logits, lab}, A({}, f32), "jit(step)/reduce_sum", "temporaries");
-      loss = micro ? e.loop({loss, l2}, l2.shape, "jit(step)/add", "temporaries") : l2;
-      T dlogits = e.loop({logits, lab}, A({Bm, V}, cd), "jit(step)/transpose(jvp(jit(log_softmax)))/add_any",
-                         "temporaries");
-      step.set_grad(find("['head']"),
-                    e.dot({pooled, dlogits}, step.grad_shape(find("['head']")), "jit(step)/transpose/head",
-                          "gradients"),
-                    "jit(step)/head");
-      T dpool = e.dot({dlogits, step.use(find("['head']"), "jit(step)/head")}, A({Bm, D}, cd),
-                      "jit(step)/transpose/head", "temporaries");
-      dh = e.loop({dpool, h}, A({Bm, S, D}, cd), "jit(step)/transpose/lnf", "temporaries");
-    } else {
-      T logits = e.dot({lnf, step.use(find("['embed']"), "jit(step)/logits")}, A({Bm * S, V}, cd),
-                       "jit(step)/jvp()/dot_general", "activations");
-      T cpu_exp;
-      if (c.cpu)
-        cpu_exp = e.loop({logits}, A({Bm, S, V}, f32), "jit(step)/jvp(jit(log_softmax))/exp", "temporaries");
-      T lse =
-          e.reduce({logits}, A({Bm * S}, f32), "jit(step)/jvp(jit(log_softmax))/reduce_max", "activations");
-      T l2 = e.reduce({lse, lab}, A({}, f32), "jit(step)/reduce_sum", "temporaries");
-      loss = micro ? e.loop({loss, l2}, l2.shape, "jit(step)/add", "temporaries") : l2;
-      T z = zeros.name.empty() || micro
-                ? e.loop({}, A({Bm, S, V}, f32),
-                         "jit(step)/transpose(jvp(jit(take_along_axis)))/broadcast_in_dim", "temporaries")
-                : zeros;
-      T scat = e.loop({z, lab}, A({Bm, S, V}, f32),
-                      "jit(step)/transpose(jvp(jit(take_along_axis)))/scatter-add", "temporaries");
-      std::vector<T> dl_in{scat, logits, lse};
-      if (c.cpu) dl_in.push_back(cpu_exp);
-      T dlogits = e.loop(dl_in, A({Bm, S, V}, f32), "jit(step)/transpose(jvp(jit(log_softmax)))/add_any",
-                         "temporaries");
-      if (cd != f32)
-        dlogits = e.loop({dlogits}, A({Bm * S, V}, cd), "jit(step)/transpose/convert", "temporaries");
-      T dembed_head = e.dot({dlogits, lnf}, step.grad_shape(find("['embed']")),
-                            "jit(step)/transpose(jvp())/dot_general", "gradients");
-      T dlnf = e.dot({dlogits, step.use(find("['embed']"), "jit(step)/logits")}, A({Bm * S, D}, cd),
-                     "jit(step)/transpose(jvp())/dot_general", "temporaries");
-      dh = e.loop({dlnf, h, lnf}, A({Bm, S, D}, cd), "jit(step)/transpose(jvp())/lnf/add_any", "temporaries");
-      // The embedding's gradient: the logits' part now, the tokens' scatter after the blocks.
-      embed_head_grad = dembed_head;
-    }
+    T dh = family.train_head(build, h, lnf, lab, micro, loss);
     step.set_grad(find("['lnf_g']"),
                   e.reduce({dh}, step.grad_shape(find("['lnf_g']")), "jit(step)/transpose/lnf", "gradients"),
                   "jit(step)/lnf");
@@ -392,20 +312,7 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module) {
       Block full = policy == RematPolicy::kNone ? Block{b.x, have} : forward(l, b.x, have, true);
       dh = backward(l, full, dh);
     }
-    if (vit) {
-      step.set_grad(
-          find("['embed']"),
-          e.dot({tok, dh}, step.grad_shape(find("['embed']")), "jit(step)/transpose/patch", "gradients"),
-          "jit(step)/patch");
-      step.set_grad(find("['cls']"),
-                    e.reduce({dh}, step.grad_shape(find("['cls']")), "jit(step)/transpose/cls", "gradients"),
-                    "jit(step)/cls");
-    } else {
-      Param& emb = find("['embed']");
-      T full = e.loop({embed_head_grad, dh, tok}, embed_head_grad.shape,
-                      "jit(step)/transpose(jvp())/scatter-add", "gradients");
-      step.set_grad(emb, full, "jit(step)/embed");
-    }
+    family.embed_backward(build, tok, dh);
     step.set_grad(find("['pos']"),
                   e.reduce({dh}, step.grad_shape(find("['pos']")), "jit(step)/transpose/pos", "gradients"),
                   "jit(step)/pos");
