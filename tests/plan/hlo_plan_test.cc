@@ -227,16 +227,17 @@ TEST(HloPlan, LoweredHloProgramsPlannedThroughTheGpuModel) {
 // narrowing casts (the weights' bf16 copies live from the forward to the backward, as XLA's
 // wrapped_convert buffers do): mlp_mixed_donate -11.3% -> 0.0%.
 TEST(HloPlan, MoreLoweredProgramsPlannedThroughTheGpuModel) {
-  expect_lowered_plans(".lowered.hlo.txt.gz", "lowered HLO",
-                       {"gpt_mixed_donate", "gpt_bf16_donate", "gpt_fp32_infer_b32",
-                        "gpt_fp32_donate_remat_dots", "flax_encoder_adafactor_b32", "vit_b16_fp32_donate",
-                        "mlp_mixed_donate", "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32"},
-                       "lowered_programs.json", 10);
+  expect_lowered_plans(
+      ".lowered.hlo.txt.gz", "lowered HLO",
+      {"gpt_mixed_donate", "gpt_bf16_donate", "gpt_fp32_infer_b32", "gpt_fp32_donate_remat_full",
+       "gpt_fp32_donate_remat_dots", "flax_encoder_adafactor_b32", "vit_b16_fp32_donate", "mlp_mixed_donate",
+       "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32"},
+      "lowered_programs.json", 10);
   expect_lowered_plans(
       ".stablehlo.mlir.gz", "StableHLO",
       {"gpt_mixed_donate", "gpt_bf16_donate", "gpt_fp32_infer_b32", "gpt_fp32_donate_remat_full",
        "gpt_fp32_donate_remat_dots", "flax_encoder_adafactor_b32", "vit_b16_fp32_donate", "mlp_mixed_donate",
-       "gpt_fp32_donate_accum4_b32"},
+       "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32"},
       "lowered_programs.json", 10);
 }
 
