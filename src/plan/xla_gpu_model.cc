@@ -335,36 +335,6 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
     }
     return sum;
   };
-  // Whether a GEMM fusion takes producer `p` in as an input (XLA:GPU's GemmFusion, IsInputWorthFusing and
-  // IsConversionWorthFusing in xla/service/gpu/triton_tiling_propagation.cc): never a narrowing conversion
-  // (the f32 -> bf16 cast of a weight in mixed precision is written out once, XLA's wrapped_convert); an op
-  // that reads at most 1 KiB more than it writes (broadcasts, transposes, widening casts); else only an op
-  // with this one reader whose operands are parameters or constants read by it alone.
-  auto gemm_takes_in = [&](uint32_t p) {
-    const HloInstruction& x = comp.instructions[p];
-    uint64_t in_bytes = 0;
-    for (uint32_t o : operands[p]) in_bytes += comp.instructions[o].shape.own_bytes();
-    const uint64_t out_bytes = x.shape.own_bytes();
-    if (x.opcode == HloOpcode::kConvert && in_bytes > out_bytes) return false;
-    if (in_bytes <= out_bytes + 1024) return true;
-    std::unordered_set<uint32_t> readers(users[p].begin(), users[p].end());
-    if (readers.size() > 1) return false;
-    for (uint32_t o : operands[p]) {
-      const Role r = role[o];
-      if ((r != Role::kParameter && r != Role::kConstant) || users[o].size() != 1) return false;
-    }
-    return true;
-  };
-  // The producers a GEMM fusion takes in, walking up from its operands (through transposes, broadcasts,
-  // widening casts): each taken in only if every reader is that GEMM or another producer it takes in.
-  std::vector<bool> absorbed(n, false);
-  for (size_t k = n; k-- > 0;) {
-    const uint32_t i = static_cast<uint32_t>(k);
-    if (!fuses(role[i]) || users[i].empty() || comp.instructions[i].is_root) continue;
-    bool all = true;
-    for (uint32_t u : users[i]) all = all && (role[u] == Role::kGemm || absorbed[u]);
-    absorbed[i] = all && gemm_takes_in(i);
-  }
   // Which values get a buffer. A large constant is a buffer; a scalar one is folded into its users.
   std::vector<bool> materialized(n, false);
   const HloInstruction* root = comp.root();
@@ -384,9 +354,7 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
       case Role::kExpensive: {
         std::unordered_set<uint32_t> distinct(users[i].begin(), users[i].end());
         bool needed = &inst == root;
-        for (uint32_t u : distinct)
-          needed = needed || needs_buffers(role[u]) ||
-                   ((role[u] == Role::kGemm || absorbed[u]) && !gemm_takes_in(i));
+        for (uint32_t u : distinct) needed = needed || needs_buffers(role[u]);
         if (role[i] == Role::kConstant) needed = needed || inst.shape.is_tuple() || elements(inst.shape) > 1;
         // An expensive value read by several fusions is computed once, into a buffer - unless its readers are
         // a reduction and what divides or shifts by that reduction: a softmax (exp, its sum, the division)
@@ -449,16 +417,40 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
     if (!chain.empty()) transposed_fold.emplace(r, x);
   }
   // What a GEMM fusion takes into its operands (xla/service/gpu/transforms/gemm_fusion.cc): cheap
-  // elementwise and data movement over buffers - a layer norm's scale and shift, a convert to bf16, a
-  // transpose. A chain with an expensive op, or one that reads a reduction (a softmax's division by its
-  // sum, a norm's rsqrt of the variance), is a fusion of its own (SoftmaxRewriterTriton, loop fusion) whose
-  // result the GEMM reads from a buffer: attention probabilities are materialized.
+  // elementwise and data movement over buffers - a layer norm's scale and shift, a transpose, a widening
+  // convert. A chain with an expensive op, or one that reads a reduction (a softmax's division by its sum, a
+  // norm's rsqrt of the variance), is a fusion of its own (SoftmaxRewriterTriton, loop fusion) whose result
+  // the GEMM reads from a buffer: attention probabilities are materialized. The walk up a chain also stops
+  // at a producer not worth taking in (IsInputWorthFusing, IsConversionWorthFusing in
+  // xla/service/gpu/triton_tiling_propagation.cc), which is then a buffer the fusion reads: never a
+  // narrowing conversion (a weight's f32 -> bf16 cast in mixed precision, XLA's wrapped_convert); an op that
+  // reads at most 1 KiB more than it writes; else only an op with one reader whose operands are parameters
+  // or constants read by it alone.
+  auto gemm_takes_in = [&](uint32_t p) {
+    const HloInstruction& x = comp.instructions[p];
+    uint64_t in_bytes = 0;
+    for (uint32_t o : operands[p]) in_bytes += comp.instructions[o].shape.own_bytes();
+    const uint64_t out_bytes = x.shape.own_bytes();
+    if (x.opcode == HloOpcode::kConvert && in_bytes > out_bytes) return false;
+    if (in_bytes <= out_bytes + 1024) return true;
+    if (std::any_of(users[p].begin(), users[p].end(), [&](uint32_t u) { return u != users[p][0]; }))
+      return false;
+    for (uint32_t o : operands[p]) {
+      const Role r = role[o];
+      if ((r != Role::kParameter && r != Role::kConstant) || users[o].size() != 1) return false;
+    }
+    return true;
+  };
+  auto stop_at_unworthy = [&](uint32_t o) {
+    if (!materialized[o] && !gemm_takes_in(o)) materialized[o] = true;
+  };
   std::vector<int8_t> gemm_fusible(n, -1);  // -1 unknown, 0 no, 1 yes
   auto fusible_into_gemm = [&](uint32_t v, auto&& self) -> bool {
     if (gemm_fusible[v] >= 0) return gemm_fusible[v] == 1;
     bool ok = role[v] == Role::kCheap;
     for (uint32_t o : operands[v]) {
       if (!ok) break;
+      stop_at_unworthy(o);
       if (materialized[o]) {
         ok = role[o] != Role::kReduce;
       } else {
@@ -471,6 +463,7 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
   for (uint32_t i = 0; i < n; ++i) {
     if (role[i] != Role::kGemm && !folded_dot[i]) continue;
     for (uint32_t o : operands[i]) {
+      stop_at_unworthy(o);
       if (!materialized[o] && !fusible_into_gemm(o, fusible_into_gemm)) materialized[o] = true;
     }
   }
