@@ -5,27 +5,30 @@
 
 namespace memfit {
 
-const char* plan_category(const PlannedBuffer& b) {
-  for (const char* c : kPlanCategories)
-    if (b.category == c) return c;
-  if (b.kind == BufferKind::kParameter) return "parameters";
-  if (b.kind == BufferKind::kOutput) return "outputs";
-  if (b.op_name.find("transpose(") != std::string::npos) return "gradients";
-  if (b.op_name.find("jvp(") != std::string::npos) return "activations";
-  return "temporaries";
+namespace {
+
+// The index into kPlanCategories a buffer is drawn in.
+uint32_t plan_category(const PlannedBuffer& b) {
+  auto index = [](std::string_view c) {
+    for (uint32_t i = 0; i < std::size(kPlanCategories); ++i)
+      if (c == kPlanCategories[i]) return i;
+    return UINT32_MAX;
+  };
+  if (const uint32_t own = index(b.category); own != UINT32_MAX) return own;
+  if (b.kind == BufferKind::kParameter) return index("parameters");
+  if (b.kind == BufferKind::kOutput) return index("outputs");
+  if (b.op_name.find("transpose(") != std::string::npos) return index("gradients");
+  if (b.op_name.find("jvp(") != std::string::npos) return index("activations");
+  return index("temporaries");
 }
+
+}  // namespace
 
 Timeline plan_timeline(const HloPlan& plan) {
   Timeline t;
   t.source = "plan";
   t.tags = {"(untagged)"};
   for (const char* c : kPlanCategories) t.tags.emplace_back(c);
-  auto tag_of = [](const PlannedBuffer& b) -> uint32_t {
-    const std::string_view c = plan_category(b);
-    for (uint32_t i = 0; i < std::size(kPlanCategories); ++i)
-      if (c == kPlanCategories[i]) return i + 1;
-    return 0;
-  };
   auto counted = [](const PlannedBuffer& b) {
     return b.bytes > 0 && !b.host_memory && b.kind != BufferKind::kConstant &&
            b.kind != BufferKind::kReusesAllocation;
@@ -55,18 +58,17 @@ Timeline plan_timeline(const HloPlan& plan) {
                    [&](uint32_t a, uint32_t b) { return buf(a).start < buf(b).start; });
   std::stable_sort(by_end.begin(), by_end.end(),
                    [&](uint32_t a, uint32_t b) { return buf(a).end < buf(b).end; });
-  auto event = [&](EventKind kind, uint32_t id, uint64_t step) {
+  auto event = [&](EventKind kind, uint32_t id) {
     TraceEvent e;
     e.kind = kind;
     e.buffer = id;
     e.size_bytes = buf(id).bytes;
-    e.tag = kind == EventKind::kAlloc ? tag_of(buf(id)) : 0;
-    e.time_us = step;  // plans have no clock: the schedule step stands in for time
-    t.events.push_back(e);
+    e.tag = kind == EventKind::kAlloc ? plan_category(buf(id)) + 1 : 0;  // tag 0 is "(untagged)"
+    t.events.push_back(e);  // time_us stays 0: a plan has an order, not a clock
   };
   t.events.reserve(2 * ids.size());
   for (uint32_t id = 0; id < ids.size(); ++id)
-    if (whole_step(buf(id))) event(EventKind::kAlloc, id, 0);
+    if (whole_step(buf(id))) event(EventKind::kAlloc, id);
   auto overlaps = [&](uint32_t a, uint32_t b) {
     const PlannedBuffer& x = buf(a);
     const PlannedBuffer& y = buf(b);
@@ -90,15 +92,15 @@ Timeline plan_timeline(const HloPlan& plan) {
       if (buf(dying).start == step) continue;  // made and dead at one step: it is live during it
       for (size_t j = s; j < s_end; ++j) {
         if (by_start[j] != dying && overlaps(dying, by_start[j])) {
-          event(EventKind::kFree, dying, step);
+          event(EventKind::kFree, dying);
           freed[dying] = true;
           break;
         }
       }
     }
-    for (size_t j = s; j < s_end; ++j) event(EventKind::kAlloc, by_start[j], step);
+    for (size_t j = s; j < s_end; ++j) event(EventKind::kAlloc, by_start[j]);
     for (size_t k = e; k < e_end; ++k)
-      if (!freed[by_end[k]]) event(EventKind::kFree, by_end[k], step);
+      if (!freed[by_end[k]]) event(EventKind::kFree, by_end[k]);
     s = s_end;
     e = e_end;
   }

@@ -13,7 +13,6 @@ namespace memfit {
 // kind and JAX op name (forward `jvp(` activations, backward `transpose(` gradients).
 inline constexpr const char* kPlanCategories[] = {"parameters",  "optimizer_state", "gradients",
                                                   "activations", "temporaries",     "outputs"};
-const char* plan_category(const PlannedBuffer& buffer);
 
 // Parameters and outputs live the whole step. A temporary is freed after the step of its last use; where
 // the next step's result takes over its chunk (they overlap in the temp block), it is freed first, as

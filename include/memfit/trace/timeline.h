@@ -28,7 +28,7 @@ struct TraceEvent {
   uint32_t stream = 0;
   uint64_t buffer = 0;  // dense id
   uint64_t size_bytes = 0;
-  uint64_t time_us = 0;
+  uint64_t time_us = 0;  // since the recording started; 0 where the source has no clock (a plan)
 };
 
 // What a buffer is, where the source knows it (a planned program does: the instruction, its shape and the
