@@ -23,6 +23,7 @@ class Gpt final : public TransformerFamily {
     }
   }
 
+  // XLA:GPU schedules the zero buffer of take_along_axis's backward at the very start.
   void before_microbatches(TransformerBuild& x) override {
     if (x.step.train() && !x.c.cpu)
       zeros_ = x.e.loop({}, x.A({x.Bm, x.S, x.V}, PrimitiveType::kF32),

@@ -225,30 +225,20 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
     return e.loop({dln1, t("ln1"), b.x, dx2}, A({Bm, S, D}, cd), w + "/ln1/add_any", "temporaries");
   };
 
-  // XLA:GPU schedules the zero buffer of take_along_axis's backward at the very start.
   family.before_microbatches(build);
   T loss;
   T out_logits;
+  // A microbatch's rows of a batch argument (gradient accumulation).
+  auto microbatch = [&](const T& whole) {
+    std::vector<uint64_t> d = whole.shape.dims;
+    d[0] = Bm;
+    return e.op("dynamic-slice", {whole}, array(whole.shape.type, d), "jit(step)/microbatch", "activations");
+  };
   for (uint64_t micro = 0; micro < k; ++micro) {
     T tok = tokens, lab = labels;
     if (k > 1) {
-      tok = e.op("dynamic-slice", {tokens},
-                 array(tokens.shape.type,
-                       [&] {
-                         auto d = tokens.shape.dims;
-                         d[0] = Bm;
-                         return d;
-                       }()),
-                 "jit(step)/microbatch", "activations");
-      if (step.train())
-        lab = e.op("dynamic-slice", {labels},
-                   array(labels.shape.type,
-                         [&] {
-                           auto d = labels.shape.dims;
-                           d[0] = Bm;
-                           return d;
-                         }()),
-                   "jit(step)/microbatch", "activations");
+      tok = microbatch(tokens);
+      if (step.train()) lab = microbatch(labels);
     }
     const T x = family.embed(build, tok);
     // Forward; with scan the kept tensors go into stacked buffers, one slice per layer.
