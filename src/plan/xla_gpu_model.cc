@@ -218,12 +218,23 @@ void simplify_tuples_and_dce(HloComputation& comp) {
   comp.instructions = std::move(out);
 }
 
+// Each computation's root opcode: the combiner of the reductions and scatters that call it.
+using Combiners = std::unordered_map<std::string, HloOpcode>;
+
+// What a reduce or scatter combines with: its one-op region (StableHLO), else its called computation's root.
+HloOpcode combiner_of(const HloInstruction& x, const Combiners& combiners) {
+  if (x.reducer != HloOpcode::kUnknown) return x.reducer;
+  if (x.called.empty()) return HloOpcode::kUnknown;
+  auto it = combiners.find(x.called[0]);
+  return it == combiners.end() ? HloOpcode::kUnknown : it->second;
+}
+
 // XLA's algebraic simplifier folds add(A, scatter-add(zeros, indices, updates)) into scatter-add(A, indices,
 // updates) (xla/hlo/transforms/simplifiers/algebraic_simplifier.cc, HandleAdd: "A + scatter(0, ...)"): the
 // scatter adds into A where A lies. JAX's gradient of a gather (an embedding lookup) is such a scatter into
 // zeros, added to the tied weight's other gradient: folded, that GEMM's result is the scatter's operand, not
 // an epilogue waiting for the scatter at the end of the backward pass with the logits' gradient held.
-void fold_add_of_scatter(HloComputation& comp, const std::unordered_map<std::string, std::string>& reducers) {
+void fold_add_of_scatter(HloComputation& comp, const Combiners& combiners) {
   // Keys are copies: an add is rewritten in place below, which replaces its name's storage.
   std::unordered_map<std::string, uint32_t> index;
   for (uint32_t i = 0; i < comp.instructions.size(); ++i) index.emplace(comp.instructions[i].name, i);
@@ -235,11 +246,9 @@ void fold_add_of_scatter(HloComputation& comp, const std::unordered_map<std::str
     return it == index.end() ? nullptr : &comp.instructions[it->second];
   };
   auto scatter_into_zeros = [&](const HloInstruction* s) {
-    if (s == nullptr || s->opcode != HloOpcode::kScatter || s->operands.size() != 3 || s->called.empty() ||
-        uses[s->name] != 1 || s->is_root)
+    if (s == nullptr || s->opcode != HloOpcode::kScatter || s->operands.size() != 3 || uses[s->name] != 1 ||
+        s->is_root || combiner_of(*s, combiners) != HloOpcode::kAdd)
       return false;
-    auto r = reducers.find(s->called[0]);
-    if (r == reducers.end() || r->second != "add") return false;
     const HloInstruction* zeros = find(s->operands[0]);
     if (zeros == nullptr || zeros->opcode != HloOpcode::kBroadcast || zeros->operands.size() != 1)
       return false;
@@ -252,7 +261,8 @@ void fold_add_of_scatter(HloComputation& comp, const std::unordered_map<std::str
     if (add.opcode != HloOpcode::kAdd || add.operands.size() != 2) continue;
     for (size_t k = 0; k < 2; ++k) {
       const HloInstruction* s = find(add.operands[k]);
-      if (!scatter_into_zeros(s) || s->shape.to_string() != add.shape.to_string()) continue;
+      if (!scatter_into_zeros(s) || s->shape.type != add.shape.type || s->shape.dims != add.shape.dims)
+        continue;
       const std::string other = add.operands[1 - k];
       folded.insert(s->name);
       HloInstruction scatter = *s;
@@ -272,8 +282,8 @@ void fold_add_of_scatter(HloComputation& comp, const std::unordered_map<std::str
   comp.instructions = std::move(out);
 }
 
-// `reducers`: each computation's root opcode, for the reductions that name their combiner by computation.
-Status model_computation(HloComputation& comp, const std::unordered_map<std::string, std::string>& reducers) {
+// `combiners`: each computation's root opcode, for the reductions that name their combiner by computation.
+Status model_computation(HloComputation& comp, const Combiners& combiners) {
   simplify_tuples_and_dce(comp);
   const size_t n = comp.instructions.size();
   std::unordered_map<std::string_view, uint32_t> index;
@@ -383,12 +393,7 @@ Status model_computation(HloComputation& comp, const std::unordered_map<std::str
     if (role[r] != Role::kReduce || red.opcode != HloOpcode::kReduce || operands[r].empty() ||
         red.dimensions.empty())
       continue;
-    std::string reducer = red.reducer;
-    if (reducer.empty() && !red.called.empty()) {
-      auto it = reducers.find(red.called[0]);
-      if (it != reducers.end()) reducer = it->second;
-    }
-    if (reducer != "add") continue;
+    if (combiner_of(red, combiners) != HloOpcode::kAdd) continue;
     std::vector<int64_t> dims = red.dimensions;  // in the space of `x` as the walk goes back
     uint32_t x = operands[r][0];
     std::vector<uint32_t> chain;
@@ -842,13 +847,13 @@ Expected<HloModule> model_xla_gpu(const HloModule& lowered) {
   HloModule m = lowered;
   MEMFIT_RETURN_IF_ERROR(inline_calls(m));
   MEMFIT_RETURN_IF_ERROR(insert_while_copies(m));
-  std::unordered_map<std::string, std::string> reducers;
+  Combiners combiners;
   for (const HloComputation& c : m.computations)
-    if (const HloInstruction* r = c.root()) reducers.emplace(c.name, r->opcode_name());
+    if (const HloInstruction* r = c.root()) combiners.emplace(c.name, r->opcode);
   for (HloComputation& c : m.computations) {
     // Reduction and sort regions are scalar code inside their op, not buffers; they stay as they are.
-    fold_add_of_scatter(c, reducers);
-    MEMFIT_RETURN_IF_ERROR(model_computation(c, reducers));
+    fold_add_of_scatter(c, combiners);
+    MEMFIT_RETURN_IF_ERROR(model_computation(c, combiners));
   }
   m.is_scheduled = true;
   return m;

@@ -708,7 +708,7 @@ class Reader {
       if (const size_t at = body.find("applies stablehlo."); at != std::string_view::npos) {
         size_t end = at + 18;
         while (end < body.size() && std::isalpha(static_cast<unsigned char>(body[end]))) ++end;
-        inst.reducer = std::string(body.substr(at + 18, end - at - 18));
+        inst.reducer = hlo_opcode_from_name(body.substr(at + 18, end - at - 18));
       }
     } else if (opname == "stablehlo.dot_general") {
       inst.lhs_batch_dims = int_list_after(body, "batching_dims = [");

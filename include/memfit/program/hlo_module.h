@@ -46,16 +46,16 @@ struct HloInstruction {
   HloOpcode opcode = HloOpcode::kUnknown;
   std::string opcode_text;  // the opcode as written, when XLA's name for it differs (see opcode_name)
   Shape shape;
-  std::vector<std::string> operands;    // instruction names
-  std::vector<std::string> called;      // computations: calls=, to_apply=, condition=, body=, branches
-  std::string op_name;                  // metadata={op_name="jit(step)/..."}
-  int64_t parameter_number = -1;        // parameter(N)
-  int64_t tuple_index = -1;             // get-tuple-element index=N
-  std::string fusion_kind;              // fusion kind=kLoop|kInput|kOutput|kCustom
-  std::string custom_call_target;       // custom-call custom_call_target="..."
-  std::vector<int64_t> dimensions;      // reduce: the dimensions reduced; transpose: the permutation
-  std::vector<int64_t> lhs_batch_dims;  // dot: lhs_batch_dims= (StableHLO batching_dims, left side)
-  std::string reducer;                  // reduce: the combining op when it is one op ("add"); else empty
+  std::vector<std::string> operands;        // instruction names
+  std::vector<std::string> called;          // computations: calls=, to_apply=, condition=, body=, branches
+  std::string op_name;                      // metadata={op_name="jit(step)/..."}
+  int64_t parameter_number = -1;            // parameter(N)
+  int64_t tuple_index = -1;                 // get-tuple-element index=N
+  std::string fusion_kind;                  // fusion kind=kLoop|kInput|kOutput|kCustom
+  std::string custom_call_target;           // custom-call custom_call_target="..."
+  std::vector<int64_t> dimensions;          // reduce: the dimensions reduced; transpose: the permutation
+  std::vector<int64_t> lhs_batch_dims;      // dot: lhs_batch_dims= (StableHLO batching_dims, left side)
+  HloOpcode reducer = HloOpcode::kUnknown;  // reduce (StableHLO): the combining op when it is one op
   // output_to_operand_aliasing={{out}: (operand, {index})}: outputs written in place over an operand.
   struct OperandAlias {
     std::vector<uint64_t> output_index;
