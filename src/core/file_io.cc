@@ -60,6 +60,12 @@ Expected<std::string> read_file(const std::string& path, uint64_t max_bytes) {
   }
   // Read in chunks up to the bound: pipes and devices (/dev/zero) have no size to trust, and a regular file
   // may grow while it is read.
+  // A character or block device (/dev/zero, /dev/urandom, a disk) may never end: reading one up to a
+  // file's bound (1 GiB for a log) takes seconds and that much memory before the error, so a device gets a
+  // bound of its own. A pipe or a regular file keeps the caller's.
+  const bool device = S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode);
+  constexpr uint64_t kMaxDeviceBytes = 64ull << 20;
+  if (device && max_bytes > kMaxDeviceBytes) max_bytes = kMaxDeviceBytes;
   std::string data;
   if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= max_bytes)
     data.reserve(static_cast<size_t>(st.st_size));
@@ -76,6 +82,11 @@ Expected<std::string> read_file(const std::string& path, uint64_t max_bytes) {
     data.append(buffer.data(), static_cast<size_t>(n));
     if (data.size() > max_bytes) {
       ::close(fd);
+      if (device)
+        return invalid_argument(
+            fmt::format("{} is a device and gave more than {} bytes, more than memfit reads from a device "
+                        "(save it to a file)",
+                        name, max_bytes));
       return invalid_argument(
           fmt::format("{} is larger than {} bytes, more than memfit reads", name, max_bytes));
     }
