@@ -46,6 +46,10 @@ constexpr std::array<std::pair<Backend, std::string_view>, 2> kBackendNames = {{
     {Backend::kGpu, "gpu"},
     {Backend::kCpu, "cpu"},
 }};
+constexpr std::array<std::pair<AttentionKind, std::string_view>, 2> kAttentionKindNames = {{
+    {AttentionKind::kXla, "xla"},
+    {AttentionKind::kCudnn, "cudnn"},
+}};
 
 template <typename E, size_t N>
 std::string_view name_of(const std::array<std::pair<E, std::string_view>, N>& names, E v) {
@@ -98,6 +102,7 @@ std::string_view to_string(OptimizerKind v) { return name_of(kOptimizerKindNames
 std::string_view to_string(StepKind v) { return name_of(kStepKindNames, v); }
 std::string_view to_string(ShardingKind v) { return name_of(kShardingKindNames, v); }
 std::string_view to_string(Backend v) { return name_of(kBackendNames, v); }
+std::string_view to_string(AttentionKind v) { return name_of(kAttentionKindNames, v); }
 
 uint64_t ModelSpec::devices() const {
   uint64_t n = 1;
@@ -117,7 +122,7 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
       "model", "vocab",        "d_model",   "heads", "layers",       "seq",      "batch",   "din",
       "width", "depth",        "dout",      "image", "patch",        "channels", "classes", "precision",
       "remat", "remat_layers", "optimizer", "step",  "donate",       "scan",     "accum",   "sharding",
-      "mesh",  "mesh_axes",    "backend",   "name",  "compile_only", "cpu8"};
+      "mesh",  "mesh_axes",    "backend",   "name",  "compile_only", "cpu8",     "attn"};
   for (const auto& [key, value] : config.items())
     if (!kKeys.contains(key))
       return invalid_argument(fmt::format("unknown key {} in the model spec", excerpt(key)));
@@ -157,6 +162,7 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
   MEMFIT_RETURN_IF_ERROR(read_enum(config, "step", kStepKindNames, s.step));
   MEMFIT_RETURN_IF_ERROR(read_enum(config, "sharding", kShardingKindNames, s.sharding));
   MEMFIT_RETURN_IF_ERROR(read_enum(config, "backend", kBackendNames, s.backend));
+  MEMFIT_RETURN_IF_ERROR(read_enum(config, "attn", kAttentionKindNames, s.attn));
   MEMFIT_RETURN_IF_ERROR(flag("donate", s.donate));
   MEMFIT_RETURN_IF_ERROR(flag("scan", s.scan));
   bool cpu8 = false;
@@ -203,6 +209,15 @@ Status validate_model_spec(const ModelSpec& s) {
   if (s.accum > 1 && s.step != StepKind::kTrain) return invalid_argument("accum applies to step train only");
   if (s.step == StepKind::kVmapGrads && s.model != ModelFamily::kMlp)
     return invalid_argument("step vmap_grads is built for the mlp");
+  if (s.attn == AttentionKind::kCudnn) {
+    // cuDNN's fused attention runs in 16-bit floats on a GPU: jax.nn.dot_product_attention(...,
+    // implementation='cudnn') refuses float32 inputs and XLA:CPU has no cuDNN.
+    if (s.model == ModelFamily::kMlp) return invalid_argument("attn: the mlp has no attention");
+    if (s.precision == Precision::kFp32)
+      return invalid_argument(
+          "attn: cudnn needs bf16 compute (precision mixed or bf16), as cuDNN's kernel does");
+    if (s.backend == Backend::kCpu) return invalid_argument("attn: cudnn runs on a GPU only (backend cpu)");
+  }
   if (s.mesh.size() != s.mesh_axes.size())
     return invalid_argument(
         fmt::format("mesh has {} axes but mesh_axes names {}", s.mesh.size(), s.mesh_axes.size()));
@@ -278,6 +293,7 @@ Json model_spec_to_json(const ModelSpec& s) {
     j["mesh_axes"] = s.mesh_axes;
   }
   j["backend"] = to_string(s.backend);
+  if (s.model != ModelFamily::kMlp) j["attn"] = to_string(s.attn);
   return j;
 }
 

@@ -35,10 +35,11 @@ class Gpt final : public TransformerFamily {
                     x.A({x.Bm, x.S, x.D}, x.cd), "jit(step)/jvp()/add", "activations");
   }
 
+  // The logits as the step returns them (f32): the GEMM writes them, its convert an epilogue
+  // (gemm_rewriter.cc).
   T infer_head(TransformerBuild& x, const T& lnf) const override {
-    T logits = x.e.dot({lnf, x.find("['embed']").value}, x.A({x.Bm * x.S, x.V}, x.cd),
-                       "jit(step)/jvp()/dot_general", "activations");
-    return x.e.loop({logits}, x.A({x.Bm, x.S, x.V}, PrimitiveType::kF32), "jit(step)/convert", "activations");
+    return x.e.dot({lnf, x.find("['embed']").value}, x.A({x.Bm, x.S, x.V}, PrimitiveType::kF32),
+                   "jit(step)/jvp()/dot_general", "activations");
   }
 
   T train_head(TransformerBuild& x, const T& h, const T& lnf, const T& lab, uint64_t micro,
@@ -47,7 +48,7 @@ class Gpt final : public TransformerFamily {
     Step& step = x.step;
     const PrimitiveType f32 = PrimitiveType::kF32, cd = x.cd;
     const uint64_t Bm = x.Bm, S = x.S, V = x.V, D = x.D;
-    T logits = e.dot({lnf, step.use(x.find("['embed']"), "jit(step)/logits")}, x.A({Bm * S, V}, cd),
+    T logits = e.dot({lnf, step.gemm_operand(x.find("['embed']"), "jit(step)/logits")}, x.A({Bm * S, V}, cd),
                      "jit(step)/jvp()/dot_general", "activations");
     T cpu_exp;
     if (x.c.cpu)
@@ -70,8 +71,8 @@ class Gpt final : public TransformerFamily {
       dlogits = e.loop({dlogits}, x.A({Bm * S, V}, cd), "jit(step)/transpose/convert", "temporaries");
     T dembed_head = e.dot({dlogits, lnf}, step.grad_shape(x.find("['embed']")),
                           "jit(step)/transpose(jvp())/dot_general", "gradients");
-    T dlnf = e.dot({dlogits, step.use(x.find("['embed']"), "jit(step)/logits")}, x.A({Bm * S, D}, cd),
-                   "jit(step)/transpose(jvp())/dot_general", "temporaries");
+    T dlnf = e.dot({dlogits, step.gemm_operand(x.find("['embed']"), "jit(step)/logits")},
+                   x.A({Bm * S, D}, cd), "jit(step)/transpose(jvp())/dot_general", "temporaries");
     // The embedding's gradient: the logits' part now, the tokens' scatter after the blocks.
     embed_head_grad_ = dembed_head;
     return e.loop({dlnf, h, lnf}, x.A({Bm, S, D}, cd), "jit(step)/transpose(jvp())/lnf/add_any",

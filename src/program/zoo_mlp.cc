@@ -49,8 +49,8 @@ void build_mlp(const Ctx& c, Step& step, HloModule& module) {
       Saved sv;
       sv.in = in;
       const std::string where = "jit(step)/jvp()";
-      sv.h = e.dot({in, step.use(P[2 * l], where), P[2 * l + 1].value}, array(c.cdt, {mb, sizes[l + 1]}),
-                   where + "/dot_general", "activations");
+      sv.h = e.dot({in, step.gemm_operand(P[2 * l], where), P[2 * l + 1].value},
+                   array(c.cdt, {mb, sizes[l + 1]}), where + "/dot_general", "activations");
       if (l + 1 < n && !recompute) {
         auto gelu = e.loop_multi({sv.h}, {array(c.cdt, {mb, sizes[l + 1]}), array(c.cdt, {mb, sizes[l + 1]})},
                                  "jit(step)/jvp()/gelu", "activations");
@@ -84,34 +84,45 @@ void build_mlp(const Ctx& c, Step& step, HloModule& module) {
       const bool recompute =
           remat_all && l + 1 < n &&
           (s.remat_layers.empty() || std::count(s.remat_layers.begin(), s.remat_layers.end(), l));
-      if (recompute) sv = forward_layer(l, sv.in, true);
+      if (recompute) {
+        step.recompute_weights({&P[2 * l]});
+        sv = forward_layer(l, sv.in, true);
+      }
       T dpre = d;
       if (l + 1 < n) {
         std::vector<T> in{d, sv.h};
         if (!recompute) in.push_back(sv.g1);
         dpre = e.loop(in, array(c.cdt, {mb, sizes[l + 1]}), "jit(step)/transpose(jvp())/mul", "temporaries");
       }
+      // Per-example gradients and their mean (vmap_grads) plan as one weight gradient: XLA's algebraic
+      // simplifier folds the sum over the per-example dot's batch dimension into a dot that contracts it
+      // (xla/hlo/transforms/simplifiers/algebraic_simplifier.cc, reduce of dot), so the [batch, in, out]
+      // per-example gradients are never materialized - the compiled mlp_vmap_grads_b128 has none. vmap's
+      // per-example dot comes out [batch, out, in] and is transposed before the mean, so the folded dot
+      // writes [out, in] and the transpose is a copy of its own (plan/xla_gpu_model.cc models the same fold).
+      const Shape grad = step.grad_shape(P[2 * l]);
+      T g;
       if (s.step == StepKind::kVmapGrads) {
-        // Per-example gradients: one weight-sized gradient per example, then their mean.
-        T pe = e.dot({sv.in, dpre}, array(PrimitiveType::kF32, {mb, sizes[l], sizes[l + 1]}),
-                     where + "/per_example", "temporaries");
-        step.set_grad(P[2 * l], e.reduce({pe}, step.grad_shape(P[2 * l]), where + "/mean", "gradients"),
-                      where);
+        T out_in = e.dot({sv.in, dpre}, array(PrimitiveType::kF32, {grad.dims[1], grad.dims[0]}),
+                         where + "/dot_general", "temporaries");
+        g = e.loop({out_in}, grad, where + "/transpose", "gradients");
       } else {
-        step.set_grad(P[2 * l],
-                      e.dot({sv.in, dpre}, step.grad_shape(P[2 * l]), where + "/dot_general", "gradients"),
-                      where);
+        g = e.dot({sv.in, dpre}, grad, where + "/dot_general", "gradients");
       }
+      step.set_grad(P[2 * l], g, where);
       step.set_grad(P[2 * l + 1],
                     e.reduce({dpre}, step.grad_shape(P[2 * l + 1]), where + "/reduce_sum", "gradients"),
                     where);
       if (l > 0)
-        d = e.dot({dpre, step.use(P[2 * l], where)}, array(c.cdt, {mb, sizes[l]}), where + "/dot_general",
-                  "temporaries");
+        d = e.dot({dpre, step.gemm_operand(P[2 * l], where)}, array(c.cdt, {mb, sizes[l]}),
+                  where + "/dot_general", "temporaries");
     }
   }
   if (s.step == StepKind::kInfer) {
-    e.root({e.loop({loss}, array(PrimitiveType::kF32, loss.shape.dims), "jit(step)/convert", "activations")});
+    // forward(params, x) returns one f32 array; in fp32 its astype is no op at all.
+    e.root_array(c.cdt == PrimitiveType::kF32 ? loss
+                                              : e.loop({loss}, array(PrimitiveType::kF32, loss.shape.dims),
+                                                       "jit(step)/convert", "activations"));
     return;
   }
   step.optimize_and_finish({loss}, &module);

@@ -60,6 +60,25 @@ class Emitter {
     for (const T& t : in) i.operands.push_back(t.name);
     return push(std::move(i));
   }
+  // A library call (cuDNN's fused attention) whose results are a tuple: its elements, each a buffer.
+  std::vector<T> custom_call(const std::string& target, const std::vector<T>& in,
+                             const std::vector<Shape>& outs, const std::string& op_name,
+                             const std::string& category) {
+    Shape tuple;
+    tuple.elements = outs;
+    HloInstruction i = make(tuple, "custom-call", op_name, category);
+    i.custom_call_target = target;
+    for (const T& t : in) i.operands.push_back(t.name);
+    const T call = push(std::move(i));
+    std::vector<T> elements;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      HloInstruction g = make(outs[k], "get-tuple-element", op_name, category);
+      g.operands.push_back(call.name);
+      g.tuple_index = static_cast<int64_t>(k);
+      elements.push_back(push(std::move(g)));
+    }
+    return elements;
+  }
   // A multi-output loop fusion and its elements.
   std::vector<T> loop_multi(const std::vector<T>& in, const std::vector<Shape>& outs,
                             const std::string& op_name, const std::string& category) {
@@ -82,6 +101,11 @@ class Emitter {
     for (const T& t : outs) r.operands.push_back(t.name);
     r.is_root = true;
     push(std::move(r));
+  }
+  // The program returns one array, not a tuple (an inference step): that instruction is the root.
+  void root_array(const T& out) {
+    for (HloInstruction& i : entry_)
+      if (i.name == out.name) i.is_root = true;
   }
   HloModule finish() {
     HloComputation entry;
@@ -194,6 +218,7 @@ struct Param {
   T grad;                       // the gradient as the optimizer reads it
   bool gathered = false;        // FSDP: all-gathered before use
   Param* stacked = nullptr;     // scan: this layer's slice of a parameter stacked over the layers
+  T compute_copy;               // mixed precision: the weight cast to the compute dtype, read by GEMMs
 };
 
 // How the step is built: dtypes, policy, mesh.
@@ -292,6 +317,21 @@ class Step {
     }
     if (!p.gathered) return p.value;
     return e_.op("all-gather", {p.value}, array(c_.pdt, p.dims), where + "/all-gather", "temporaries");
+  }
+  // A weight as a GEMM reads it. In mixed precision that is the weight cast to bf16, one buffer shared by
+  // the forward GEMM and the backward one: XLA's GemmFusion never takes a narrowing convert into a GEMM
+  // (IsConversionWorthFusing in xla/service/gpu/triton_tiling_propagation.cc), so the cast is a fusion of
+  // its own (the compiled modules' `wrapped_convert`), live until the backward pass has read it.
+  // recompute_weights() starts fresh copies for a rematerialized block, whose recomputation casts again.
+  T gemm_operand(Param& p, const std::string& where) {
+    if (c_.cdt == c_.pdt || p.stacked != nullptr) return use(p, where);
+    if (p.compute_copy.name.empty())
+      p.compute_copy =
+          e_.loop({use(p, where)}, array(c_.cdt, p.dims), where + "/convert_element_type", "temporaries");
+    return p.compute_copy;
+  }
+  void recompute_weights(const std::vector<Param*>& params) {
+    for (Param* p : params) p->compute_copy = T{};
   }
   // A weight gradient: FSDP reduce-scatters the full one to this device's shard; gradients accumulate
   // over microbatches.

@@ -10,6 +10,9 @@
 
 namespace memfit::zoo {
 
+// The forward kernel's workspace in the compiled modules (u8[256]), whatever the shapes.
+constexpr uint64_t kCudnnForwardWorkspaceBytes = 256;
+
 struct Block {
   T x;  // input
   std::map<std::string, T> t;
@@ -85,6 +88,8 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
     if (policy == RematPolicy::kNone) return true;
     if (policy == RematPolicy::kFull) return false;
     const bool weight_dot = key == "qkv" || key == "o" || key == "h1" || key == "h2";
+    // cuDNN's attention is a custom call, not a dot: JAX's dot policies recompute it.
+    if (s.attn == AttentionKind::kCudnn && (key == "av" || key == "stats")) return false;
     const bool batch_dot = key == "scores" || key == "av";
     if (policy == RematPolicy::kDots) return weight_dot || batch_dot;
     return weight_dot;  // dots_no_batch
@@ -108,32 +113,52 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
                     A({Bm, S, D}, cd), w + "/ln1/mul", "activations");
     });
     T qkv = get("qkv", [&] {
-      return e.dot({ln1, step.use(find(p + "['wqkv']"), w)}, A({Bm * S, 3 * D / c.tp}, cd),
+      return e.dot({ln1, step.gemm_operand(find(p + "['wqkv']"), w)}, A({Bm * S, 3 * D / c.tp}, cd),
                    w + "/qkv/dot_general", "activations");
     });
     T q = get("q", [&] { return e.loop({qkv}, A({Bm, S, D / c.tp}, cd), w + "/split", "activations"); });
     T kk = get("k", [&] { return e.loop({qkv}, A({Bm, S, D / c.tp}, cd), w + "/split", "activations"); });
     T v = get("v", [&] { return e.loop({qkv}, A({Bm, S, D / c.tp}, cd), w + "/split", "activations"); });
-    T scores = get("scores", [&] {
-      return e.dot({q, kk}, A({Bm * Hl, S, S}, cd), w + "/attention_scores/dot_general", "activations");
-    });
-    if (c.cpu)
-      get("exp", [&] { return e.loop({scores}, A({Bm, Hl, S, S}, f32), w + "/softmax/exp", "activations"); });
-    T probs = get("probs", [&] {
-      return e.loop({scores}, A({Bm, Hl, S, S}, cd), w + "/softmax/div", "activations");
-    });
-    if (c.cpu)
-      get("probs2", [&] {
-        return e.loop({probs}, A({Bm, Hl, S, S}, f32), w + "/softmax/div", "activations");
+    if (s.attn == AttentionKind::kCudnn) {
+      // __cudnn$fmhaSoftmax: the output [B,H,S,hd], the softmax statistics (one f32 per row, which the
+      // backward kernel uses instead of the probabilities) and a small workspace - as XLA compiles
+      // jax.nn.dot_product_attention(implementation='cudnn') (gpt_mixed_donate_cudnn's module).
+      if (!reuse.contains("av")) {
+        std::vector<T> fmha = e.custom_call("__cudnn$fmhaSoftmax", {q, kk, v},
+                                            {A({Bm, Hl, S, hd}, cd), A({Bm, Hl, S}, f32),
+                                             A({kCudnnForwardWorkspaceBytes}, PrimitiveType::kU8)},
+                                            w + "/dot_product_attention", "activations");
+        b.t["av"] = fmha[0];
+        b.t["stats"] = fmha[1];
+      } else {
+        b.t["av"] = reuse.at("av");
+        b.t["stats"] = reuse.at("stats");
+      }
+    } else {
+      T scores = get("scores", [&] {
+        return e.dot({q, kk}, A({Bm * Hl, S, S}, cd), w + "/attention_scores/dot_general", "activations");
       });
-    T av = get("av", [&] {
-      return e.dot({probs, v}, A({Bm * Hl, S, hd}, cd), w + "/attention/dot_general", "activations");
-    });
+      if (c.cpu)
+        get("exp", [&] {
+          return e.loop({scores}, A({Bm, Hl, S, S}, f32), w + "/softmax/exp", "activations");
+        });
+      T probs = get("probs", [&] {
+        return e.loop({scores}, A({Bm, Hl, S, S}, cd), w + "/softmax/div", "activations");
+      });
+      if (c.cpu)
+        get("probs2", [&] {
+          return e.loop({probs}, A({Bm, Hl, S, S}, f32), w + "/softmax/div", "activations");
+        });
+      get("av", [&] {
+        return e.dot({probs, v}, A({Bm * Hl, S, hd}, cd), w + "/attention/dot_general", "activations");
+      });
+    }
+    const T av = b.t.at("av");
     T at = get("attn_t", [&] {
       return e.loop({av}, A({Bm, S, Hl, hd}, cd), w + "/transpose", "activations");
     });
     T o = get("o", [&] {
-      return e.dot({at, step.use(find(p + "['wo']"), w)}, A({Bm * S, D}, cd), w + "/out/dot_general",
+      return e.dot({at, step.gemm_operand(find(p + "['wo']"), w)}, A({Bm * S, D}, cd), w + "/out/dot_general",
                    "activations");
     });
     T ln2 = get("ln2", [&] {
@@ -141,15 +166,17 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
                     A({Bm, S, D}, cd), w + "/ln2/mul", "activations");
     });
     T h1 = get("h1", [&] {
-      return e.dot({ln2, step.use(find(p + "['w1']"), w), step.use(find(p + "['b1']"), w)},
+      return e.dot({ln2, step.gemm_operand(find(p + "['w1']"), w), step.use(find(p + "['b1']"), w)},
                    A({Bm * S, Fl}, cd), w + "/mlp/dot_general", "activations");
     });
     T g0 = get("g0", [&] { return e.loop({h1}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "activations"); });
-    T g1 = get("g1", [&] { return e.loop({h1}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "activations"); });
+    // GELU's second output is its derivative's factor, for the backward pass only.
+    if (step.train())
+      get("g1", [&] { return e.loop({h1}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "activations"); });
     if (recompute) return b;
     T h2 = get("h2", [&] {
-      return e.dot({g0, step.use(find(p + "['w2']"), w)}, A({Bm * S, D}, cd), w + "/mlp_out/dot_general",
-                   "temporaries");
+      return e.dot({g0, step.gemm_operand(find(p + "['w2']"), w)}, A({Bm * S, D}, cd),
+                   w + "/mlp_out/dot_general", "temporaries");
     });
     if (scan && !recompute) {
       // Inside a scan body XLA fuses less across the saved boundary: the dump of gpt_fp32_donate_scan keeps
@@ -186,35 +213,52 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
     };
     grad("['w2']", {t("g0"), dy}, "/dot_general");
     vgrad("['b2']", {dy});
-    T dg = e.dot({dy, step.use(find(p + "['w2']"), w)}, A({Bm * S, Fl}, cd), w + "/mlp/dot_general",
+    T dg = e.dot({dy, step.gemm_operand(find(p + "['w2']"), w)}, A({Bm * S, Fl}, cd), w + "/mlp/dot_general",
                  "temporaries");
     T dpre = e.loop({dg, t("g1"), t("g0"), t("h1")}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "temporaries");
     vgrad("['b1']", {dpre});
     grad("['w1']", {t("ln2"), dpre}, "/dot_general");
-    T dln2 = e.dot({dpre, step.use(find(p + "['w1']"), w)}, A({Bm * S, D}, cd), w + "/ln2/dot_general",
-                   "temporaries");
+    T dln2 = e.dot({dpre, step.gemm_operand(find(p + "['w1']"), w)}, A({Bm * S, D}, cd),
+                   w + "/ln2/dot_general", "temporaries");
     T dx2 = e.loop({dln2, t("ln2"), b.x, t("o"), dy}, A({Bm, S, D}, cd), w + "/ln2/add_any", "temporaries");
     vgrad("['ln2_g']", {dln2, b.x});
     vgrad("['ln2_b']", {dln2});
     grad("['wo']", {t("attn_t"), dx2}, "/dot_general");
-    T dattn = e.dot({dx2, step.use(find(p + "['wo']"), w)}, A({Bm * S, D / c.tp}, cd), w + "/out/dot_general",
-                    "temporaries");
+    T dattn = e.dot({dx2, step.gemm_operand(find(p + "['wo']"), w)}, A({Bm * S, D / c.tp}, cd),
+                    w + "/out/dot_general", "temporaries");
     T dat = e.loop({dattn}, A({Bm, Hl, S, hd}, cd), w + "/transpose", "temporaries");
-    T dprobs = e.dot({dat, t("v")}, A({Bm * Hl, S, S}, cd), w + "/attention/dot_general", "temporaries");
-    T dv = e.dot({t("probs"), dat}, A({Bm * Hl, S, hd}, cd), w + "/attention/dot_general", "temporaries");
-    std::vector<T> softmax_in{dprobs, t("probs")};
-    if (!c.cpu) softmax_in.push_back(t("scores"));  // XLA:GPU keeps the raw scores for the softmax backward
-    if (c.cpu) {  // XLA:CPU keeps the exponentials and a second copy of the probabilities for this
-      softmax_in.push_back(t("exp"));
-      softmax_in.push_back(t("probs2"));
+    T dq, dk, dv;
+    if (s.attn == AttentionKind::kCudnn) {
+      // __cudnn$fmhaSoftmaxBackward reads q, k, v, the forward's output and statistics and the output's
+      // gradient; its workspace holds dq's f32 accumulator and one f32 per row (dO . O), the sizes in
+      // gpt_mixed_donate_cudnn's module (u8[34078976] for 8 x 16 x 1024 x 64).
+      const uint64_t rows = Bm * Hl * S;
+      const uint64_t workspace = rows * hd * 4 + rows * 4;
+      std::vector<T> grads =
+          e.custom_call("__cudnn$fmhaSoftmaxBackward", {t("q"), t("k"), t("v"), t("av"), t("stats"), dat},
+                        {A({Bm, Hl, S, hd}, cd), A({Bm, Hl, S, hd}, cd), A({Bm, Hl, S, hd}, cd),
+                         A({workspace}, PrimitiveType::kU8)},
+                        w + "/dot_product_attention", "temporaries");
+      dq = grads[0];
+      dk = grads[1];
+      dv = grads[2];
+    } else {
+      T dprobs = e.dot({dat, t("v")}, A({Bm * Hl, S, S}, cd), w + "/attention/dot_general", "temporaries");
+      dv = e.dot({t("probs"), dat}, A({Bm * Hl, S, hd}, cd), w + "/attention/dot_general", "temporaries");
+      std::vector<T> softmax_in{dprobs, t("probs")};
+      if (!c.cpu) softmax_in.push_back(t("scores"));  // XLA:GPU keeps the raw scores for the softmax backward
+      if (c.cpu) {  // XLA:CPU keeps the exponentials and a second copy of the probabilities for this
+        softmax_in.push_back(t("exp"));
+        softmax_in.push_back(t("probs2"));
+      }
+      T dscores = e.loop(softmax_in, A({Bm, Hl, S, S}, cd), w + "/softmax/mul", "temporaries");
+      dq = e.dot({dscores, t("k")}, A({Bm * Hl, S, hd}, cd), w + "/scores/dot_general", "temporaries");
+      dk = e.dot({dscores, t("q")}, A({Bm * Hl, S, hd}, cd), w + "/scores/dot_general", "temporaries");
     }
-    T dscores = e.loop(softmax_in, A({Bm, Hl, S, S}, cd), w + "/softmax/mul", "temporaries");
-    T dq = e.dot({dscores, t("k")}, A({Bm * Hl, S, hd}, cd), w + "/scores/dot_general", "temporaries");
-    T dk = e.dot({dscores, t("q")}, A({Bm * Hl, S, hd}, cd), w + "/scores/dot_general", "temporaries");
     T dqkv = e.loop({dq, dk, dv}, A({Bm * S, 3 * D / c.tp}, cd), w + "/concatenate", "temporaries");
     grad("['wqkv']", {t("ln1"), dqkv}, "/dot_general");
-    T dln1 = e.dot({dqkv, step.use(find(p + "['wqkv']"), w)}, A({Bm * S, D}, cd), w + "/ln1/dot_general",
-                   "temporaries");
+    T dln1 = e.dot({dqkv, step.gemm_operand(find(p + "['wqkv']"), w)}, A({Bm * S, D}, cd),
+                   w + "/ln1/dot_general", "temporaries");
     std::vector<T> ln1_in{dln1, b.x};
     for (const char* key : {"scan_f", "scan_d0", "scan_d1"})
       if (b.t.contains(key)) ln1_in.push_back(t(key));
@@ -299,6 +343,12 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
         for (auto& [key, t] : have) t = slice(key, t);
       }
       const RematPolicy policy = remat_of(l);
+      if (policy != RematPolicy::kNone) {
+        std::vector<Param*> weights;
+        for (const char* key : {"['wqkv']", "['wo']", "['w1']", "['w2']"})
+          weights.push_back(&find(fmt::format("['layers'][{}]{}", l, key)));
+        step.recompute_weights(weights);
+      }
       Block full = policy == RematPolicy::kNone ? Block{b.x, have} : forward(l, b.x, have, true);
       dh = backward(l, full, dh);
     }
@@ -308,7 +358,7 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
                   "jit(step)/pos");
   }
   if (!step.train()) {
-    e.root({out_logits});
+    e.root_array(out_logits);
     return;
   }
   step.optimize_and_finish({loss}, &module);

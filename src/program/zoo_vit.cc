@@ -35,10 +35,11 @@ class Vit final : public TransformerFamily {
                    x.A({x.Bm, x.S, x.D}, x.cd), "jit(step)/jvp()/patch_embed", "activations");
   }
 
+  // The logits as the step returns them (f32): the GEMM writes them, its convert an epilogue
+  // (gemm_rewriter.cc).
   T infer_head(TransformerBuild& x, const T& lnf) const override {
-    T logits = x.e.dot({lnf, x.find("['head']").value}, x.A({x.Bm, x.V}, x.cd),
-                       "jit(step)/jvp()/head/dot_general", "activations");
-    return x.e.loop({logits}, x.A({x.Bm, x.V}, PrimitiveType::kF32), "jit(step)/convert", "activations");
+    return x.e.dot({lnf, x.find("['head']").value}, x.A({x.Bm, x.V}, PrimitiveType::kF32),
+                   "jit(step)/jvp()/head/dot_general", "activations");
   }
 
   T train_head(TransformerBuild& x, const T& h, const T& lnf, const T& lab, uint64_t micro,
@@ -48,7 +49,7 @@ class Vit final : public TransformerFamily {
     const PrimitiveType f32 = PrimitiveType::kF32, cd = x.cd;
     const uint64_t Bm = x.Bm, S = x.S, V = x.V, D = x.D;
     T pooled = e.reduce({lnf}, x.A({Bm, D}, cd), "jit(step)/jvp()/pool", "activations");
-    T logits = e.dot({pooled, step.use(x.find("['head']"), "jit(step)/head")}, x.A({Bm, V}, cd),
+    T logits = e.dot({pooled, step.gemm_operand(x.find("['head']"), "jit(step)/head")}, x.A({Bm, V}, cd),
                      "jit(step)/jvp()/head/dot_general", "activations");
     T l2 = e.reduce({logits, lab}, x.A({}, f32), "jit(step)/reduce_sum", "temporaries");
     loss = micro ? e.loop({loss, l2}, l2.shape, "jit(step)/add", "temporaries") : l2;
@@ -58,7 +59,7 @@ class Vit final : public TransformerFamily {
                   e.dot({pooled, dlogits}, step.grad_shape(x.find("['head']")), "jit(step)/transpose/head",
                         "gradients"),
                   "jit(step)/head");
-    T dpool = e.dot({dlogits, step.use(x.find("['head']"), "jit(step)/head")}, x.A({Bm, D}, cd),
+    T dpool = e.dot({dlogits, step.gemm_operand(x.find("['head']"), "jit(step)/head")}, x.A({Bm, D}, cd),
                     "jit(step)/transpose/head", "temporaries");
     return e.loop({dpool, h}, x.A({Bm, S, D}, cd), "jit(step)/transpose/lnf", "temporaries");
   }

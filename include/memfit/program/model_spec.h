@@ -20,6 +20,9 @@ enum class OptimizerKind : uint8_t { kAdam, kSgd };  // adam keeps fp32 moments
 enum class StepKind : uint8_t { kTrain, kInfer, kVmapGrads };
 enum class ShardingKind : uint8_t { kReplicated, kFsdp, kTp };
 enum class Backend : uint8_t { kGpu, kCpu };  // XLA:CPU keeps more unfused tensors
+// jax.nn.dot_product_attention's implementation: XLA's (scores and probabilities materialized) or cuDNN's
+// fused kernel (custom calls __cudnn$fmhaSoftmax / __cudnn$fmhaSoftmaxBackward: no [S,S] tensor at all).
+enum class AttentionKind : uint8_t { kXla, kCudnn };
 
 // The names the JSON and the command line use ("gpt", "mixed", "dots_no_batch", ...).
 std::string_view to_string(ModelFamily v);
@@ -29,6 +32,7 @@ std::string_view to_string(OptimizerKind v);
 std::string_view to_string(StepKind v);
 std::string_view to_string(ShardingKind v);
 std::string_view to_string(Backend v);
+std::string_view to_string(AttentionKind v);
 
 // The keys of programs.json's `config`; absent = its default.
 struct ModelSpec {
@@ -51,6 +55,7 @@ struct ModelSpec {
   std::vector<uint64_t> mesh;          // device mesh sizes, e.g. {8} or {2, 4}
   std::vector<std::string> mesh_axes;  // their names, e.g. {"data"} or {"data", "model"}
   Backend backend = Backend::kGpu;
+  AttentionKind attn = AttentionKind::kXla;  // gpt and vit
 
   uint64_t devices() const;
   uint64_t axis_size(const std::string& name) const;  // 1 when the mesh has no such axis
