@@ -28,9 +28,10 @@ constexpr std::array<std::pair<RematPolicy, std::string_view>, 4> kRematPolicyNa
     {RematPolicy::kDots, "dots"},
     {RematPolicy::kDotsNoBatch, "dots_no_batch"},
 }};
-constexpr std::array<std::pair<OptimizerKind, std::string_view>, 2> kOptimizerKindNames = {{
+constexpr std::array<std::pair<OptimizerKind, std::string_view>, 3> kOptimizerKindNames = {{
     {OptimizerKind::kAdam, "adam"},
     {OptimizerKind::kSgd, "sgd"},
+    {OptimizerKind::kAdamW, "adamw"},
 }};
 constexpr std::array<std::pair<StepKind, std::string_view>, 3> kStepKindNames = {{
     {StepKind::kTrain, "train"},

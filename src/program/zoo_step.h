@@ -264,6 +264,11 @@ inline std::vector<uint64_t> local_dims(const Ctx& c, const std::string& name,
 
 class Step {
  public:
+  // Adam and AdamW keep two fp32 moments per parameter (AdamW's decay reads the parameter the update
+  // already reads: no buffer of its own).
+  bool keeps_moments() const {
+    return c_.s.optimizer == OptimizerKind::kAdam || c_.s.optimizer == OptimizerKind::kAdamW;
+  }
   Step(const Ctx& c) : c_(c), e_(c.e) {}
 
   Param& add_param(const std::string& name, std::vector<uint64_t> dims) {
@@ -285,7 +290,7 @@ class Step {
       args_.parameter_count += n;
       args_.parameter_bytes += p.value.shape.own_bytes();
     }
-    if (train() && c_.s.optimizer == OptimizerKind::kAdam) {
+    if (train() && keeps_moments()) {
       for (Param& p : params_) {
         p.m =
             e_.param(array(PrimitiveType::kF32, p.local), fmt::format("opt[0]{}", p.name), "optimizer_state");
@@ -367,7 +372,7 @@ class Step {
     std::vector<T> new_params, new_m, new_v;
     for (Param& p : params_) {
       const std::string where = fmt::format("jit(step)/update{}", p.name);
-      if (c_.s.optimizer == OptimizerKind::kAdam) {
+      if (keeps_moments()) {
         auto outs = e_.loop_multi({p.value, p.grad, p.m, p.v, count_}, {p.value.shape, p.m.shape, p.v.shape},
                                   where, "parameters");
         new_params.push_back(outs[0]);
@@ -378,7 +383,7 @@ class Step {
       }
     }
     std::vector<T> outs = new_params;
-    if (c_.s.optimizer == OptimizerKind::kAdam) {
+    if (keeps_moments()) {
       outs.insert(outs.end(), new_m.begin(), new_m.end());
       outs.insert(outs.end(), new_v.begin(), new_v.end());
       outs.push_back(e_.loop({count_}, count_.shape, "jit(step)/add", "optimizer_state"));

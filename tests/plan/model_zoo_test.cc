@@ -81,6 +81,12 @@ TEST(ModelZoo, VitAndMlpFamiliesPlan) {
   const StepPlan sgd = plan(R"({"model": "mlp", "optimizer": "sgd", "donate": true})");
   const StepPlan adam = plan(R"({"model": "mlp", "donate": true})");
   EXPECT_EQ(sgd.arguments.optimizer_state_bytes, 0u);
+  // optax.adamw is adam's state and one more elementwise term in the same update.
+  const StepPlan adamw = plan(R"({"model": "mlp", "optimizer": "adamw", "donate": true})");
+  EXPECT_EQ(adamw.arguments.optimizer_state_bytes, adam.arguments.optimizer_state_bytes);
+  EXPECT_EQ(adamw.arguments.optimizer_state_bytes,
+            2 * adam.arguments.parameter_bytes + 4);  // m, v, s32 count
+  EXPECT_EQ(adamw.peak_bytes, adam.peak_bytes);
   EXPECT_LT(sgd.peak_bytes, adam.peak_bytes);
   // Per-example gradients by vmap never exist whole: XLA folds their mean into one weight-gradient GEMM,
   // and what vmap adds is a transposed copy of each gradient (mlp_vmap_grads_b128's compiled module).

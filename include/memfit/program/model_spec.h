@@ -16,7 +16,9 @@ enum class ModelFamily : uint8_t { kGpt, kMlp, kVit };
 enum class Precision : uint8_t { kFp32, kMixed, kBf16 };  // mixed: fp32 parameters, bf16 compute
 // jax.checkpoint policies: nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable.
 enum class RematPolicy : uint8_t { kNone, kFull, kDots, kDotsNoBatch };
-enum class OptimizerKind : uint8_t { kAdam, kSgd };  // adam keeps fp32 moments
+// adam and adamw (optax.adamw: adam's moments plus decoupled weight decay, no state of its own) keep two
+// fp32 moments per parameter; sgd none.
+enum class OptimizerKind : uint8_t { kAdam, kSgd, kAdamW };
 enum class StepKind : uint8_t { kTrain, kInfer, kVmapGrads };
 enum class ShardingKind : uint8_t { kReplicated, kFsdp, kTp };
 enum class Backend : uint8_t { kGpu, kCpu };  // XLA:CPU keeps more unfused tensors
