@@ -69,30 +69,14 @@ class Emitter {
     HloInstruction i = make(tuple, "custom-call", op_name, category);
     i.custom_call_target = target;
     for (const T& t : in) i.operands.push_back(t.name);
-    const T call = push(std::move(i));
-    std::vector<T> elements;
-    for (size_t k = 0; k < outs.size(); ++k) {
-      HloInstruction g = make(outs[k], "get-tuple-element", op_name, category);
-      g.operands.push_back(call.name);
-      g.tuple_index = static_cast<int64_t>(k);
-      elements.push_back(push(std::move(g)));
-    }
-    return elements;
+    return elements_of(push(std::move(i)), outs, op_name, category);
   }
   // A multi-output loop fusion and its elements.
   std::vector<T> loop_multi(const std::vector<T>& in, const std::vector<Shape>& outs,
                             const std::string& op_name, const std::string& category) {
     Shape tuple;
     tuple.elements = outs;
-    const T f = fusion(in, tuple, "kLoop", op_name, category);
-    std::vector<T> elements;
-    for (size_t k = 0; k < outs.size(); ++k) {
-      HloInstruction g = make(outs[k], "get-tuple-element", op_name, category);
-      g.operands.push_back(f.name);
-      g.tuple_index = static_cast<int64_t>(k);
-      elements.push_back(push(std::move(g)));
-    }
-    return elements;
+    return elements_of(fusion(in, tuple, "kLoop", op_name, category), outs, op_name, category);
   }
   void root(const std::vector<T>& outs) {
     Shape tuple;
@@ -126,6 +110,18 @@ class Emitter {
     i.op_name = op_name;
     i.category = category;
     return i;
+  }
+  // get-tuple-element of each of a tuple-shaped instruction's results.
+  std::vector<T> elements_of(const T& tuple, const std::vector<Shape>& outs, const std::string& op_name,
+                             const std::string& category) {
+    std::vector<T> elements;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      HloInstruction g = make(outs[k], "get-tuple-element", op_name, category);
+      g.operands.push_back(tuple.name);
+      g.tuple_index = static_cast<int64_t>(k);
+      elements.push_back(push(std::move(g)));
+    }
+    return elements;
   }
   T push(HloInstruction i) {
     T t{i.name, i.shape};
@@ -329,7 +325,8 @@ class Step {
   // its own (the compiled modules' `wrapped_convert`), live until the backward pass has read it.
   // recompute_weights() starts fresh copies for a rematerialized block, whose recomputation casts again.
   T gemm_operand(Param& p, const std::string& where) {
-    if (c_.cdt == c_.pdt || p.stacked != nullptr) return use(p, where);
+    // FSDP's gathered weights and scan's slices are made again where used, not kept across the step.
+    if (c_.cdt == c_.pdt || p.stacked != nullptr || p.gathered) return use(p, where);
     if (p.compute_copy.name.empty())
       p.compute_copy =
           e_.loop({use(p, where)}, array(c_.cdt, p.dims), where + "/convert_element_type", "temporaries");

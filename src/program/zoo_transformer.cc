@@ -10,7 +10,8 @@
 
 namespace memfit::zoo {
 
-// The forward kernel's workspace in the compiled modules (u8[256]), whatever the shapes.
+// The forward kernel's workspace in gpt_mixed_donate_cudnn's module (u8[256], the one shape seen; small
+// either way).
 constexpr uint64_t kCudnnForwardWorkspaceBytes = 256;
 
 struct Block {
@@ -230,8 +231,9 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
     T dq, dk, dv;
     if (s.attn == AttentionKind::kCudnn) {
       // __cudnn$fmhaSoftmaxBackward reads q, k, v, the forward's output and statistics and the output's
-      // gradient; its workspace holds dq's f32 accumulator and one f32 per row (dO . O), the sizes in
-      // gpt_mixed_donate_cudnn's module (u8[34078976] for 8 x 16 x 1024 x 64).
+      // gradient. Its workspace is taken as dq's f32 accumulator plus one f32 per row (dO . O), as cuDNN's
+      // flash-attention backward keeps them: a decomposition inferred from the one size seen,
+      // gpt_mixed_donate_cudnn's u8[34078976] for 8 x 16 x 1024 x 64 (other shapes unverified).
       const uint64_t rows = Bm * Hl * S;
       const uint64_t workspace = rows * hd * 4 + rows * 4;
       std::vector<T> grads =
