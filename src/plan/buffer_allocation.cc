@@ -279,11 +279,28 @@ void Builder::simulate_heap_of(bool host, std::vector<HeapInterval>& intervals,
     if ((shape_of_[v]->memory_space == kHostMemorySpace) != host) continue;
     temps.push_back(v);
   }
+  // XLA numbers HloValues as its dataflow analysis defines them: instructions in post order, each one's
+  // values in shape-index order. Values of equal live range are handed to the heap, and chunks of equal
+  // size and span placed, in that order (HeapSimulator::RunComputation's values_to_assign sort, the heap's
+  // BufferIntervalCompare); a tie broken otherwise moves chunks and can cost a buffer's worth of temp.
+  const auto post_order = post_order_positions();
+  auto xla_value_id = [&](uint32_t v) {
+    const HloValue& x = model_.values[v];
+    return std::make_pair(post_order[x.computation][x.instruction], v);
+  };
   std::sort(temps.begin(), temps.end(), [&](uint32_t a, uint32_t b) {
     const HloValue& x = model_.values[a];
     const HloValue& y = model_.values[b];
-    return std::tie(x.start, x.end, a) < std::tie(y.start, y.end, b);
+    return std::make_tuple(x.start, x.end, xla_value_id(a)) <
+           std::make_tuple(y.start, y.end, xla_value_id(b));
   });
+  std::vector<uint32_t> rank_of(nv, 0);  // the XLA value id order among temps, as a dense tie-break
+  {
+    std::vector<uint32_t> by_id = temps;
+    std::sort(by_id.begin(), by_id.end(),
+              [&](uint32_t a, uint32_t b) { return xla_value_id(a) < xla_value_id(b); });
+    for (uint32_t r = 0; r < by_id.size(); ++r) rank_of[by_id[r]] = r;
+  }
   std::vector<uint32_t> by_end = temps;
   std::stable_sort(by_end.begin(), by_end.end(),
                    [&](uint32_t a, uint32_t b) { return model_.values[a].end < model_.values[b].end; });
@@ -299,6 +316,7 @@ void Builder::simulate_heap_of(bool host, std::vector<HeapInterval>& intervals,
       HeapInterval iv;
       iv.start = clock++;
       iv.size_bytes = value.size_bytes;
+      iv.tie_break = rank_of[v];
       const uint32_t first = first_of_buffer[value.buffer];
       if (first != UINT32_MAX) {
         iv.colocated_with = first;
@@ -317,22 +335,30 @@ void Builder::simulate_heap_of(bool host, std::vector<HeapInterval>& intervals,
   }
 }
 
-// The dying operand whose chunk a new value takes over. Candidates are tried oldest value first, which is
-// what XLA's dump shows when several operands qualify (a GELU-backward fusion takes its matmul input's
-// memory, not the newer activation's).
+// The dying operand whose chunk a new value takes over, by XLA's HeapSimulator::RunComputation rules.
 uint32_t Builder::reuse_operand(uint32_t v, uint64_t t, const std::vector<uint32_t>& interval_of,
                                 std::vector<bool>& reused) {
   const HloValue& value = model_.values[v];
   const HloInstruction& user = m_.computations[value.computation].instructions[value.instruction];
   if (user.opcode == HloOpcode::kCopy || user.opcode == HloOpcode::kParameter) return kNotColocated;
+  // XLA's HeapSimulator::RunComputation shares only a buffer of one value: one that an in-place user
+  // (a scatter-add, a dynamic-update-slice) later writes over is allocated afresh. flax_encoder's logits
+  // gradient, scattered into by take_along_axis's transpose, does not take the logits' memory.
+  if (model_.buffers[value.buffer].values.size() != 1) return kNotColocated;
   std::vector<std::pair<uint32_t, size_t>> candidates;  // (operand value, operand number)
   const auto& ops = operands_[value.computation][value.instruction];
   for (size_t k = 0; k < ops.size(); ++k) {
     const Positions& p = positions_[value.computation][ops[k]];
-    if (!p.empty()) candidates.emplace_back(p[0], k);
+    if (p.empty()) continue;
+    // Only a value the operand itself defines (HeapSimulator asks IsUserOf(operand_value->instruction())):
+    // not one reached through a bitcast, a get-tuple-element or a tuple.
+    const HloValue& defined = model_.values[p[0]];
+    if (defined.computation != value.computation || defined.instruction != ops[k]) continue;
+    candidates.emplace_back(p[0], k);
   }
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Operands are tried in operand order, the first that qualifies wins (HeapSimulator::RunComputation in
+  // xla/service/heap_simulator/heap_simulator.cc). vit_b16_infer's MLP output fusion (bias, matmul,
+  // residual, ...) takes its matmul operand's memory, not the older residual's.
   for (const auto& [ov, k] : candidates) {
     const HloValue& operand_value = model_.values[ov];
     const HloBuffer& ob = model_.buffers[operand_value.buffer];

@@ -263,6 +263,7 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
   struct Key {
     uint64_t size;
     uint64_t span;
+    uint64_t tie_break;
     uint32_t id;
   };
   std::vector<Key> keys(n);
@@ -275,17 +276,18 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
     }
     // XLA's spatial order weighs the leader's own live range; its temporal order the whole group's.
     const uint64_t own_end = packing == HeapPacking::kSpatial ? intervals[l].end : end;
-    keys[l] = Key{size, own_end - intervals[l].start, l};
+    keys[l] = Key{size, own_end - intervals[l].start, intervals[l].tie_break, l};
   }
   std::sort(leaders.begin(), leaders.end(), [&](uint32_t a, uint32_t b) {
     const Key& x = keys[a];
     const Key& y = keys[b];
     if (packing == HeapPacking::kSpatial) {
-      return std::make_tuple(-static_cast<int64_t>(x.size), -static_cast<int64_t>(x.span), x.id) <
-             std::make_tuple(-static_cast<int64_t>(y.size), -static_cast<int64_t>(y.span), y.id);
+      return std::make_tuple(-static_cast<int64_t>(x.size), -static_cast<int64_t>(x.span), x.tie_break,
+                             x.id) <
+             std::make_tuple(-static_cast<int64_t>(y.size), -static_cast<int64_t>(y.span), y.tie_break, y.id);
     }
-    return std::make_tuple(-static_cast<int64_t>(x.span), -static_cast<int64_t>(x.size), x.id) <
-           std::make_tuple(-static_cast<int64_t>(y.span), -static_cast<int64_t>(y.size), y.id);
+    return std::make_tuple(-static_cast<int64_t>(x.span), -static_cast<int64_t>(x.size), x.tie_break, x.id) <
+           std::make_tuple(-static_cast<int64_t>(y.span), -static_cast<int64_t>(y.size), y.tie_break, y.id);
   });
 
   HeapAssignment result;

@@ -9,6 +9,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "memfit/core/file_io.h"
 #include "memfit/core/json.h"
@@ -29,15 +31,24 @@ HloModule load(const std::string& name) {
 
 double relative(double ours, double theirs) { return (ours - theirs) / theirs; }
 
+// Every program whose optimized module is bundled: those of programs.json, and of lowered_programs.json the
+// flax/optax encoder (a value later written in place by a scatter never takes an operand's memory: -15.9%
+// before) and ViT inference (operands that only forward a value, through a bitcast or a tuple, are not
+// candidates: -10.9% before), both as XLA's HeapSimulator::RunComputation shares buffers.
 TEST(HloPlan, MatchesXlaMemoryAnalysisOnEveryProgram) {
-  auto text = read_file(data("programs.json"));
-  ASSERT_TRUE(text.ok());
-  auto programs = parse_json(*text, "programs.json");
-  ASSERT_TRUE(programs.ok());
+  std::vector<Json> programs;
+  for (const char* list : {"programs.json", "lowered_programs.json"}) {
+    auto text = read_file(data(list));
+    ASSERT_TRUE(text.ok());
+    auto parsed = parse_json(*text, list);
+    ASSERT_TRUE(parsed.ok());
+    for (const Json& p : (*parsed)["programs"])
+      if (read_file(data(p["name"].get<std::string>() + ".hlo.txt.gz")).ok()) programs.push_back(p);
+  }
   int checked = 0;
   std::printf("%-28s %15s %15s %9s %15s %15s %9s %9s\n", "program", "xla temp", "our temp", "error",
               "measured peak", "our peak", "error", "xla err");
-  for (const Json& p : (*programs)["programs"]) {
+  for (const Json& p : programs) {
     const std::string name = p["name"];
     SCOPED_TRACE(name);
     const HloModule module = load(name);
@@ -49,9 +60,7 @@ TEST(HloPlan, MatchesXlaMemoryAnalysisOnEveryProgram) {
     EXPECT_EQ(plan->alias_bytes, xla["alias_size_in_bytes"].get<uint64_t>());
     const double xla_temp = xla["temp_size_in_bytes"].get<double>();
     const double temp_error = relative(static_cast<double>(plan->temp_bytes), xla_temp);
-    // Host offload: the host's temps are exact, the device's 1.3% under XLA's (not yet within 1%).
-    const double tolerance = name == "gpt_mixed_donate_offload_dots_nb" ? 0.015 : 0.01;
-    EXPECT_LE(std::abs(temp_error), tolerance) << "temp " << plan->temp_bytes << " vs XLA " << xla_temp;
+    EXPECT_LE(std::abs(temp_error), 0.01) << "temp " << plan->temp_bytes << " vs XLA " << xla_temp;
     EXPECT_EQ(plan->host_temp_bytes, xla["host_temp_size_in_bytes"].get<uint64_t>());
     // The packed block can never beat the no-fragmentation bound.
     EXPECT_LE(plan->temp_lower_bound_bytes, plan->temp_bytes);
@@ -77,7 +86,7 @@ TEST(HloPlan, MatchesXlaMemoryAnalysisOnEveryProgram) {
                 static_cast<unsigned long long>(plan->peak_bytes), 100 * peak_error, 100 * xla_error);
     ++checked;
   }
-  EXPECT_EQ(checked, 9);
+  EXPECT_EQ(checked, 11);
 }
 
 // XLA's dump of gpt_fp32_donate: "allocation N: ..., parameter P | constant | preallocated-temp | ..." then
@@ -232,13 +241,13 @@ TEST(HloPlan, MoreLoweredProgramsPlannedThroughTheGpuModel) {
       {"gpt_mixed_donate", "gpt_bf16_donate", "gpt_fp32_infer_b32", "gpt_fp32_donate_remat_full",
        "gpt_fp32_donate_remat_dots", "flax_encoder_adafactor_b32", "vit_b16_fp32_donate", "mlp_mixed_donate",
        "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32"},
-      "lowered_programs.json", 10);
+      "lowered_programs.json", 11);
   expect_lowered_plans(
       ".stablehlo.mlir.gz", "StableHLO",
       {"gpt_mixed_donate", "gpt_bf16_donate", "gpt_fp32_infer_b32", "gpt_fp32_donate_remat_full",
        "gpt_fp32_donate_remat_dots", "flax_encoder_adafactor_b32", "vit_b16_fp32_donate", "mlp_mixed_donate",
        "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32"},
-      "lowered_programs.json", 10);
+      "lowered_programs.json", 11);
 }
 
 TEST(HloPlan, StableHloProgramsPlannedThroughTheGpuModel) {

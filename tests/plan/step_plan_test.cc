@@ -20,8 +20,9 @@ namespace {
 const std::map<std::string, std::string> kNotHeld = {
     // The zoo does not build host offload of saved activations yet; `memfit hlo` plans its HLO.
     {"gpt_mixed_donate_offload_dots_nb", "offload"},
-    // ViT's patch embedding and head: +6%.
+    // ViT's patch embedding and head: +6% in training, +7% in inference.
     {"vit_b16_fp32_donate", "vit"},
+    {"vit_b16_infer_b256", "vit"},
     // flax.linen's encoder is not a zoo family yet: refused with a reason.
     {"flax_encoder_adafactor_b32", "flax_encoder"},
 };

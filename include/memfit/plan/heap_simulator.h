@@ -24,6 +24,8 @@ struct HeapInterval {
   // The interval whose chunk this one shares (placed with it); kNotColocated for a leader. Leaders come
   // before the intervals colocated with them.
   uint32_t colocated_with = kNotColocated;
+  // Orders intervals of equal size and span (lower first); XLA breaks such ties by HloValue id.
+  uint64_t tie_break = 0;
 };
 
 enum class HeapPacking { kSpatial, kTemporal };
