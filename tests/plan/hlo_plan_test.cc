@@ -215,6 +215,19 @@ void expect_lowered_plans(const std::string& suffix, const std::string& source,
     if (held.contains(name)) {
       EXPECT_LE(std::abs(peak_error), 0.05) << "peak " << plan->peak_bytes;
     }
+    // Host offload: values annotated to the pinned host are host memory on this path too.
+    const uint64_t xla_host_temp = xla["host_temp_size_in_bytes"].get<uint64_t>();
+    if (xla_host_temp > 0) {
+      EXPECT_GT(plan->host_temp_bytes, 0u);
+      EXPECT_LE(plan->host_temp_bytes, xla_host_temp);
+      std::printf(
+          "%-28s host temp: XLA %llu, predicted %llu (%.1f%%)\n", name.c_str(),
+          static_cast<unsigned long long>(xla_host_temp),
+          static_cast<unsigned long long>(plan->host_temp_bytes),
+          100 * relative(static_cast<double>(plan->host_temp_bytes), static_cast<double>(xla_host_temp)));
+    } else {
+      EXPECT_EQ(plan->host_temp_bytes, 0u);
+    }
     ++checked;
   }
   EXPECT_EQ(checked, expected);
@@ -248,6 +261,29 @@ TEST(HloPlan, MoreLoweredProgramsPlannedThroughTheGpuModel) {
        "gpt_fp32_donate_remat_dots", "flax_encoder_adafactor_b32", "vit_b16_fp32_donate", "mlp_mixed_donate",
        "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32"},
       "lowered_programs.json", 11);
+}
+
+// jax.checkpoint's offload_dot_with_no_batch_dims from the lowered program: each layer's three GEMM results
+// without batch dimensions (q/k/v, the attention output's projection, the MLP's first layer) go to the pinned
+// host. Each copy to the host is taken just before the backward pass reads it back (as XLA's latency-hiding
+// scheduler places it), so the host holds one layer's three at a time: batch x seq x (3 + 1 + 4) x d_model
+// bf16 values. XLA's own host temp is 176 MiB: its scheduler also starts the next layer's first copy while
+// the previous layer's come back (48 MiB more), which the model does not follow.
+TEST(HloPlan, LoweredHostOffloadHoldsOneLayerOnTheHost) {
+  const uint64_t batch = 8, seq = 1024, d_model = 1024, bf16_bytes = 2;
+  for (const char* suffix : {".lowered.hlo.txt.gz", ".stablehlo.mlir.gz"}) {
+    SCOPED_TRACE(suffix);
+    auto text = read_file(data(std::string("gpt_mixed_donate_offload_dots_nb") + suffix));
+    ASSERT_TRUE(text.ok());
+    auto module = parse_program_text(*text);
+    ASSERT_TRUE(module.ok()) << module.error().message();
+    auto plan = plan_hlo(*module);
+    ASSERT_TRUE(plan.ok()) << plan.error().message();
+    EXPECT_EQ(plan->host_temp_bytes, batch * seq * (3 + 1 + 4) * d_model * bf16_bytes);
+    uint64_t host_buffers = 0;
+    for (const PlannedBuffer& b : plan->buffers) host_buffers += b.host_memory ? 1 : 0;
+    EXPECT_EQ(host_buffers, 8u * 3u);  // every layer's three, one layer at a time
+  }
 }
 
 TEST(HloPlan, StableHloProgramsPlannedThroughTheGpuModel) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "memfit/plan/buffer_model.h"
 #include "memfit/plan/hlo_plan.h"
 
 namespace memfit {
@@ -84,6 +85,49 @@ ENTRY main.2 {
   EXPECT_EQ(grad->operands[0], "dw");
   EXPECT_EQ(find(*modeled, "lookup_grad"), nullptr);
   EXPECT_EQ(find(*modeled, "zeros"), nullptr);
+}
+
+// Host offload as jax.checkpoint's offload_dot_with_no_batch_dims lowers it: the forward's GEMM result is
+// annotated to the pinned host, forwarded through the remat barrier, and annotated back to the device for
+// the backward. The host copy is host memory (host_temp, not temp); it is taken just before the barrier, so
+// the GEMM's result stays on the device until then (as XLA's latency-hiding scheduler places the copy), and
+// the way back is a device buffer of its own. A to-device annotation of a device value moves nothing.
+TEST(XlaGpuModel, AValueAnnotatedToThePinnedHostIsHostMemory) {
+  const HloModule m = lowered(R"(HloModule jit_step
+
+ENTRY main.3 {
+  x = f32[256,1024]{1,0} parameter(0)
+  w = f32[1024,1024]{1,0} parameter(1)
+  h = f32[256,1024]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  to_host = f32[256,1024]{1,0} custom-call(h), custom_call_target="annotate_device_placement", custom_call_has_side_effect=true, frontend_attributes={_xla_buffer_placement="pinned_host"}
+  y = f32[256,1024]{1,0} tanh(h)
+  t = (f32[256,1024]{1,0}, f32[256,1024]{1,0}) tuple(to_host, y)
+  barrier = (f32[256,1024]{1,0}, f32[256,1024]{1,0}) opt-barrier(t)
+  saved = f32[256,1024]{1,0} get-tuple-element(barrier), index=0
+  back = f32[256,1024]{1,0} custom-call(saved), custom_call_target="annotate_device_placement", custom_call_has_side_effect=true, frontend_attributes={_xla_buffer_placement="device"}
+  still = f32[1024,1024]{1,0} custom-call(w), custom_call_target="annotate_device_placement", custom_call_has_side_effect=true, frontend_attributes={_xla_buffer_placement="device"}
+  dw = f32[1024,1024]{1,0} dot(back, x), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  ROOT r = f32[1024,1024]{1,0} add(dw, still)
+})");
+  EXPECT_EQ(find(m, "to_host")->buffer_placement, "pinned_host");
+  auto modeled = model_xla_gpu(m);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  const HloInstruction* to_host = find(*modeled, "to_host");
+  ASSERT_NE(to_host, nullptr);
+  EXPECT_EQ(to_host->shape.memory_space, kHostMemorySpace);
+  EXPECT_EQ(find(*modeled, "saved")->shape.memory_space, kHostMemorySpace);
+  EXPECT_EQ(find(*modeled, "back")->shape.memory_space, 0u);
+  EXPECT_EQ(find(*modeled, "still")->opcode, HloOpcode::kBitcast);
+  // The copy to the host runs just before the barrier that reads it.
+  const auto& order = modeled->entry()->instructions;
+  size_t at = 0;
+  while (at < order.size() && order[at].name != "to_host") ++at;
+  ASSERT_LT(at + 1, order.size());
+  EXPECT_TRUE(order[at + 1].name == "t" || order[at + 1].name == "barrier") << order[at + 1].name;
+  auto plan = plan_hlo(m);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  EXPECT_EQ(plan->host_temp_bytes, 1u << 20);  // the one offloaded f32[256,1024]
+  for (const PlannedBuffer& b : plan->buffers) EXPECT_EQ(b.host_memory, b.name == "to_host") << b.name;
 }
 
 }  // namespace

@@ -18,6 +18,11 @@
 //     over a dot's batch dimensions becomes the dot that contracts them;
 //   - whatever a tuple, a loop, a call, an optimization barrier (jax.checkpoint) or the program's result
 //     takes is materialized, as XLA must;
+//   - host offload (convert_memory_placement_to_internal_annotations.cc, host_offloader.cc): a value
+//     annotated to the pinned host is a host buffer (host_temp), forwarded as host memory through bitcasts,
+//     tuples and barriers, and brought back into a device buffer of its own; the copy to the host is taken
+//     just before its first reader, as XLA's latency-hiding scheduler places it (so the device holds the
+//     value until the backward pass reaches it);
 //   - the schedule: XLA's DefaultMemoryScheduler keeps the best of a list scheduler and post orders
 //     (hlo_memory_scheduler.cc); plan_hlo plans both the program's own order (JAX prints a post order) and
 //     list_scheduled()'s and keeps the smaller. Layouts cost no copies (approximated). XLA's latency-hiding

@@ -46,13 +46,17 @@ struct HloInstruction {
   HloOpcode opcode = HloOpcode::kUnknown;
   std::string opcode_text;  // the opcode as written, when XLA's name for it differs (see opcode_name)
   Shape shape;
-  std::vector<std::string> operands;        // instruction names
-  std::vector<std::string> called;          // computations: calls=, to_apply=, condition=, body=, branches
-  std::string op_name;                      // metadata={op_name="jit(step)/..."}
-  int64_t parameter_number = -1;            // parameter(N)
-  int64_t tuple_index = -1;                 // get-tuple-element index=N
-  std::string fusion_kind;                  // fusion kind=kLoop|kInput|kOutput|kCustom
-  std::string custom_call_target;           // custom-call custom_call_target="..."
+  std::vector<std::string> operands;  // instruction names
+  std::vector<std::string> called;    // computations: calls=, to_apply=, condition=, body=, branches
+  std::string op_name;                // metadata={op_name="jit(step)/..."}
+  int64_t parameter_number = -1;      // parameter(N)
+  int64_t tuple_index = -1;           // get-tuple-element index=N
+  std::string fusion_kind;            // fusion kind=kLoop|kInput|kOutput|kCustom
+  std::string custom_call_target;     // custom-call custom_call_target="..."
+  // custom-call annotate_device_placement: where JAX asked the value to live, frontend_attributes'
+  // _xla_buffer_placement ("pinned_host", "unpinned_host", "device"): jax.device_put(x, memory_kind=...) and
+  // offloading remat policies. Empty otherwise.
+  std::string buffer_placement;
   std::vector<int64_t> dimensions;          // reduce: the dimensions reduced; transpose: the permutation
   std::vector<int64_t> lhs_batch_dims;      // dot: lhs_batch_dims= (StableHLO batching_dims, left side)
   HloOpcode reducer = HloOpcode::kUnknown;  // reduce (StableHLO): the combining op when it is one op
