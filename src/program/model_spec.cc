@@ -28,10 +28,11 @@ constexpr std::array<std::pair<RematPolicy, std::string_view>, 4> kRematPolicyNa
     {RematPolicy::kDots, "dots"},
     {RematPolicy::kDotsNoBatch, "dots_no_batch"},
 }};
-constexpr std::array<std::pair<OptimizerKind, std::string_view>, 3> kOptimizerKindNames = {{
+constexpr std::array<std::pair<OptimizerKind, std::string_view>, 4> kOptimizerKindNames = {{
     {OptimizerKind::kAdam, "adam"},
     {OptimizerKind::kSgd, "sgd"},
     {OptimizerKind::kAdamW, "adamw"},
+    {OptimizerKind::kAdafactor, "adafactor"},
 }};
 constexpr std::array<std::pair<StepKind, std::string_view>, 3> kStepKindNames = {{
     {StepKind::kTrain, "train"},
@@ -219,6 +220,10 @@ Status validate_model_spec(const ModelSpec& s) {
           "attn: cudnn needs bf16 compute (precision mixed or bf16), as cuDNN's kernel does");
     if (s.backend == Backend::kCpu) return invalid_argument("attn: cudnn runs on a GPU only (backend cpu)");
   }
+  // adafactor's statistics of a sharded parameter follow its sharding in ways memfit does not model.
+  if (s.optimizer == OptimizerKind::kAdafactor && s.sharding != ShardingKind::kReplicated)
+    return invalid_argument(fmt::format("optimizer: adafactor is planned without sharding only (sharding {})",
+                                        to_string(s.sharding)));
   if (s.mesh.size() != s.mesh_axes.size())
     return invalid_argument(
         fmt::format("mesh has {} axes but mesh_axes names {}", s.mesh.size(), s.mesh_axes.size()));

@@ -16,6 +16,7 @@
 
 #include "memfit/core/checked.h"
 #include "memfit/core/text.h"
+#include "memfit/program/adafactor.h"
 #include "memfit/program/model_zoo.h"
 
 namespace memfit::zoo {
@@ -210,7 +211,9 @@ struct Param {
   std::vector<uint64_t> dims;   // logical
   std::vector<uint64_t> local;  // per device
   T value;                      // the entry parameter (per-device shape)
-  T m, v;                       // Adam moments
+  T m, v;                       // Adam moments; adafactor's full second moment (v) when not factored
+  T v_row, v_col;               // adafactor's factored second moment (program/adafactor.h)
+  AdafactorMoments adafactor;   // its state's shapes
   T grad;                       // the gradient as the optimizer reads it
   bool gathered = false;        // FSDP: all-gathered before use
   Param* stacked = nullptr;     // scan: this layer's slice of a parameter stacked over the layers
@@ -286,6 +289,7 @@ class Step {
       args_.parameter_count += n;
       args_.parameter_bytes += p.value.shape.own_bytes();
     }
+    if (train() && c_.s.optimizer == OptimizerKind::kAdafactor) declare_adafactor_state();
     if (train() && keeps_moments()) {
       for (Param& p : params_) {
         p.m =
@@ -364,8 +368,10 @@ class Step {
                  p.gathered ? p.dims : p.local);
   }
 
-  // Adam (or SGD) per parameter at the end, then the outputs in jax's order; donation aliases them.
+  // Adam, adafactor or SGD per parameter at the end, then the outputs in jax's order; donation aliases each
+  // output to the argument it replaces.
   void optimize_and_finish(std::vector<T> extra_outputs, HloModule* module_aliases) {
+    if (c_.s.optimizer == OptimizerKind::kAdafactor) return finish_adafactor(extra_outputs, module_aliases);
     std::vector<T> new_params, new_m, new_v;
     for (Param& p : params_) {
       const std::string where = fmt::format("jit(step)/update{}", p.name);
@@ -402,6 +408,89 @@ class Step {
   bool accumulating_ = false;
 
  private:
+  // optax.adafactor's FactoredState(count, v_row, v_col, v) as jax flattens it: the count, then each
+  // parameter's row statistics, column statistics and full moments. Only the arrays the update reads are
+  // arguments (program/adafactor.h).
+  void declare_adafactor_state() {
+    int64_t number = static_cast<int64_t>(params_.size());
+    auto arg = [&](const std::vector<uint64_t>& dims, const std::string& name,
+                   PrimitiveType type = PrimitiveType::kF32) {
+      T t = e_.param(array(type, dims), name, "optimizer_state");
+      args_.optimizer_state_bytes += t.shape.own_bytes();
+      argument_of_[t.name] = number++;
+      return t;
+    };
+    count_ = arg({}, "opt[0].count", PrimitiveType::kS32);
+    for (Param& p : params_) p.adafactor = adafactor_moments(p.local);
+    for (Param& p : params_)
+      if (p.adafactor.factored) p.v_row = arg(p.adafactor.v_row, fmt::format("opt[0].v_row{}", p.name));
+    for (Param& p : params_)
+      if (p.adafactor.factored) p.v_col = arg(p.adafactor.v_col, fmt::format("opt[0].v_col{}", p.name));
+    for (Param& p : params_)
+      if (!p.adafactor.factored) p.v = arg(p.adafactor.v, fmt::format("opt[0].v{}", p.name));
+  }
+
+  // The update of one parameter: the gradient's squared means over rows and columns (or its full moment),
+  // the update's RMS for clip_by_block_rms and the parameter's RMS for multiply_by_parameter_scale are
+  // reductions; the new parameter and statistics one multi-output loop over them. The placeholders the step
+  // returns are constants' broadcasts.
+  void finish_adafactor(const std::vector<T>& extra_outputs, HloModule* module_aliases) {
+    std::vector<T> new_params, new_row, new_col, new_v;
+    auto placeholder = [&](const std::string& where) {
+      return e_.loop({}, array(PrimitiveType::kF32, {1}), where + "/zeros", "optimizer_state");
+    };
+    for (Param& p : params_) {
+      const std::string where = fmt::format("jit(step)/update{}", p.name);
+      const AdafactorMoments& a = p.adafactor;
+      const T param_rms =
+          e_.reduce({p.value}, array(PrimitiveType::kF32, {}), where + "/param_rms", "temporaries");
+      if (a.factored) {
+        const T row = e_.reduce({p.grad, p.v_row}, p.v_row.shape, where + "/v_row", "temporaries");
+        const T col = e_.reduce({p.grad, p.v_col}, p.v_col.shape, where + "/v_col", "temporaries");
+        const T rms = e_.reduce({p.grad, row, col}, array(PrimitiveType::kF32, {}), where + "/update_rms",
+                                "temporaries");
+        auto outs = e_.loop_multi({p.value, p.grad, row, col, rms, param_rms, count_},
+                                  {p.value.shape, row.shape, col.shape}, where, "parameters");
+        new_params.push_back(outs[0]);
+        new_row.push_back(outs[1]);
+        new_col.push_back(outs[2]);
+        new_v.push_back(placeholder(where));
+      } else {
+        const T rms =
+            e_.reduce({p.grad, p.v}, array(PrimitiveType::kF32, {}), where + "/update_rms", "temporaries");
+        auto outs = e_.loop_multi({p.value, p.grad, p.v, rms, param_rms, count_}, {p.value.shape, p.v.shape},
+                                  where, "parameters");
+        new_params.push_back(outs[0]);
+        new_row.push_back(placeholder(where));
+        new_col.push_back(placeholder(where));
+        new_v.push_back(outs[1]);
+      }
+    }
+    std::vector<T> outs = new_params;
+    std::vector<int64_t> replaces(new_params.size());
+    for (size_t k = 0; k < params_.size(); ++k) replaces[k] = static_cast<int64_t>(k);
+    auto state = [&](const T& out, const T& in) {
+      outs.push_back(out);
+      auto it = argument_of_.find(in.name);
+      replaces.push_back(in.name.empty() || it == argument_of_.end() ? -1 : it->second);
+    };
+    state(e_.loop({count_}, count_.shape, "jit(step)/add", "optimizer_state"), count_);
+    for (size_t k = 0; k < params_.size(); ++k) state(new_row[k], params_[k].v_row);
+    for (size_t k = 0; k < params_.size(); ++k) state(new_col[k], params_[k].v_col);
+    for (size_t k = 0; k < params_.size(); ++k) state(new_v[k], params_[k].v);
+    outs.insert(outs.end(), extra_outputs.begin(), extra_outputs.end());
+    e_.root(outs);
+    if (!c_.s.donate) return;
+    for (size_t k = 0; k < replaces.size(); ++k) {
+      if (replaces[k] < 0) continue;  // a placeholder: no argument to write over
+      HloAlias alias;
+      alias.output_index = {k};
+      alias.parameter = replaces[k];
+      module_aliases->aliases.push_back(alias);
+    }
+  }
+
+  std::map<std::string, int64_t> argument_of_;  // an optimizer state argument -> its parameter number
   const Ctx& c_;
   Emitter& e_;
   std::vector<Param> params_;

@@ -1,6 +1,8 @@
 // The model zoo's options move the peak the way the seed says they do, and nonsense specs are refused.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "memfit/plan/step_plan.h"
 #include "memfit/program/model_zoo.h"
 
@@ -104,6 +106,34 @@ TEST(ModelZoo, VitAndMlpFamiliesPlan) {
   }
   EXPECT_GT(vmap.hlo.temp_bytes, mean.hlo.temp_bytes);
   EXPECT_LT(vmap.hlo.temp_bytes, 2 * mean.hlo.temp_bytes);
+}
+
+// optax.adafactor: a matrix whose two dimensions are both at least 128 keeps a row and a column statistic,
+// anything else a full second moment (program/adafactor.h, checked on the flax encoder's real arguments).
+TEST(ModelZoo, AdafactorKeepsFactoredStatistics) {
+  const char* mlp = R"({"model": "mlp", "din": 512, "width": 1024, "depth": 1, "dout": 64, "batch": 256,
+                        "donate": true, "optimizer": "%s"})";
+  auto with = [&](const char* optimizer) {
+    char text[512];
+    std::snprintf(text, sizeof text, mlp, optimizer);
+    return plan(text);
+  };
+  const StepPlan adafactor = with("adafactor");
+  const StepPlan adam = with("adam");
+  // [512,1024]: 512 + 1024 statistics; its bias 1024; [1024,64] (64 < 128): 65536; its bias 64; the count.
+  EXPECT_EQ(adafactor.arguments.optimizer_state_bytes, (512 + 1024 + 1024 + 65536 + 64) * 4 + 4);
+  EXPECT_EQ(adafactor.arguments.parameter_bytes, adam.arguments.parameter_bytes);
+  // Every argument but the batch is donated and written over; the step also returns the loss and seven
+  // f32[1] placeholders (one per factored matrix, two per other parameter) that no argument holds, and the
+  // output's tuple table has 4 parameters + 1 count + 3 x 4 statistics + the loss = 18 pointers.
+  EXPECT_EQ(adafactor.hlo.alias_bytes, adafactor.hlo.argument_bytes - adafactor.arguments.batch_bytes);
+  EXPECT_EQ(adafactor.hlo.output_bytes - adafactor.hlo.alias_bytes, 7 * 4 + 4 + 18 * 8);
+  EXPECT_LT(adafactor.peak_bytes, adam.peak_bytes);
+  // Sharded adafactor state is not modeled: refused with the reason.
+  auto sharded = model_spec_from_json(Json::parse(
+      R"({"model": "mlp", "optimizer": "adafactor", "sharding": "fsdp", "mesh": [8], "mesh_axes": ["data"]})"));
+  ASSERT_FALSE(sharded.ok());
+  EXPECT_NE(sharded.error().message().find("adafactor"), std::string::npos);
 }
 
 TEST(ModelZoo, CudnnAttentionHoldsNoScores) {

@@ -38,7 +38,7 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   integer("--accum", "accum", "gradient accumulation steps (optax.MultiSteps)");
   text("--precision", "precision", "fp32, mixed or bf16");
   text("--remat", "remat", "none, full (nothing_saveable), dots (dots_saveable), dots_no_batch");
-  text("--optimizer", "optimizer", "adam, adamw or sgd");
+  text("--optimizer", "optimizer", "adam, adamw, sgd or adafactor");
   text("--step", "step", "train, infer or vmap_grads");
   text("--sharding", "sharding", "replicated, fsdp or tp (with --mesh)");
   text("--backend", "backend", "gpu or cpu");

@@ -17,8 +17,9 @@ enum class Precision : uint8_t { kFp32, kMixed, kBf16 };  // mixed: fp32 paramet
 // jax.checkpoint policies: nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable.
 enum class RematPolicy : uint8_t { kNone, kFull, kDots, kDotsNoBatch };
 // adam and adamw (optax.adamw: adam's moments plus decoupled weight decay, no state of its own) keep two
-// fp32 moments per parameter; sgd none.
-enum class OptimizerKind : uint8_t { kAdam, kSgd, kAdamW };
+// fp32 moments per parameter; sgd none; adafactor (optax.adafactor) a row and a column statistic per matrix
+// and a full second moment for the rest (program/adafactor.h).
+enum class OptimizerKind : uint8_t { kAdam, kSgd, kAdamW, kAdafactor };
 enum class StepKind : uint8_t { kTrain, kInfer, kVmapGrads };
 enum class ShardingKind : uint8_t { kReplicated, kFsdp, kTp };
 enum class Backend : uint8_t { kGpu, kCpu };  // XLA:CPU keeps more unfused tensors
