@@ -12,10 +12,11 @@ namespace memfit {
 namespace {
 
 // Each enum's names, in the enum's order.
-constexpr std::array<std::pair<ModelFamily, std::string_view>, 3> kModelFamilyNames = {{
+constexpr std::array<std::pair<ModelFamily, std::string_view>, 4> kModelFamilyNames = {{
     {ModelFamily::kGpt, "gpt"},
     {ModelFamily::kMlp, "mlp"},
     {ModelFamily::kVit, "vit"},
+    {ModelFamily::kFlaxEncoder, "flax_encoder"},
 }};
 constexpr std::array<std::pair<Precision, std::string_view>, 3> kPrecisionNames = {{
     {Precision::kFp32, "fp32"},
@@ -160,6 +161,12 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
                                     {"dots_saveable", RematPolicy::kDots},
                                     {"dots_with_no_batch_dims_saveable", RematPolicy::kDotsNoBatch},
                                     {"everything_saveable", RematPolicy::kNone}}));
+  // reference_programs.py trains its flax encoder with optax.adafactor, parameters and state donated
+  // (build_flax's donate_argnums (0, 1)).
+  if (s.model == ModelFamily::kFlaxEncoder) {
+    s.optimizer = OptimizerKind::kAdafactor;
+    s.donate = true;
+  }
   MEMFIT_RETURN_IF_ERROR(read_enum(config, "optimizer", kOptimizerKindNames, s.optimizer));
   MEMFIT_RETURN_IF_ERROR(read_enum(config, "step", kStepKindNames, s.step));
   MEMFIT_RETURN_IF_ERROR(read_enum(config, "sharding", kShardingKindNames, s.sharding));
@@ -209,6 +216,14 @@ Status validate_model_spec(const ModelSpec& s) {
     return invalid_argument(
         fmt::format("accum: batch {} does not split into {} microbatches", s.batch, s.accum));
   if (s.accum > 1 && s.step != StepKind::kTrain) return invalid_argument("accum applies to step train only");
+  if (s.model == ModelFamily::kFlaxEncoder) {
+    // What reference_programs.py builds of it; the rest is not modeled.
+    if (s.scan) return invalid_argument("scan: the flax_encoder is built unrolled only");
+    if (s.attn == AttentionKind::kCudnn)
+      return invalid_argument("attn: the flax_encoder uses flax's attention");
+    if (s.sharding == ShardingKind::kTp)
+      return invalid_argument("sharding: tp is not built for the flax_encoder");
+  }
   if (s.step == StepKind::kVmapGrads && s.model != ModelFamily::kMlp)
     return invalid_argument("step vmap_grads is built for the mlp");
   if (s.attn == AttentionKind::kCudnn) {
@@ -272,11 +287,12 @@ Json model_spec_to_json(const ModelSpec& s) {
     j["depth"] = s.depth;
     j["dout"] = s.dout;
   } else {
-    if (s.model == ModelFamily::kGpt) j["vocab"] = s.vocab;
+    const bool tokens = s.model == ModelFamily::kGpt || s.model == ModelFamily::kFlaxEncoder;
+    if (tokens) j["vocab"] = s.vocab;
     j["d_model"] = s.d_model;
     j["heads"] = s.heads;
     j["layers"] = s.layers;
-    if (s.model == ModelFamily::kGpt) j["seq"] = s.seq;
+    if (tokens) j["seq"] = s.seq;
     if (s.model == ModelFamily::kVit) {
       j["image"] = s.image;
       j["patch"] = s.patch;

@@ -30,7 +30,9 @@ Expected<HloModule> build_step_module(const ModelSpec& spec, StepArguments* argu
   if (spec.model == ModelFamily::kMlp) {
     zoo::build_mlp(c, step, module);
   } else {
-    auto family = spec.model == ModelFamily::kVit ? zoo::vit_family() : zoo::gpt_family();
+    auto family = spec.model == ModelFamily::kVit           ? zoo::vit_family()
+                  : spec.model == ModelFamily::kFlaxEncoder ? zoo::flax_encoder_family()
+                                                            : zoo::gpt_family();
     zoo::build_transformer(c, step, module, *family);
   }
   if (arguments != nullptr) *arguments = step.arguments();

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 
 #include "zoo_transformer.h"
@@ -19,6 +20,39 @@ struct Block {
   std::map<std::string, T> t;
 };
 
+BlockParams fused_qkv_block(uint64_t D) {
+  const uint64_t F = 4 * D;
+  BlockParams b;
+  b.shapes = {{"['b1']", {F}},    {"['b2']", {D}},         {"['ln1_b']", {D}}, {"['ln1_g']", {D}},
+              {"['ln2_b']", {D}}, {"['ln2_g']", {D}},      {"['w1']", {D, F}}, {"['w2']", {F, D}},
+              {"['wo']", {D, D}}, {"['wqkv']", {D, 3 * D}}};
+  b.ln1_g = "['ln1_g']";
+  b.ln1_b = "['ln1_b']";
+  b.ln2_g = "['ln2_g']";
+  b.ln2_b = "['ln2_b']";
+  b.wqkv = "['wqkv']";
+  b.wo = "['wo']";
+  b.w1 = "['w1']";
+  b.b1 = "['b1']";
+  b.w2 = "['w2']";
+  b.b2 = "['b2']";
+  b.lnf_g = "['lnf_g']";
+  b.lnf_b = "['lnf_b']";
+  return b;
+}
+
+void TransformerFamily::add_trailing_params(Step& step, const ModelSpec& s) const {
+  step.add_param("['lnf_b']", {s.d_model});
+  step.add_param("['lnf_g']", {s.d_model});
+  step.add_param("['pos']", {sequence(s), s.d_model});
+}
+
+void positions_backward(TransformerBuild& x, const T& dx) {
+  Param& pos = x.find("['pos']");
+  x.step.set_grad(pos, x.e.reduce({dx}, x.step.grad_shape(pos), "jit(step)/transpose/pos", "gradients"),
+                  "jit(step)/pos");
+}
+
 void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerFamily& family) {
   const ModelSpec& s = c.s;
   Emitter& e = c.e;
@@ -27,10 +61,8 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
   const uint64_t V = family.outputs(s);
   // Parameters in jax's flattening order (dict keys sorted).
   family.add_leading_params(step, s);
-  const std::vector<std::pair<std::string, std::vector<uint64_t>>> layer_params = {
-      {"['b1']", {F}},    {"['b2']", {D}},         {"['ln1_b']", {D}}, {"['ln1_g']", {D}},
-      {"['ln2_b']", {D}}, {"['ln2_g']", {D}},      {"['w1']", {D, F}}, {"['w2']", {F, D}},
-      {"['wo']", {D, D}}, {"['wqkv']", {D, 3 * D}}};
+  const BlockParams bp = family.block_params(s);
+  const auto& layer_params = bp.shapes;
   if (s.scan) {  // jax.lax.scan over stacked layers: one parameter per key, [layers, ...]
     for (const auto& [key, dims] : layer_params) {
       std::vector<uint64_t> d{L};
@@ -39,12 +71,9 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
     }
   } else {
     for (uint64_t l = 0; l < L; ++l)
-      for (const auto& [key, dims] : layer_params)
-        step.add_param(fmt::format("['layers'][{}]{}", l, key), dims);
+      for (const auto& [key, dims] : layer_params) step.add_param(family.layer_prefix(l) + key, dims);
   }
-  step.add_param("['lnf_b']", {D});
-  step.add_param("['lnf_g']", {D});
-  step.add_param("['pos']", {S, D});
+  family.add_trailing_params(step, s);
   step.declare_arguments();
   auto& P = step.params();
   // scan: each layer's view of the stacked parameters (sliced where used, gradients written back).
@@ -88,7 +117,9 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
   auto saveable = [&](RematPolicy policy, const std::string& key) {
     if (policy == RematPolicy::kNone) return true;
     if (policy == RematPolicy::kFull) return false;
-    const bool weight_dot = key == "qkv" || key == "o" || key == "h1" || key == "h2";
+    // Separate q/k/v projections are dots; a fused one's q, k and v are slices of its dot.
+    const bool qkv_dot = bp.wqkv.empty() && (key == "q" || key == "k" || key == "v");
+    const bool weight_dot = key == "qkv" || key == "o" || key == "h1" || key == "h2" || qkv_dot;
     // cuDNN's attention is a custom call, not a dot: JAX's dot policies recompute it.
     if (s.attn == AttentionKind::kCudnn && (key == "av" || key == "stats")) return false;
     const bool batch_dot = key == "scores" || key == "av";
@@ -101,7 +132,7 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
   auto forward = [&](uint64_t l, const T& x, const std::map<std::string, T>& reuse, bool recompute) {
     Block b;
     b.x = x;
-    const std::string p = fmt::format("['layers'][{}]", l);
+    const std::string p = family.layer_prefix(l);
     const std::string w = "jit(step)/jvp()";
     auto get = [&](const std::string& key, auto make) {
       auto it = reuse.find(key);
@@ -110,16 +141,30 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       return t;
     };
     T ln1 = get("ln1", [&] {
-      return e.loop({x, step.use(find(p + "['ln1_g']"), w), step.use(find(p + "['ln1_b']"), w)},
-                    A({Bm, S, D}, cd), w + "/ln1/mul", "activations");
+      return e.loop({x, step.use(find(p + bp.ln1_g), w), step.use(find(p + bp.ln1_b), w)}, A({Bm, S, D}, cd),
+                    w + "/ln1/mul", "activations");
     });
-    T qkv = get("qkv", [&] {
-      return e.dot({ln1, step.gemm_operand(find(p + "['wqkv']"), w)}, A({Bm * S, 3 * D / c.tp}, cd),
-                   w + "/qkv/dot_general", "activations");
-    });
-    T q = get("q", [&] { return e.loop({qkv}, A({Bm, S, D / c.tp}, cd), w + "/split", "activations"); });
-    T kk = get("k", [&] { return e.loop({qkv}, A({Bm, S, D / c.tp}, cd), w + "/split", "activations"); });
-    T v = get("v", [&] { return e.loop({qkv}, A({Bm, S, D / c.tp}, cd), w + "/split", "activations"); });
+    T q, kk, v;
+    if (!bp.wqkv.empty()) {
+      T qkv = get("qkv", [&] {
+        return e.dot({ln1, step.gemm_operand(find(p + bp.wqkv), w)}, A({Bm * S, 3 * D / c.tp}, cd),
+                     w + "/qkv/dot_general", "activations");
+      });
+      q = get("q", [&] { return e.loop({qkv}, A({Bm, S, D / c.tp}, cd), w + "/split", "activations"); });
+      kk = get("k", [&] { return e.loop({qkv}, A({Bm, S, D / c.tp}, cd), w + "/split", "activations"); });
+      v = get("v", [&] { return e.loop({qkv}, A({Bm, S, D / c.tp}, cd), w + "/split", "activations"); });
+    } else {
+      // Each projection a GEMM with its bias as the epilogue (gemm_rewriter.cc).
+      auto projection = [&](const char* key, const std::string& weight, const std::string& bias) {
+        return get(key, [&] {
+          return e.dot({ln1, step.gemm_operand(find(p + weight), w), step.use(find(p + bias), w)},
+                       A({Bm * S, D / c.tp}, cd), fmt::format("{}/{}/dot_general", w, key), "activations");
+        });
+      };
+      q = projection("q", bp.wq, bp.bq);
+      kk = projection("k", bp.wk, bp.bk);
+      v = projection("v", bp.wv, bp.bv);
+    }
     if (s.attn == AttentionKind::kCudnn) {
       // __cudnn$fmhaSoftmax: the output [B,H,S,hd], the softmax statistics (one f32 per row, which the
       // backward kernel uses instead of the probabilities) and a small workspace - as XLA compiles
@@ -155,19 +200,21 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       });
     }
     const T av = b.t.at("av");
-    T at = get("attn_t", [&] {
+    // flax's out projection contracts the heads of the attention's output as it lies.
+    T at = !bp.transposes_attention ? av : get("attn_t", [&] {
       return e.loop({av}, A({Bm, S, Hl, hd}, cd), w + "/transpose", "activations");
     });
     T o = get("o", [&] {
-      return e.dot({at, step.gemm_operand(find(p + "['wo']"), w)}, A({Bm * S, D}, cd), w + "/out/dot_general",
-                   "activations");
+      std::vector<T> in{at, step.gemm_operand(find(p + bp.wo), w)};
+      if (!bp.bo.empty()) in.push_back(step.use(find(p + bp.bo), w));
+      return e.dot(in, A({Bm * S, D}, cd), w + "/out/dot_general", "activations");
     });
     T ln2 = get("ln2", [&] {
-      return e.loop({x, o, step.use(find(p + "['ln2_g']"), w), step.use(find(p + "['ln2_b']"), w)},
+      return e.loop({x, o, step.use(find(p + bp.ln2_g), w), step.use(find(p + bp.ln2_b), w)},
                     A({Bm, S, D}, cd), w + "/ln2/mul", "activations");
     });
     T h1 = get("h1", [&] {
-      return e.dot({ln2, step.gemm_operand(find(p + "['w1']"), w), step.use(find(p + "['b1']"), w)},
+      return e.dot({ln2, step.gemm_operand(find(p + bp.w1), w), step.use(find(p + bp.b1), w)},
                    A({Bm * S, Fl}, cd), w + "/mlp/dot_general", "activations");
     });
     T g0 = get("g0", [&] { return e.loop({h1}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "activations"); });
@@ -176,7 +223,7 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       get("g1", [&] { return e.loop({h1}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "activations"); });
     if (recompute) return b;
     T h2 = get("h2", [&] {
-      return e.dot({g0, step.gemm_operand(find(p + "['w2']"), w)}, A({Bm * S, D}, cd),
+      return e.dot({g0, step.gemm_operand(find(p + bp.w2), w)}, A({Bm * S, D}, cd),
                    w + "/mlp_out/dot_general", "temporaries");
     });
     if (scan && !recompute) {
@@ -195,13 +242,13 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
         });
     }
     b.t["out"] =
-        e.loop({x, o, h2, step.use(find(p + "['b2']"), w)}, A({Bm, S, D}, cd), w + "/add", "activations");
+        e.loop({x, o, h2, step.use(find(p + bp.b2), w)}, A({Bm, S, D}, cd), w + "/add", "activations");
     return b;
   };
 
   // One block's backward from the gradient of its output; returns the gradient of its input.
   auto backward = [&](uint64_t l, const Block& b, const T& dy) {
-    const std::string p = fmt::format("['layers'][{}]", l);
+    const std::string p = family.layer_prefix(l);
     const std::string w = "jit(step)/transpose(jvp())";
     auto t = [&](const char* key) { return b.t.at(key); };
     auto grad = [&](const std::string& name, std::vector<T> in, const char* what) {
@@ -212,22 +259,25 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       Param& q = find(p + name);
       step.set_grad(q, e.reduce(in, step.grad_shape(q), w + "/reduce_sum", "gradients"), w);
     };
-    grad("['w2']", {t("g0"), dy}, "/dot_general");
-    vgrad("['b2']", {dy});
-    T dg = e.dot({dy, step.gemm_operand(find(p + "['w2']"), w)}, A({Bm * S, Fl}, cd), w + "/mlp/dot_general",
+    grad(bp.w2, {t("g0"), dy}, "/dot_general");
+    vgrad(bp.b2, {dy});
+    T dg = e.dot({dy, step.gemm_operand(find(p + bp.w2), w)}, A({Bm * S, Fl}, cd), w + "/mlp/dot_general",
                  "temporaries");
     T dpre = e.loop({dg, t("g1"), t("g0"), t("h1")}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "temporaries");
-    vgrad("['b1']", {dpre});
-    grad("['w1']", {t("ln2"), dpre}, "/dot_general");
-    T dln2 = e.dot({dpre, step.gemm_operand(find(p + "['w1']"), w)}, A({Bm * S, D}, cd),
-                   w + "/ln2/dot_general", "temporaries");
+    vgrad(bp.b1, {dpre});
+    grad(bp.w1, {t("ln2"), dpre}, "/dot_general");
+    T dln2 = e.dot({dpre, step.gemm_operand(find(p + bp.w1), w)}, A({Bm * S, D}, cd), w + "/ln2/dot_general",
+                   "temporaries");
     T dx2 = e.loop({dln2, t("ln2"), b.x, t("o"), dy}, A({Bm, S, D}, cd), w + "/ln2/add_any", "temporaries");
-    vgrad("['ln2_g']", {dln2, b.x});
-    vgrad("['ln2_b']", {dln2});
-    grad("['wo']", {t("attn_t"), dx2}, "/dot_general");
-    T dattn = e.dot({dx2, step.gemm_operand(find(p + "['wo']"), w)}, A({Bm * S, D / c.tp}, cd),
+    vgrad(bp.ln2_g, {dln2, b.x});
+    vgrad(bp.ln2_b, {dln2});
+    grad(bp.wo, {bp.transposes_attention ? t("attn_t") : t("av"), dx2}, "/dot_general");
+    if (!bp.bo.empty()) vgrad(bp.bo, {dx2});
+    T dattn = e.dot({dx2, step.gemm_operand(find(p + bp.wo), w)}, A({Bm * S, D / c.tp}, cd),
                     w + "/out/dot_general", "temporaries");
-    T dat = e.loop({dattn}, A({Bm, Hl, S, hd}, cd), w + "/transpose", "temporaries");
+    T dat = !bp.transposes_attention
+                ? dattn
+                : e.loop({dattn}, A({Bm, Hl, S, hd}, cd), w + "/transpose", "temporaries");
     T dq, dk, dv;
     if (s.attn == AttentionKind::kCudnn) {
       // __cudnn$fmhaSoftmaxBackward reads q, k, v, the forward's output and statistics and the output's
@@ -257,17 +307,34 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       dq = e.dot({dscores, t("k")}, A({Bm * Hl, S, hd}, cd), w + "/scores/dot_general", "temporaries");
       dk = e.dot({dscores, t("q")}, A({Bm * Hl, S, hd}, cd), w + "/scores/dot_general", "temporaries");
     }
-    T dqkv = e.loop({dq, dk, dv}, A({Bm * S, 3 * D / c.tp}, cd), w + "/concatenate", "temporaries");
-    grad("['wqkv']", {t("ln1"), dqkv}, "/dot_general");
-    T dln1 = e.dot({dqkv, step.gemm_operand(find(p + "['wqkv']"), w)}, A({Bm * S, D}, cd),
+    T dln1;
+    if (!bp.wqkv.empty()) {
+      T dqkv = e.loop({dq, dk, dv}, A({Bm * S, 3 * D / c.tp}, cd), w + "/concatenate", "temporaries");
+      grad(bp.wqkv, {t("ln1"), dqkv}, "/dot_general");
+      dln1 = e.dot({dqkv, step.gemm_operand(find(p + bp.wqkv), w)}, A({Bm * S, D}, cd),
                    w + "/ln1/dot_general", "temporaries");
+    } else {
+      // Three projections: three weight gradients, and the input's gradient accumulated GEMM by GEMM (each
+      // adds the previous one as its output's addend, gemm_rewriter.cc's beta = 1).
+      const std::array<std::pair<const T*, const std::string*>, 3> parts = {
+          {{&dq, &bp.wq}, {&dk, &bp.wk}, {&dv, &bp.wv}}};
+      const std::array<const std::string*, 3> biases = {&bp.bq, &bp.bk, &bp.bv};
+      for (size_t part = 0; part < parts.size(); ++part) {
+        const auto [d, weight] = parts[part];
+        grad(*weight, {t("ln1"), *d}, "/dot_general");
+        vgrad(*biases[part], {*d});
+        std::vector<T> in{*d, step.gemm_operand(find(p + *weight), w)};
+        if (part > 0) in.push_back(dln1);
+        dln1 = e.dot(in, A({Bm * S, D}, cd), w + "/ln1/dot_general", "temporaries");
+      }
+    }
     std::vector<T> ln1_in{dln1, b.x};
     for (const char* key : {"scan_f", "scan_d0", "scan_d1"})
       if (b.t.contains(key)) ln1_in.push_back(t(key));
     if (c.cpu)
       for (int extra = 0; extra < 7; ++extra) ln1_in.push_back(t(fmt::format("cpu{}", extra).c_str()));
-    vgrad("['ln1_g']", ln1_in);
-    vgrad("['ln1_b']", {dln1});
+    vgrad(bp.ln1_g, ln1_in);
+    vgrad(bp.ln1_b, {dln1});
     return e.loop({dln1, t("ln1"), b.x, dx2}, A({Bm, S, D}, cd), w + "/ln1/add_any", "temporaries");
   };
 
@@ -319,19 +386,17 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       }
       kept[l] = keep;
     }
-    T lnf = e.loop({h, find("['lnf_g']").value, find("['lnf_b']").value}, A({Bm, S, D}, cd),
+    T lnf = e.loop({h, find(bp.lnf_g).value, find(bp.lnf_b).value}, A({Bm, S, D}, cd),
                    "jit(step)/jvp()/lnf/mul", "activations");
     if (!step.train()) {
       out_logits = family.infer_head(build, lnf);
       break;
     }
     T dh = family.train_head(build, h, lnf, lab, micro, loss);
-    step.set_grad(find("['lnf_g']"),
-                  e.reduce({dh}, step.grad_shape(find("['lnf_g']")), "jit(step)/transpose/lnf", "gradients"),
-                  "jit(step)/lnf");
-    step.set_grad(find("['lnf_b']"),
-                  e.reduce({dh}, step.grad_shape(find("['lnf_b']")), "jit(step)/transpose/lnf", "gradients"),
-                  "jit(step)/lnf");
+    for (const std::string* name : {&bp.lnf_g, &bp.lnf_b})
+      step.set_grad(find(*name),
+                    e.reduce({dh}, step.grad_shape(find(*name)), "jit(step)/transpose/lnf", "gradients"),
+                    "jit(step)/lnf");
     for (uint64_t l = L; l-- > 0;) {
       Block b = kept[l];
       std::map<std::string, T> have = b.t;
@@ -347,17 +412,14 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       const RematPolicy policy = remat_of(l);
       if (policy != RematPolicy::kNone) {
         std::vector<Param*> weights;
-        for (const char* key : {"['wqkv']", "['wo']", "['w1']", "['w2']"})
-          weights.push_back(&find(fmt::format("['layers'][{}]{}", l, key)));
+        for (const std::string* key : {&bp.wqkv, &bp.wq, &bp.wk, &bp.wv, &bp.wo, &bp.w1, &bp.w2})
+          if (!key->empty()) weights.push_back(&find(family.layer_prefix(l) + *key));
         step.recompute_weights(weights);
       }
       Block full = policy == RematPolicy::kNone ? Block{b.x, have} : forward(l, b.x, have, true);
       dh = backward(l, full, dh);
     }
     family.embed_backward(build, tok, dh);
-    step.set_grad(find("['pos']"),
-                  e.reduce({dh}, step.grad_shape(find("['pos']")), "jit(step)/transpose/pos", "gradients"),
-                  "jit(step)/pos");
   }
   if (!step.train()) {
     e.root_array(out_logits);

@@ -1,12 +1,15 @@
 // src/program/zoo_transformer.h - the transformer families of the model zoo, private to the program layer:
 // one block body (zoo_transformer.cc) and what each family adds around it - its parameters outside the
-// blocks, its batch, embedding and head (zoo_gpt.cc: tokens, a tied embedding, a language-model loss;
-// zoo_vit.cc: patches, a class token, a classifier head).
+// blocks, its batch, embedding and head (zoo_gpt.cc: tokens, a tied embedding, a language-model loss, and
+// flax's encoder: an untied head and its own block parameters; zoo_vit.cc: patches, a class token, a
+// classifier head).
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "zoo_step.h"
 
@@ -24,9 +27,28 @@ struct TransformerBuild {
   Shape A(std::vector<uint64_t> d, PrimitiveType t) const { return array(t, std::move(d)); }
 };
 
+// The parameters of one block, by their names under the layer's prefix, and how the block uses them.
+struct BlockParams {
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> shapes;  // in jax's flattening order
+  std::string ln1_g, ln1_b, ln2_g, ln2_b;
+  std::string wqkv;                    // one fused q/k/v projection; empty when each has its own:
+  std::string wq, wk, wv, bq, bk, bv;  // separate projections with biases (flax's attention)
+  std::string wo, bo;                  // bo empty: no bias
+  std::string w1, b1, w2, b2;
+  bool transposes_attention = true;  // the attention's output is transposed into a buffer before wo
+  std::string lnf_g, lnf_b;          // the final norm, outside the blocks
+};
+
+// GPT's and ViT's blocks (reference_programs.py): a fused q/k/v matrix, no attention biases.
+BlockParams fused_qkv_block(uint64_t D);
+
 class TransformerFamily {
  public:
   virtual ~TransformerFamily() = default;
+  virtual BlockParams block_params(const ModelSpec& s) const { return fused_qkv_block(s.d_model); }
+  virtual std::string layer_prefix(uint64_t l) const { return "['layers'][" + std::to_string(l) + "]"; }
+  // Parameters that sort after ['layers']: the final norm and the positions.
+  virtual void add_trailing_params(Step& step, const ModelSpec& s) const;
   virtual uint64_t sequence(const ModelSpec& s) const = 0;  // tokens per example
   virtual uint64_t outputs(const ModelSpec& s) const = 0;   // vocabulary or classes
   // Parameters that sort before ['layers'] in jax's flattening order (dict keys sorted).
@@ -41,12 +63,16 @@ class TransformerFamily {
   // last block's output `h`.
   virtual T train_head(TransformerBuild& x, const T& h, const T& lnf, const T& labels, uint64_t micro,
                        T& loss) = 0;
-  // The embedding's gradients from the gradient at the first block's input.
+  // The embedding's (and positions') gradients from the gradient at the first block's input.
   virtual void embed_backward(TransformerBuild& x, const T& tokens, const T& dx) = 0;
 };
 
 std::unique_ptr<TransformerFamily> gpt_family();
+std::unique_ptr<TransformerFamily> flax_encoder_family();
 std::unique_ptr<TransformerFamily> vit_family();
+
+// The positions' gradient (GPT and ViT): the gradient at the first block's input summed over the batch.
+void positions_backward(TransformerBuild& x, const T& dx);
 
 void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerFamily& family);
 

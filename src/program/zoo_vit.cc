@@ -73,6 +73,7 @@ class Vit final : public TransformerFamily {
         x.find("['cls']"),
         x.e.reduce({dh}, x.step.grad_shape(x.find("['cls']")), "jit(step)/transpose/cls", "gradients"),
         "jit(step)/cls");
+    positions_backward(x, dh);
   }
 };
 

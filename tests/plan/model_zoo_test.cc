@@ -136,6 +136,32 @@ TEST(ModelZoo, AdafactorKeepsFactoredStatistics) {
   EXPECT_NE(sharded.error().message().find("adafactor"), std::string::npos);
 }
 
+// flax.linen's encoder (reference_programs.py): its parameters are flax's - separate q/k/v/out projections
+// with biases, two norms and two dense layers per block, an embedding, a final norm and an untied head -
+// trained with optax.adafactor and donated unless the config says otherwise; the seed's fixes apply to it.
+TEST(ModelZoo, FlaxEncoderFamilyPlans) {
+  const char* base = R"({"model": "flax_encoder", "vocab": 8000, "d_model": 256, "heads": 4, "layers": 3,
+                         "seq": 256, "batch": 16)";
+  auto with = [&](const std::string& extra) { return plan(std::string(base) + extra + "}"); };
+  const StepPlan enc = with("");
+  const uint64_t D = 256, F = 4 * D, V = 8000;
+  const uint64_t block = 2 * D /*norm*/ + 3 * (D * D + D) /*q,k,v*/ + (D * D + D) /*out*/ + 2 * D /*norm*/ +
+                         (D * F + F) + (F * D + D);
+  EXPECT_EQ(enc.arguments.parameter_count, V * D /*embedding*/ + 3 * block + 2 * D + (D * V + V) /*head*/);
+  EXPECT_EQ(enc.hlo.alias_bytes, enc.hlo.argument_bytes - enc.arguments.batch_bytes);  // donated
+  EXPECT_LT(enc.arguments.optimizer_state_bytes, enc.arguments.parameter_bytes / 4);   // adafactor's
+  const StepPlan adam = with(R"(, "optimizer": "adam")");
+  EXPECT_EQ(adam.arguments.optimizer_state_bytes, 2 * adam.arguments.parameter_bytes + 4);
+  EXPECT_LT(with(R"(, "remat": "full")").peak_bytes, enc.peak_bytes);
+  EXPECT_LT(with(R"(, "precision": "mixed")").peak_bytes, enc.peak_bytes);
+  EXPECT_LT(with(R"(, "step": "infer")").peak_bytes, enc.peak_bytes);
+  for (const char* refused : {R"(, "scan": true)", R"(, "precision": "mixed", "attn": "cudnn")",
+                              R"(, "sharding": "tp", "mesh": [2], "mesh_axes": ["model"])"}) {
+    auto spec = model_spec_from_json(Json::parse(std::string(base) + refused + "}"));
+    EXPECT_FALSE(spec.ok()) << refused;
+  }
+}
+
 TEST(ModelZoo, CudnnAttentionHoldsNoScores) {
   const char* gpt = R"({"model": "gpt", "layers": 2, "seq": 512, "batch": 8, "precision": "mixed")";
   const StepPlan xla = plan(std::string(gpt) + "}");

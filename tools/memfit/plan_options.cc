@@ -21,7 +21,7 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
     app.add_option_function<std::string>(
         flag, [&o, key](const std::string& v) { o.overrides[key] = v; }, help);
   };
-  text("--model", "model", "gpt, mlp or vit");
+  text("--model", "model", "gpt, mlp, vit or flax_encoder");
   integer("--vocab", "vocab", "GPT vocabulary");
   integer("--d-model", "d_model", "width of a transformer");
   integer("--heads", "heads", "attention heads");

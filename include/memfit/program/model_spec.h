@@ -12,7 +12,10 @@
 
 namespace memfit {
 
-enum class ModelFamily : uint8_t { kGpt, kMlp, kVit };
+// flax_encoder: reference_programs.py's flax.linen encoder - token embedding, pre-norm blocks with
+// bidirectional nn.MultiHeadDotProductAttention (q, k, v and out projections with biases), a final norm and
+// an untied dense head; trained with optax.adafactor unless the config names another optimizer.
+enum class ModelFamily : uint8_t { kGpt, kMlp, kVit, kFlaxEncoder };
 enum class Precision : uint8_t { kFp32, kMixed, kBf16 };  // mixed: fp32 parameters, bf16 compute
 // jax.checkpoint policies: nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable.
 enum class RematPolicy : uint8_t { kNone, kFull, kDots, kDotsNoBatch };
@@ -40,7 +43,7 @@ std::string_view to_string(AttentionKind v);
 // The keys of programs.json's `config`; absent = its default.
 struct ModelSpec {
   ModelFamily model = ModelFamily::kGpt;
-  // gpt (and vit's encoder)
+  // gpt, flax_encoder (and vit's encoder)
   uint64_t vocab = 32000, d_model = 1024, heads = 16, layers = 8, seq = 1024, batch = 8;
   // mlp
   uint64_t din = 1024, width = 4096, depth = 8, dout = 1024;
