@@ -8,7 +8,37 @@
 #include "memfit/core/xla_env.h"
 
 namespace memfit {
+namespace {
 
+// The temp block at its fullest moment, by category, and whether the peak fits.
+StepPlan finish_breakdown(StepPlan& plan, std::optional<uint64_t> capacity_bytes, double memory_fraction) {
+  PeakBreakdown& b = plan.breakdown;
+  uint64_t live = 0;
+  for (uint32_t i : plan.hlo.live_at_peak) {
+    const PlannedBuffer& row = plan.hlo.buffers[i];
+    live += row.bytes;
+    if (row.category == "gradients") {
+      b.gradients += row.bytes;
+    } else if (row.category == "kv_cache") {
+      b.kv_cache += row.bytes;
+    } else if (row.category == "activations") {
+      b.activations += row.bytes;
+    } else {
+      b.temporaries += row.bytes;
+    }
+  }
+  b.temporaries += plan.hlo.temp_bytes > live ? plan.hlo.temp_bytes - live : 0;
+  const uint64_t sum =
+      b.parameters + b.optimizer_state + b.gradients + b.activations + b.kv_cache + b.temporaries;
+  if (sum > plan.peak_bytes) b.temporaries -= std::min(b.temporaries, sum - plan.peak_bytes);
+  plan.capacity_bytes = capacity_bytes;
+  plan.memory_fraction = memory_fraction;
+  if (capacity_bytes) plan.limit_bytes = bfc_memory_limit(memory_fraction, *capacity_bytes);
+  plan.fits = !capacity_bytes || plan.peak_bytes <= plan.limit_bytes;
+  return std::move(plan);
+}
+
+}  // namespace
 Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
                              double memory_fraction) {
   StepPlan plan;
@@ -23,7 +53,13 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
   b.parameters = plan.arguments.parameter_bytes;
   b.optimizer_state = plan.arguments.optimizer_state_bytes;
   b.activations = plan.arguments.batch_bytes;
+  b.kv_cache = plan.arguments.kv_cache_bytes;  // donated: its new values are written over it
   const uint64_t new_values = plan.hlo.output_bytes - plan.hlo.alias_bytes;
+  if (spec.step == StepKind::kInfer || spec.step == StepKind::kDecode) {
+    // No training: what the step returns beside the cache it writes over is the logits.
+    b.activations += new_values;
+    return finish_breakdown(plan, capacity_bytes, memory_fraction);
+  }
   const uint64_t opt_share =
       plan.arguments.parameter_bytes + plan.arguments.optimizer_state_bytes == 0
           ? 0
@@ -31,27 +67,7 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
                 (plan.arguments.parameter_bytes + plan.arguments.optimizer_state_bytes);
   b.optimizer_state += opt_share;
   b.parameters += new_values - opt_share;
-  // The temp block at its fullest moment, by category.
-  uint64_t live = 0;
-  for (uint32_t i : plan.hlo.live_at_peak) {
-    const PlannedBuffer& row = plan.hlo.buffers[i];
-    live += row.bytes;
-    if (row.category == "gradients") {
-      b.gradients += row.bytes;
-    } else if (row.category == "activations") {
-      b.activations += row.bytes;
-    } else {
-      b.temporaries += row.bytes;
-    }
-  }
-  b.temporaries += plan.hlo.temp_bytes > live ? plan.hlo.temp_bytes - live : 0;
-  const uint64_t sum = b.parameters + b.optimizer_state + b.gradients + b.activations + b.temporaries;
-  if (sum > plan.peak_bytes) b.temporaries -= std::min(b.temporaries, sum - plan.peak_bytes);
-  plan.capacity_bytes = capacity_bytes;
-  plan.memory_fraction = memory_fraction;
-  if (capacity_bytes) plan.limit_bytes = bfc_memory_limit(memory_fraction, *capacity_bytes);
-  plan.fits = !capacity_bytes || plan.peak_bytes <= plan.limit_bytes;
-  return plan;
+  return finish_breakdown(plan, capacity_bytes, memory_fraction);
 }
 
 Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction) {

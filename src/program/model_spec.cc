@@ -35,10 +35,11 @@ constexpr std::array<std::pair<OptimizerKind, std::string_view>, 4> kOptimizerKi
     {OptimizerKind::kAdamW, "adamw"},
     {OptimizerKind::kAdafactor, "adafactor"},
 }};
-constexpr std::array<std::pair<StepKind, std::string_view>, 3> kStepKindNames = {{
+constexpr std::array<std::pair<StepKind, std::string_view>, 4> kStepKindNames = {{
     {StepKind::kTrain, "train"},
     {StepKind::kInfer, "infer"},
     {StepKind::kVmapGrads, "vmap_grads"},
+    {StepKind::kDecode, "decode"},
 }};
 constexpr std::array<std::pair<ShardingKind, std::string_view>, 3> kShardingKindNames = {{
     {ShardingKind::kReplicated, "replicated"},
@@ -223,6 +224,14 @@ Status validate_model_spec(const ModelSpec& s) {
       return invalid_argument("attn: the flax_encoder uses flax's attention");
     if (s.sharding == ShardingKind::kTp)
       return invalid_argument("sharding: tp is not built for the flax_encoder");
+  }
+  if (s.step == StepKind::kDecode) {
+    // As reference_programs.py builds it: the GPT, unrolled, on one device.
+    if (s.model != ModelFamily::kGpt) return invalid_argument("step decode is built for the gpt");
+    if (s.scan) return invalid_argument("step decode is built without scan");
+    if (s.sharding != ShardingKind::kReplicated || s.devices() > 1)
+      return invalid_argument("step decode is built for one device (no mesh)");
+    if (s.attn == AttentionKind::kCudnn) return invalid_argument("step decode attends with XLA's attention");
   }
   if (s.step == StepKind::kVmapGrads && s.model != ModelFamily::kMlp)
     return invalid_argument("step vmap_grads is built for the mlp");

@@ -308,7 +308,8 @@ class Step {
   void count_batch(const T& t) { args_.batch_bytes += t.shape.own_bytes(); }
   const StepArguments& arguments() const { return args_; }
 
-  bool train() const { return c_.s.step != StepKind::kInfer; }
+  bool train() const { return c_.s.step == StepKind::kTrain || c_.s.step == StepKind::kVmapGrads; }
+  void count_kv_cache(const T& t) { args_.kv_cache_bytes += t.shape.own_bytes(); }
 
   // The weight as the compute uses it: FSDP gathers it (a transient full copy).
   T use(Param& p, const std::string& where) {

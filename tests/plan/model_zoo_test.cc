@@ -162,6 +162,38 @@ TEST(ModelZoo, FlaxEncoderFamilyPlans) {
   }
 }
 
+// step decode (reference_programs.py's mode "decode"): an LLM server's step - one token per sequence
+// against a donated KV cache of seq positions per layer, written in place.
+TEST(ModelZoo, DecodeHoldsTheKvCacheOnce) {
+  const uint64_t B = 4, S = 256, L = 2, D = 256, H = 4, V = 1000, F = 4 * D, hd = D / H;
+  const char* spec = R"({"model": "gpt", "step": "decode", "batch": 4, "seq": 256, "layers": 2,
+                         "d_model": 256, "heads": 4, "vocab": 1000%s})";
+  auto with = [&](const char* extra) {
+    char text[512];
+    std::snprintf(text, sizeof text, spec, extra);
+    return plan(text);
+  };
+  const StepPlan fp32 = with("");
+  const uint64_t params = V * D + S * D + 2 * D + L * (D * 3 * D + D * D + D * F + F * D + F + D + 4 * D);
+  const uint64_t cache = L * 2 * B * H * S * hd * 4;
+  EXPECT_EQ(fp32.arguments.parameter_count, params);
+  EXPECT_EQ(fp32.arguments.kv_cache_bytes, cache);
+  EXPECT_EQ(fp32.hlo.argument_bytes, params * 4 + cache + B * 4 + 4);     // parameters, cache, tokens, pos
+  EXPECT_EQ(fp32.hlo.alias_bytes, cache);                                 // donate_argnums=(1,)
+  EXPECT_EQ(fp32.hlo.output_bytes, B * V * 4 + cache + 8 * (1 + 2 * L));  // logits, cache, tuple table
+  EXPECT_LT(fp32.hlo.temp_bytes, cache / 4) << "the cache is updated in place, never copied";
+  EXPECT_EQ(fp32.breakdown.kv_cache, cache);
+  EXPECT_EQ(fp32.breakdown.optimizer_state + fp32.breakdown.gradients, 0u);
+  // The cache grows with batch x seq x layers and halves in 16-bit compute.
+  EXPECT_EQ(with(R"(, "seq": 512)").arguments.kv_cache_bytes, 2 * cache);
+  EXPECT_EQ(with(R"(, "precision": "bf16")").arguments.kv_cache_bytes, cache / 2);
+  for (const char* refused :
+       {R"({"model": "mlp", "step": "decode"})", R"({"model": "gpt", "step": "decode", "scan": true})",
+        R"({"model": "gpt", "step": "decode", "sharding": "fsdp", "mesh": [2], "mesh_axes": ["data"]})"}) {
+    EXPECT_FALSE(model_spec_from_json(Json::parse(refused)).ok()) << refused;
+  }
+}
+
 TEST(ModelZoo, CudnnAttentionHoldsNoScores) {
   const char* gpt = R"({"model": "gpt", "layers": 2, "seq": 512, "batch": 8, "precision": "mixed")";
   const StepPlan xla = plan(std::string(gpt) + "}");

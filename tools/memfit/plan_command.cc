@@ -25,11 +25,9 @@ Json step_plan_to_json(const StepPlan& p) {
   j["temp_bytes"] = p.hlo.temp_bytes;
   j["peak_bytes"] = p.peak_bytes;
   j["lower_bound_bytes"] = p.hlo.lower_bound_bytes;  // the peak with no fragmentation in temp
-  j["breakdown"] = {{"parameters", p.breakdown.parameters},
-                    {"optimizer_state", p.breakdown.optimizer_state},
-                    {"gradients", p.breakdown.gradients},
-                    {"activations", p.breakdown.activations},
-                    {"temporaries", p.breakdown.temporaries}};
+  j["breakdown"] = {{"parameters", p.breakdown.parameters}, {"optimizer_state", p.breakdown.optimizer_state},
+                    {"gradients", p.breakdown.gradients},   {"activations", p.breakdown.activations},
+                    {"kv_cache", p.breakdown.kv_cache},     {"temporaries", p.breakdown.temporaries}};
   if (p.capacity_bytes) {
     j["capacity_bytes"] = *p.capacity_bytes;
     j["memory_fraction"] = p.memory_fraction;
@@ -100,6 +98,7 @@ void print(std::ostream& out, const StepPlan& p) {
   row("optimizer state", p.breakdown.optimizer_state);
   row("gradients", p.breakdown.gradients);
   row("activations", p.breakdown.activations);
+  if (s.step == StepKind::kDecode) row("KV cache", p.breakdown.kv_cache);
   row("temporaries", p.breakdown.temporaries);
   row("peak", p.peak_bytes);
   out << fmt::format("  (XLA would report argument {}, output {}, alias {}, temp {})\n",

@@ -39,7 +39,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   text("--precision", "precision", "fp32, mixed or bf16");
   text("--remat", "remat", "none, full (nothing_saveable), dots (dots_saveable), dots_no_batch");
   text("--optimizer", "optimizer", "adam, adamw, sgd or adafactor");
-  text("--step", "step", "train, infer or vmap_grads");
+  text("--step", "step",
+       "train, infer, vmap_grads or decode (one token against a KV cache of --seq positions)");
   text("--sharding", "sharding", "replicated, fsdp or tp (with --mesh)");
   text("--backend", "backend", "gpu or cpu");
   app.add_option_function<std::string>(

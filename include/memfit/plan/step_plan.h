@@ -18,6 +18,7 @@ struct PeakBreakdown {
   uint64_t optimizer_state = 0;  // Adam moments and step count, likewise
   uint64_t gradients = 0;        // gradients live at the peak
   uint64_t activations = 0;      // the batch and the forward tensors kept for the backward pass
+  uint64_t kv_cache = 0;         // step decode: every layer's cached keys and values
   uint64_t temporaries = 0;      // everything else live at the peak, fragmentation and outputs included
 };
 

@@ -23,7 +23,9 @@ enum class RematPolicy : uint8_t { kNone, kFull, kDots, kDotsNoBatch };
 // fp32 moments per parameter; sgd none; adafactor (optax.adafactor) a row and a column statistic per matrix
 // and a full second moment for the rest (program/adafactor.h).
 enum class OptimizerKind : uint8_t { kAdam, kSgd, kAdamW, kAdafactor };
-enum class StepKind : uint8_t { kTrain, kInfer, kVmapGrads };
+// decode: one new token per sequence against a KV cache of `seq` positions per layer, donated and written in
+// place (reference_programs.py's step="decode", GPT only): what an LLM server holds per batch of requests.
+enum class StepKind : uint8_t { kTrain, kInfer, kVmapGrads, kDecode };
 enum class ShardingKind : uint8_t { kReplicated, kFsdp, kTp };
 enum class Backend : uint8_t { kGpu, kCpu };  // XLA:CPU keeps more unfused tensors
 // jax.nn.dot_product_attention's implementation: XLA's (scores and probabilities materialized) or cuDNN's

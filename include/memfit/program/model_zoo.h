@@ -24,6 +24,7 @@ struct StepArguments {
   uint64_t parameter_bytes = 0;        // per device
   uint64_t optimizer_state_bytes = 0;  // per device
   uint64_t batch_bytes = 0;            // per device
+  uint64_t kv_cache_bytes = 0;         // step decode: every layer's keys and values, per device
 };
 
 // The per-device program of one step, as XLA would compile it for `spec`.
