@@ -221,7 +221,11 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       return e.dot({ln2, step.gemm_operand(find(p + bp.w1), w), step.use(find(p + bp.b1), w)},
                    A({Bm * S, Fl}, cd), w + "/mlp/dot_general", "activations");
     });
-    T g0 = get("g0", [&] { return e.loop({h1}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "activations"); });
+    // GELU in the GEMM's row-major [tokens, width] shape, as XLA's loop fusion writes it: when nothing else
+    // reads h1 (inference) the fusion writes over h1's buffer (an elementwise user of the same shape,
+    // HloDataflowAnalysis::CanShareOperandBufferWithUser) - vit_b16_infer_b256's live set at its peak is then
+    // XLA's own to the byte.
+    T g0 = get("g0", [&] { return e.loop({h1}, A({Bm * S, Fl}, cd), w + "/gelu/mul", "activations"); });
     // GELU's second output is its derivative's factor, for the backward pass only.
     if (step.train())
       get("g1", [&] { return e.loop({h1}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "activations"); });
