@@ -6,6 +6,7 @@
 
 #include "memfit/plan/buffer_model.h"
 #include "memfit/plan/hlo_plan.h"
+#include "memfit/program/stablehlo_module.h"
 
 namespace memfit {
 namespace {
@@ -128,6 +129,31 @@ ENTRY main.3 {
   ASSERT_TRUE(plan.ok()) << plan.error().message();
   EXPECT_EQ(plan->host_temp_bytes, 1u << 20);  // the one offloaded f32[256,1024]
   for (const PlannedBuffer& b : plan->buffers) EXPECT_EQ(b.host_memory, b.name == "to_host") << b.name;
+}
+
+// StableHLO lists ops in JAX's tracing order; XLA converts it to HLO and orders each computation by
+// MakeInstructionPostOrder - depth first from the result, first operands first. Here the text computes the
+// second result's GEMM first; XLA's order (and so the modeled program's) computes the first result's first.
+TEST(XlaGpuModel, AStableHloProgramIsPlannedInXlasPostOrder) {
+  auto m = parse_program_text(R"(module @jit_step {
+  func.func public @main(%arg0: tensor<256x256xf32>, %arg1: tensor<256x256xf32>) -> (tensor<256x256xf32>, tensor<256x256xf32>) {
+    %0 = stablehlo.dot_general %arg1, %arg1, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+    %1 = stablehlo.dot_general %arg0, %arg0, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+    return %1, %0 : tensor<256x256xf32>, tensor<256x256xf32>
+  }
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  auto modeled = model_xla_gpu(*m);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  std::vector<std::string> gemm_inputs;  // each GEMM's first operand, in the modeled order
+  for (const HloInstruction& i : modeled->entry()->instructions)
+    if (i.opcode != HloOpcode::kParameter && i.opcode != HloOpcode::kTuple && !i.operands.empty())
+      gemm_inputs.push_back(i.operands.front());
+  ASSERT_EQ(gemm_inputs.size(), 2u);
+  const HloInstruction* first = find(*modeled, gemm_inputs[0]);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->parameter_number, 0) << "the first result's GEMM (of %arg0) comes first";
 }
 
 }  // namespace
