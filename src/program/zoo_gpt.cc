@@ -18,6 +18,7 @@ class Gpt final : public TransformerFamily {
 
   uint64_t sequence(const ModelSpec& s) const override { return s.seq; }
   uint64_t outputs(const ModelSpec& s) const override { return s.vocab; }
+  bool logits_follow_embedding() const override { return !flax_; }
 
   BlockParams block_params(const ModelSpec& s) const override {
     if (!flax_) return fused_qkv_block(s.d_model);

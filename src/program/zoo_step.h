@@ -255,7 +255,7 @@ inline std::vector<uint64_t> local_dims(const Ctx& c, const std::string& name,
     else if ((name.find("wo") != std::string::npos || name.find("w2") != std::string::npos) &&
              d[d.size() - 2] % c.tp == 0)
       d[d.size() - 2] /= c.tp;
-    else if (name == "embed" && d[0] % c.tp == 0)
+    else if (name.find("embed") != std::string::npos && d[0] % c.tp == 0)
       d[0] /= c.tp;
   }
   return d;
@@ -374,16 +374,26 @@ class Step {
   void optimize_and_finish(std::vector<T> extra_outputs, HloModule* module_aliases) {
     if (c_.s.optimizer == OptimizerKind::kAdafactor) return finish_adafactor(extra_outputs, module_aliases);
     std::vector<T> new_params, new_m, new_v;
+    std::vector<bool> sharded_out;  // per parameter: its new values are shards, not aliased
     for (Param& p : params_) {
       const std::string where = fmt::format("jit(step)/update{}", p.name);
+      // Tensor parallelism: XLA's sharding propagation gives a replicated first-MLP bias's new value (and
+      // moments) the sharding of the activations its gradient comes from (h1, split over 'model'); the step
+      // returns a shard, which cannot be written over the replicated argument (cpu8_gpt_tp4_dp2's compile:
+      // each layer's b1, m and v returned as f32[512] of f32[2048], not aliased).
+      const bool shard = c_.tp > 1 && p.name.ends_with("['b1']") && p.local.size() == 1 &&
+                         p.local[0] == p.dims[0] && p.dims[0] % c_.tp == 0;
+      sharded_out.push_back(shard);
+      auto out_shape = [&](const Shape& in) { return shard ? array(in.type, {in.dims[0] / c_.tp}) : in; };
       if (keeps_moments()) {
-        auto outs = e_.loop_multi({p.value, p.grad, p.m, p.v, count_}, {p.value.shape, p.m.shape, p.v.shape},
+        auto outs = e_.loop_multi({p.value, p.grad, p.m, p.v, count_},
+                                  {out_shape(p.value.shape), out_shape(p.m.shape), out_shape(p.v.shape)},
                                   where, "parameters");
         new_params.push_back(outs[0]);
         new_m.push_back(outs[1]);
         new_v.push_back(outs[2]);
       } else {
-        new_params.push_back(e_.loop({p.value, p.grad}, p.value.shape, where, "parameters"));
+        new_params.push_back(e_.loop({p.value, p.grad}, out_shape(p.value.shape), where, "parameters"));
       }
     }
     std::vector<T> outs = new_params;
@@ -397,6 +407,7 @@ class Step {
     e_.root(outs);
     if (c_.s.donate) {
       for (size_t k = 0; k < aliased; ++k) {
+        if (k < 3 * params_.size() && sharded_out[k % params_.size()]) continue;
         HloAlias a;
         a.output_index = {k};
         a.parameter = static_cast<int64_t>(k);

@@ -58,7 +58,11 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
   Emitter& e = c.e;
   const uint64_t D = s.d_model, H = s.heads, F = 4 * D, L = s.layers;
   const uint64_t S = family.sequence(s);
-  const uint64_t V = family.outputs(s);
+  // Tensor parallelism shards a tied embedding by vocabulary (reference_programs.py's spec_for): each device
+  // computes, and backpropagates through, its own slice of the logits.
+  const uint64_t V =
+      family.outputs(s) /
+      (c.tp > 1 && family.logits_follow_embedding() && family.outputs(s) % c.tp == 0 ? c.tp : 1);
   // Parameters in jax's flattening order (dict keys sorted).
   family.add_leading_params(step, s);
   const BlockParams bp = family.block_params(s);

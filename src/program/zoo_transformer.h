@@ -51,6 +51,8 @@ class TransformerFamily {
   virtual void add_trailing_params(Step& step, const ModelSpec& s) const;
   virtual uint64_t sequence(const ModelSpec& s) const = 0;  // tokens per example
   virtual uint64_t outputs(const ModelSpec& s) const = 0;   // vocabulary or classes
+  // Whether the logits come through the (tied) embedding, so that sharding it shards them.
+  virtual bool logits_follow_embedding() const { return false; }
   // Parameters that sort before ['layers'] in jax's flattening order (dict keys sorted).
   virtual void add_leading_params(Step& step, const ModelSpec& s) const = 0;
   // The batch arguments (per device); labels only when the step trains.

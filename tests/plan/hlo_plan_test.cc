@@ -86,7 +86,7 @@ TEST(HloPlan, MatchesXlaMemoryAnalysisOnEveryProgram) {
                 static_cast<unsigned long long>(plan->peak_bytes), 100 * peak_error, 100 * xla_error);
     ++checked;
   }
-  EXPECT_EQ(checked, 11);
+  EXPECT_EQ(checked, 13);
 }
 
 // XLA's dump of gpt_fp32_donate: "allocation N: ..., parameter P | constant | preallocated-temp | ..." then

@@ -34,7 +34,7 @@ TEST(HloModule, EntrySizesMatchXlaOnEveryProgram) {
     EXPECT_EQ(sizes->alias_bytes, xla["alias_size_in_bytes"].get<uint64_t>());
     ++checked;
   }
-  EXPECT_EQ(checked, 9);
+  EXPECT_EQ(checked, 11);
 }
 
 TEST(HloModule, InstructionsCarryOperandsCalledComputationsAndOpNames) {
