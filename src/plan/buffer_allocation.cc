@@ -47,7 +47,7 @@ void Builder::assign_allocations() {
   for (uint32_t b = 0; b < model_.buffers.size(); ++b) is_live_out[b] = live_out(b);
   // Ties go to the buffer whose first defining instruction comes first in post order (a depth-first walk
   // from each computation's results, operands in order): XLA's MakeInstructionPostOrder, not the schedule.
-  const auto post_order = post_order_positions();
+  const auto& post_order = post_order_positions();
   std::vector<uint64_t> first_post_order(model_.buffers.size(), UINT64_MAX);
   for (uint32_t b = 0; b < model_.buffers.size(); ++b) {
     for (uint32_t v : model_.buffers[b].values) {
@@ -283,7 +283,7 @@ void Builder::simulate_heap_of(bool host, std::vector<HeapInterval>& intervals,
   // values in shape-index order. Values of equal live range are handed to the heap, and chunks of equal
   // size and span placed, in that order (HeapSimulator::RunComputation's values_to_assign sort, the heap's
   // BufferIntervalCompare); a tie broken otherwise moves chunks and can cost a buffer's worth of temp.
-  const auto post_order = post_order_positions();
+  const auto& post_order = post_order_positions();
   auto xla_value_id = [&](uint32_t v) {
     const HloValue& x = model_.values[v];
     return std::make_pair(post_order[x.computation][x.instruction], v);

@@ -84,40 +84,16 @@ void Builder::assign_buffers() {
 }
 
 // Post-order positions of every instruction in the sequential computations, callees first.
-std::vector<std::vector<uint64_t>> Builder::post_order_positions() {
-  std::vector<std::vector<uint64_t>> pos(m_.computations.size());
+const std::vector<std::vector<uint64_t>>& Builder::post_order_positions() {
+  if (post_order_built_) return post_order_;
+  post_order_built_ = true;
+  post_order_.resize(m_.computations.size());
   uint64_t next = 0;
-  std::vector<uint8_t> state;
-  std::vector<uint32_t> stack;
   for (uint32_t c : computation_post_order_) {
-    const auto& insts = m_.computations[c].instructions;
-    pos[c].assign(insts.size(), UINT64_MAX);
-    const auto& users = users_of(c);
-    state.assign(insts.size(), 0);  // 0 new, 1 visiting, 2 done
-    for (uint32_t r = 0; r < insts.size(); ++r) {
-      auto u = users.find(insts[r].name);
-      if (u != users.end() && !u->second.empty()) continue;  // walks start at instructions nothing uses
-      stack.assign(1, r);
-      while (!stack.empty()) {
-        const uint32_t x = stack.back();
-        if (state[x] == 2) {
-          stack.pop_back();
-        } else if (state[x] == 1) {
-          stack.pop_back();
-          state[x] = 2;
-          pos[c][x] = next++;
-        } else {
-          state[x] = 1;
-          const auto& ops = insts[x].operands;
-          for (size_t k = ops.size(); k-- > 0;) {
-            auto it = names_[c].find(ops[k]);
-            if (it != names_[c].end() && state[it->second] != 2) stack.push_back(it->second);
-          }
-        }
-      }
-    }
+    post_order_[c].assign(m_.computations[c].instructions.size(), UINT64_MAX);
+    for (uint32_t i : instruction_post_order(m_.computations[c])) post_order_[c][i] = next++;
   }
-  return pos;
+  return post_order_;
 }
 
 }  // namespace memfit::buffer_model_internal

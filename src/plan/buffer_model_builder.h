@@ -152,8 +152,9 @@ class Builder {
 
   void assign_buffers();
 
-  // Post-order positions of every instruction in the sequential computations, callees first.
-  std::vector<std::vector<uint64_t>> post_order_positions();
+  // Post-order positions of every instruction in the sequential computations, callees first (XLA's
+  // MakeInstructionPostOrder per computation); computed once, on first need.
+  const std::vector<std::vector<uint64_t>>& post_order_positions();
 
   // BufferAssigner::AssignBuffersForComputations: buffers go largest first (live-out first on ties). Before a
   // temporary is left to the heap it tries the allocation of an operand it may share, then every allocation
@@ -201,7 +202,9 @@ class Builder {
   std::vector<const Shape*> shape_of_;
   std::vector<uint32_t> parent_;
   std::vector<bool> live_out_;
-  std::vector<uint32_t> computation_post_order_;  // sequential computations, callees before callers
+  std::vector<uint32_t> computation_post_order_;   // sequential computations, callees before callers
+  std::vector<std::vector<uint64_t>> post_order_;  // post_order_positions(), once built
+  bool post_order_built_ = false;
 };
 
 }  // namespace memfit::buffer_model_internal

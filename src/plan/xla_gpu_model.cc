@@ -865,51 +865,15 @@ void defer_host_copies(HloComputation& comp) {
   comp.instructions = std::move(out);
 }
 
-// The order XLA itself gives a computation converted from StableHLO: HloComputation::MakeInstructionPostOrder
-// (xla/hlo/ir/hlo_computation.cc) - a depth-first post order from each instruction no one reads, taken in
-// the order they were added, visiting operands in order. The lowered HLO text is printed in this order
-// already; StableHLO's text order is JAX's tracing order (a transposed head's GEMM before the backward loop,
-// where XLA's post order puts it after), so a StableHLO program is put in XLA's order before it is planned.
+// The order XLA gives a computation converted from StableHLO (instruction_post_order, XLA's
+// MakeInstructionPostOrder). The lowered HLO text is printed in this order already; StableHLO's text order is
+// JAX's tracing order (a transposed head's GEMM before the backward loop, where XLA's post order puts it
+// after), so a StableHLO program is put in XLA's order before it is planned.
 void xla_post_order(HloComputation& comp) {
-  const size_t n = comp.instructions.size();
-  std::unordered_map<std::string_view, uint32_t> index;
-  for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
-  std::vector<std::vector<uint32_t>> operands(n);
-  std::vector<bool> read(n, false);
-  for (uint32_t i = 0; i < n; ++i) {
-    for (const std::string& o : comp.instructions[i].operands) {
-      auto it = index.find(o);
-      if (it == index.end()) return;  // not a well-formed computation: keep its order
-      operands[i].push_back(it->second);
-      read[it->second] = true;
-    }
-  }
-  std::vector<uint8_t> state(n, 0);  // 0 unseen, 1 on the stack, 2 placed
-  std::vector<uint32_t> order;
-  order.reserve(n);
-  std::vector<std::pair<uint32_t, size_t>> stack;  // instruction, next operand
-  for (uint32_t start = 0; start < n; ++start) {
-    if (read[start] || state[start] != 0) continue;
-    stack.emplace_back(start, 0);
-    state[start] = 1;
-    while (!stack.empty()) {
-      auto& [i, next] = stack.back();
-      if (next < operands[i].size()) {
-        const uint32_t o = operands[i][next++];
-        if (state[o] == 0) {
-          state[o] = 1;
-          stack.emplace_back(o, 0);
-        }
-        continue;
-      }
-      state[i] = 2;
-      order.push_back(i);
-      stack.pop_back();
-    }
-  }
-  if (order.size() != n) return;  // a cycle: not a program XLA would accept; keep its order
+  const std::vector<uint32_t> order = instruction_post_order(comp);
+  if (order.size() != comp.instructions.size()) return;  // a cycle: not a program XLA accepts; keep its order
   std::vector<HloInstruction> out;
-  out.reserve(n);
+  out.reserve(order.size());
   for (uint32_t i : order) out.push_back(std::move(comp.instructions[i]));
   comp.instructions = std::move(out);
 }

@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "memfit/core/checked.h"
@@ -445,6 +446,45 @@ const HloInstruction* HloComputation::root() const {
     if (i.is_root) return &i;
   }
   return instructions.empty() ? nullptr : &instructions.back();
+}
+
+std::vector<uint32_t> instruction_post_order(const HloComputation& comp) {
+  const auto& insts = comp.instructions;
+  std::unordered_map<std::string_view, uint32_t> index;
+  for (uint32_t i = 0; i < insts.size(); ++i) index.emplace(insts[i].name, i);
+  std::vector<std::vector<uint32_t>> operands(insts.size());
+  std::vector<bool> read(insts.size(), false);
+  for (uint32_t i = 0; i < insts.size(); ++i) {
+    for (const std::string& o : insts[i].operands) {
+      auto it = index.find(o);
+      if (it == index.end()) continue;
+      operands[i].push_back(it->second);
+      read[it->second] = true;
+    }
+  }
+  std::vector<uint32_t> order;
+  order.reserve(insts.size());
+  std::vector<uint8_t> state(insts.size(), 0);  // 0 new, 1 visiting, 2 done
+  std::vector<uint32_t> stack;
+  for (uint32_t r = 0; r < insts.size(); ++r) {
+    if (read[r]) continue;  // walks start at instructions nothing reads
+    stack.assign(1, r);
+    while (!stack.empty()) {
+      const uint32_t x = stack.back();
+      if (state[x] == 2) {
+        stack.pop_back();
+      } else if (state[x] == 1) {
+        stack.pop_back();
+        state[x] = 2;
+        order.push_back(x);
+      } else {
+        state[x] = 1;
+        for (size_t k = operands[x].size(); k-- > 0;)  // pushed last first: the first operand is walked first
+          if (state[operands[x][k]] != 2) stack.push_back(operands[x][k]);
+      }
+    }
+  }
+  return order;
 }
 
 const HloComputation* HloModule::entry() const {

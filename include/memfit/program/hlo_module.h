@@ -93,6 +93,12 @@ struct HloComputation {
   const HloInstruction* root() const;
 };
 
+// XLA's HloComputation::MakeInstructionPostOrder (xla/hlo/ir/hlo_computation.cc): depth first from each
+// instruction nothing in the computation reads, taken in instruction order, first operands first. Indices
+// into comp.instructions; an operand the computation does not define is skipped. Only instructions on a
+// cycle (no program XLA accepts) are left out.
+std::vector<uint32_t> instruction_post_order(const HloComputation& comp);
+
 struct HloAlias {
   std::vector<uint64_t> output_index;
   int64_t parameter = 0;
