@@ -20,13 +20,9 @@ void build_decode(TransformerBuild& x, const TransformerFamily& family, const Bl
   auto A = [](std::vector<uint64_t> d, PrimitiveType t) { return array(t, std::move(d)); };
   // Arguments after the parameters, in jax's order: the cache [(k, v) per layer], the tokens, the position.
   std::vector<T> cache;
-  for (uint64_t l = 0; l < L; ++l) {
-    for (const char* kv : {"k", "v"}) {
-      cache.push_back(e.param(A({B, H, S, hd}, cd), fmt::format("cache[{}][{}]", l, kv), "kv_cache"));
-      step.count_kv_cache(cache.back());
-    }
-  }
-  const int64_t first_cache_argument = static_cast<int64_t>(step.params().size());
+  for (uint64_t l = 0; l < L; ++l)
+    for (const char* kv : {"k", "v"})
+      cache.push_back(step.kv_cache_argument(A({B, H, S, hd}, cd), fmt::format("cache[{}][{}]", l, kv)));
   const T tok = e.param(A({B, 1}, PrimitiveType::kS32), "tok", "activations");
   const T pos = e.param(A({}, PrimitiveType::kS32), "pos", "activations");
   step.count_batch(tok);
@@ -63,16 +59,10 @@ void build_decode(TransformerBuild& x, const TransformerFamily& family, const Bl
                  "activations");
   T logits = e.dot({lnf, step.gemm_operand(x.find("['embed']"), w)}, A({B, 1, x.V}, f32),
                    w + "/logits/dot_general", "activations");
-  std::vector<T> outs{logits};
-  outs.insert(outs.end(), new_cache.begin(), new_cache.end());
-  e.root(outs);
-  // donate_argnums=(1,): every cache array is written over by its new value.
-  for (uint64_t k = 0; k < new_cache.size(); ++k) {
-    HloAlias alias;
-    alias.output_index = {k + 1};
-    alias.parameter = first_cache_argument + static_cast<int64_t>(k);
-    module.aliases.push_back(alias);
-  }
+  Step::Outputs outs;
+  outs.add(logits, T{});  // new
+  for (size_t k = 0; k < new_cache.size(); ++k) outs.add(new_cache[k], cache[k]);
+  step.finish(outs, {}, &module, /*donated=*/true);  // donate_argnums=(1,): the cache is written over
 }
 
 }  // namespace memfit::zoo

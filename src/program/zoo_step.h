@@ -43,6 +43,7 @@ class Emitter {
     i.parameter_number = static_cast<int64_t>(parameters_++);
     return push(std::move(i));
   }
+  uint64_t parameter_count() const { return parameters_; }  // the next parameter's number
   T loop(const std::vector<T>& in, const Shape& out, const std::string& op_name,
          const std::string& category) {
     return fusion(in, out, "kLoop", op_name, category);
@@ -283,7 +284,7 @@ class Step {
   // Entry parameters in the order jax flattens (params, m, v, count, batch).
   void declare_arguments() {
     for (Param& p : params_) {
-      p.value = e_.param(array(c_.pdt, p.local), fmt::format("params{}", p.name), "parameters");
+      p.value = argument(array(c_.pdt, p.local), fmt::format("params{}", p.name), "parameters");
       uint64_t n = 1;
       for (uint64_t d : p.dims) n *= d;
       args_.parameter_count += n;
@@ -291,25 +292,21 @@ class Step {
     }
     if (train() && c_.s.optimizer == OptimizerKind::kAdafactor) declare_adafactor_state();
     if (train() && keeps_moments()) {
-      for (Param& p : params_) {
-        p.m =
-            e_.param(array(PrimitiveType::kF32, p.local), fmt::format("opt[0]{}", p.name), "optimizer_state");
-        args_.optimizer_state_bytes += p.m.shape.own_bytes();
-      }
-      for (Param& p : params_) {
-        p.v =
-            e_.param(array(PrimitiveType::kF32, p.local), fmt::format("opt[1]{}", p.name), "optimizer_state");
-        args_.optimizer_state_bytes += p.v.shape.own_bytes();
-      }
-      count_ = e_.param(array(PrimitiveType::kS32, {}), "opt[2]", "optimizer_state");
-      args_.optimizer_state_bytes += 4;
+      for (Param& p : params_) p.m = state_argument(p.local, fmt::format("opt[0]{}", p.name));
+      for (Param& p : params_) p.v = state_argument(p.local, fmt::format("opt[1]{}", p.name));
+      count_ = state_argument({}, "opt[2]", PrimitiveType::kS32);
     }
   }
   void count_batch(const T& t) { args_.batch_bytes += t.shape.own_bytes(); }
   const StepArguments& arguments() const { return args_; }
 
   bool train() const { return c_.s.step == StepKind::kTrain || c_.s.step == StepKind::kVmapGrads; }
-  void count_kv_cache(const T& t) { args_.kv_cache_bytes += t.shape.own_bytes(); }
+  // step decode's cache of keys and values: an argument the step writes over (donate_argnums=(1,)).
+  T kv_cache_argument(const Shape& shape, const std::string& name) {
+    T t = argument(shape, name, "kv_cache");
+    args_.kv_cache_bytes += t.shape.own_bytes();
+    return t;
+  }
 
   // The weight as the compute uses it: FSDP gathers it (a transient full copy).
   T use(Param& p, const std::string& where) {
@@ -374,7 +371,6 @@ class Step {
   void optimize_and_finish(std::vector<T> extra_outputs, HloModule* module_aliases) {
     if (c_.s.optimizer == OptimizerKind::kAdafactor) return finish_adafactor(extra_outputs, module_aliases);
     std::vector<T> new_params, new_m, new_v;
-    std::vector<bool> sharded_out;  // per parameter: its new values are shards, not aliased
     for (Param& p : params_) {
       const std::string where = fmt::format("jit(step)/update{}", p.name);
       // Tensor parallelism: XLA's sharding propagation gives a replicated first-MLP bias's new value (and
@@ -383,7 +379,6 @@ class Step {
       // each layer's b1, m and v returned as f32[512] of f32[2048], not aliased).
       const bool shard = c_.tp > 1 && p.name.ends_with("['b1']") && p.local.size() == 1 &&
                          p.local[0] == p.dims[0] && p.dims[0] % c_.tp == 0;
-      sharded_out.push_back(shard);
       auto out_shape = [&](const Shape& in) { return shard ? array(in.type, {in.dims[0] / c_.tp}) : in; };
       if (keeps_moments()) {
         auto outs = e_.loop_multi({p.value, p.grad, p.m, p.v, count_},
@@ -396,23 +391,44 @@ class Step {
         new_params.push_back(e_.loop({p.value, p.grad}, out_shape(p.value.shape), where, "parameters"));
       }
     }
-    std::vector<T> outs = new_params;
+    Outputs outs;
+    for (size_t k = 0; k < params_.size(); ++k) outs.add(new_params[k], params_[k].value);
     if (keeps_moments()) {
-      outs.insert(outs.end(), new_m.begin(), new_m.end());
-      outs.insert(outs.end(), new_v.begin(), new_v.end());
-      outs.push_back(e_.loop({count_}, count_.shape, "jit(step)/add", "optimizer_state"));
+      for (size_t k = 0; k < params_.size(); ++k) outs.add(new_m[k], params_[k].m);
+      for (size_t k = 0; k < params_.size(); ++k) outs.add(new_v[k], params_[k].v);
+      outs.add(e_.loop({count_}, count_.shape, "jit(step)/add", "optimizer_state"), count_);
     }
-    const size_t aliased = outs.size();
-    outs.insert(outs.end(), extra_outputs.begin(), extra_outputs.end());
-    e_.root(outs);
-    if (c_.s.donate) {
-      for (size_t k = 0; k < aliased; ++k) {
-        if (k < 3 * params_.size() && sharded_out[k % params_.size()]) continue;
-        HloAlias a;
-        a.output_index = {k};
-        a.parameter = static_cast<int64_t>(k);
-        module_aliases->aliases.push_back(a);
-      }
+    finish(outs, extra_outputs, module_aliases, c_.s.donate);
+  }
+
+  // The step's outputs in jax's order, each with the argument it replaces (written over it when donated).
+  struct Outputs {
+    std::vector<T> values;
+    std::vector<T> replaces;
+    void add(const T& out, const T& in) {
+      values.push_back(out);
+      replaces.push_back(in);
+    }
+  };
+
+  // Donation writes an output over the argument it replaces when their shapes agree: a new value returned
+  // as a shard, or one no argument held (adafactor's placeholders), gets memory of its own.
+  // `donated`: the step's donate_argnums cover these arguments (a training step's parameters and state when
+  // spec.donate; decode's cache always).
+  void finish(const Outputs& outs, const std::vector<T>& extra_outputs, HloModule* module_aliases,
+              bool donated) {
+    std::vector<T> all = outs.values;
+    all.insert(all.end(), extra_outputs.begin(), extra_outputs.end());
+    e_.root(all);
+    if (!donated) return;
+    for (size_t k = 0; k < outs.values.size(); ++k) {
+      const T& in = outs.replaces[k];
+      auto it = argument_of_.find(in.name);
+      if (it == argument_of_.end() || in.shape.dims != outs.values[k].shape.dims) continue;
+      HloAlias alias;
+      alias.output_index = {k};
+      alias.parameter = it->second;
+      module_aliases->aliases.push_back(alias);
     }
   }
 
@@ -420,26 +436,33 @@ class Step {
   bool accumulating_ = false;
 
  private:
+  T argument(const Shape& shape, const std::string& name, const std::string& category) {
+    const auto number = static_cast<int64_t>(e_.parameter_count());
+    T t = e_.param(shape, name, category);
+    argument_of_.emplace(t.name, number);
+    return t;
+  }
+  T state_argument(const std::vector<uint64_t>& dims, const std::string& name,
+                   PrimitiveType type = PrimitiveType::kF32) {
+    T t = argument(array(type, dims), name, "optimizer_state");
+    args_.optimizer_state_bytes += t.shape.own_bytes();
+    return t;
+  }
+
   // optax.adafactor's FactoredState(count, v_row, v_col, v) as jax flattens it: the count, then each
   // parameter's row statistics, column statistics and full moments. Only the arrays the update reads are
   // arguments (program/adafactor.h).
   void declare_adafactor_state() {
-    int64_t number = static_cast<int64_t>(params_.size());
-    auto arg = [&](const std::vector<uint64_t>& dims, const std::string& name,
-                   PrimitiveType type = PrimitiveType::kF32) {
-      T t = e_.param(array(type, dims), name, "optimizer_state");
-      args_.optimizer_state_bytes += t.shape.own_bytes();
-      argument_of_[t.name] = number++;
-      return t;
-    };
-    count_ = arg({}, "opt[0].count", PrimitiveType::kS32);
+    count_ = state_argument({}, "opt[0].count", PrimitiveType::kS32);
     for (Param& p : params_) p.adafactor = adafactor_moments(p.local);
     for (Param& p : params_)
-      if (p.adafactor.factored) p.v_row = arg(p.adafactor.v_row, fmt::format("opt[0].v_row{}", p.name));
+      if (p.adafactor.factored)
+        p.v_row = state_argument(p.adafactor.v_row, fmt::format("opt[0].v_row{}", p.name));
     for (Param& p : params_)
-      if (p.adafactor.factored) p.v_col = arg(p.adafactor.v_col, fmt::format("opt[0].v_col{}", p.name));
+      if (p.adafactor.factored)
+        p.v_col = state_argument(p.adafactor.v_col, fmt::format("opt[0].v_col{}", p.name));
     for (Param& p : params_)
-      if (!p.adafactor.factored) p.v = arg(p.adafactor.v, fmt::format("opt[0].v{}", p.name));
+      if (!p.adafactor.factored) p.v = state_argument(p.adafactor.v, fmt::format("opt[0].v{}", p.name));
   }
 
   // The update of one parameter: the gradient's squared means over rows and columns (or its full moment),
@@ -478,31 +501,16 @@ class Step {
         new_v.push_back(outs[1]);
       }
     }
-    std::vector<T> outs = new_params;
-    std::vector<int64_t> replaces(new_params.size());
-    for (size_t k = 0; k < params_.size(); ++k) replaces[k] = static_cast<int64_t>(k);
-    auto state = [&](const T& out, const T& in) {
-      outs.push_back(out);
-      auto it = argument_of_.find(in.name);
-      replaces.push_back(in.name.empty() || it == argument_of_.end() ? -1 : it->second);
-    };
-    state(e_.loop({count_}, count_.shape, "jit(step)/add", "optimizer_state"), count_);
-    for (size_t k = 0; k < params_.size(); ++k) state(new_row[k], params_[k].v_row);
-    for (size_t k = 0; k < params_.size(); ++k) state(new_col[k], params_[k].v_col);
-    for (size_t k = 0; k < params_.size(); ++k) state(new_v[k], params_[k].v);
-    outs.insert(outs.end(), extra_outputs.begin(), extra_outputs.end());
-    e_.root(outs);
-    if (!c_.s.donate) return;
-    for (size_t k = 0; k < replaces.size(); ++k) {
-      if (replaces[k] < 0) continue;  // a placeholder: no argument to write over
-      HloAlias alias;
-      alias.output_index = {k};
-      alias.parameter = replaces[k];
-      module_aliases->aliases.push_back(alias);
-    }
+    Outputs outs;
+    for (size_t k = 0; k < params_.size(); ++k) outs.add(new_params[k], params_[k].value);
+    outs.add(e_.loop({count_}, count_.shape, "jit(step)/add", "optimizer_state"), count_);
+    for (size_t k = 0; k < params_.size(); ++k) outs.add(new_row[k], params_[k].v_row);
+    for (size_t k = 0; k < params_.size(); ++k) outs.add(new_col[k], params_[k].v_col);
+    for (size_t k = 0; k < params_.size(); ++k) outs.add(new_v[k], params_[k].v);
+    finish(outs, extra_outputs, module_aliases, c_.s.donate);
   }
 
-  std::map<std::string, int64_t> argument_of_;  // an optimizer state argument -> its parameter number
+  std::map<std::string, int64_t> argument_of_;  // a parameter or state argument (by name) -> its number
   const Ctx& c_;
   Emitter& e_;
   std::vector<Param> params_;
