@@ -8,11 +8,35 @@
 #include "memfit/core/xla_env.h"
 
 namespace memfit {
-namespace {
-
-// The temp block at its fullest moment, by category, and whether the peak fits.
-StepPlan finish_breakdown(StepPlan& plan, std::optional<uint64_t> capacity_bytes, double memory_fraction) {
+Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
+                             double memory_fraction) {
+  StepPlan plan;
+  plan.spec = spec;
+  MEMFIT_ASSIGN_OR_RETURN(HloModule module, build_step_module(spec, &plan.arguments));
+  HloPlanOptions options;
+  options.top = 8;
+  MEMFIT_ASSIGN_OR_RETURN(plan.hlo, plan_hlo(module, options));
+  plan.peak_bytes = plan.hlo.peak_bytes;
+  // Arguments by group; outputs not written over a donated argument count with what they replace.
   PeakBreakdown& b = plan.breakdown;
+  b.parameters = plan.arguments.parameter_bytes;
+  b.optimizer_state = plan.arguments.optimizer_state_bytes;
+  b.activations = plan.arguments.batch_bytes;
+  b.kv_cache = plan.arguments.kv_cache_bytes;  // donated: its new values are written over it
+  const uint64_t new_values = plan.hlo.output_bytes - plan.hlo.alias_bytes;
+  if (spec.step == StepKind::kInfer || spec.step == StepKind::kDecode) {
+    // No training: what the step returns beside the cache it writes over is the logits.
+    b.activations += new_values;
+  } else {
+    const uint64_t opt_share =
+        plan.arguments.parameter_bytes + plan.arguments.optimizer_state_bytes == 0
+            ? 0
+            : new_values * plan.arguments.optimizer_state_bytes /
+                  (plan.arguments.parameter_bytes + plan.arguments.optimizer_state_bytes);
+    b.optimizer_state += opt_share;
+    b.parameters += new_values - opt_share;
+  }
+  // The temp block at its fullest moment, by category.
   uint64_t live = 0;
   for (uint32_t i : plan.hlo.live_at_peak) {
     const PlannedBuffer& row = plan.hlo.buffers[i];
@@ -35,39 +59,7 @@ StepPlan finish_breakdown(StepPlan& plan, std::optional<uint64_t> capacity_bytes
   plan.memory_fraction = memory_fraction;
   if (capacity_bytes) plan.limit_bytes = bfc_memory_limit(memory_fraction, *capacity_bytes);
   plan.fits = !capacity_bytes || plan.peak_bytes <= plan.limit_bytes;
-  return std::move(plan);
-}
-
-}  // namespace
-Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
-                             double memory_fraction) {
-  StepPlan plan;
-  plan.spec = spec;
-  MEMFIT_ASSIGN_OR_RETURN(HloModule module, build_step_module(spec, &plan.arguments));
-  HloPlanOptions options;
-  options.top = 8;
-  MEMFIT_ASSIGN_OR_RETURN(plan.hlo, plan_hlo(module, options));
-  plan.peak_bytes = plan.hlo.peak_bytes;
-  // Arguments by group; outputs not written over a donated argument count with what they replace.
-  PeakBreakdown& b = plan.breakdown;
-  b.parameters = plan.arguments.parameter_bytes;
-  b.optimizer_state = plan.arguments.optimizer_state_bytes;
-  b.activations = plan.arguments.batch_bytes;
-  b.kv_cache = plan.arguments.kv_cache_bytes;  // donated: its new values are written over it
-  const uint64_t new_values = plan.hlo.output_bytes - plan.hlo.alias_bytes;
-  if (spec.step == StepKind::kInfer || spec.step == StepKind::kDecode) {
-    // No training: what the step returns beside the cache it writes over is the logits.
-    b.activations += new_values;
-    return finish_breakdown(plan, capacity_bytes, memory_fraction);
-  }
-  const uint64_t opt_share =
-      plan.arguments.parameter_bytes + plan.arguments.optimizer_state_bytes == 0
-          ? 0
-          : new_values * plan.arguments.optimizer_state_bytes /
-                (plan.arguments.parameter_bytes + plan.arguments.optimizer_state_bytes);
-  b.optimizer_state += opt_share;
-  b.parameters += new_values - opt_share;
-  return finish_breakdown(plan, capacity_bytes, memory_fraction);
+  return plan;
 }
 
 Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction) {

@@ -350,10 +350,11 @@ Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line)
     } else if (key == "custom_call_target") {
       inst.custom_call_target = std::string(unquote(value));
     } else if (key == "frontend_attributes") {
-      if (const size_t at = value.find("_xla_buffer_placement=\""); at != std::string_view::npos) {
-        const size_t end = value.find('"', at + 23);
+      constexpr std::string_view kPlacement = "_xla_buffer_placement=\"";
+      if (const size_t at = value.find(kPlacement); at != std::string_view::npos) {
+        const size_t start = at + kPlacement.size(), end = value.find('"', start);
         if (end != std::string_view::npos)
-          inst.buffer_placement = std::string(value.substr(at + 23, end - at - 23));
+          inst.buffer_placement = std::string(value.substr(start, end - start));
       }
     } else if (key == "output_to_operand_aliasing") {
       MEMFIT_ASSIGN_OR_RETURN(inst.operand_aliases, parse_operand_aliases(value, line));

@@ -60,9 +60,8 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
   const uint64_t S = family.sequence(s);
   // Tensor parallelism shards a tied embedding by vocabulary (reference_programs.py's spec_for): each device
   // computes, and backpropagates through, its own slice of the logits.
-  const uint64_t V =
-      family.outputs(s) /
-      (c.tp > 1 && family.logits_follow_embedding() && family.outputs(s) % c.tp == 0 ? c.tp : 1);
+  uint64_t V = family.outputs(s);
+  if (c.tp > 1 && family.logits_follow_embedding() && V % c.tp == 0) V /= c.tp;
   // Parameters in jax's flattening order (dict keys sorted).
   family.add_leading_params(step, s);
   const BlockParams bp = family.block_params(s);
