@@ -703,7 +703,13 @@ bool holds_host_memory(const Shape& s) {
   return std::any_of(s.elements.begin(), s.elements.end(), holds_host_memory);
 }
 
+bool is_placement_annotation(const HloInstruction& x) {
+  return x.opcode == HloOpcode::kCustomCall && x.custom_call_target == "annotate_device_placement";
+}
+
 void place_offloaded_values(HloComputation& comp) {
+  // Most programs place nothing: no map of shapes for them.
+  if (std::none_of(comp.instructions.begin(), comp.instructions.end(), is_placement_annotation)) return;
   std::unordered_map<std::string_view, const Shape*> shape_of;
   bool offloads = false;
   for (HloInstruction& x : comp.instructions) {
@@ -712,7 +718,7 @@ void place_offloaded_values(HloComputation& comp) {
       auto it = shape_of.find(x.operands[k]);
       return it == shape_of.end() ? nullptr : it->second;
     };
-    if (x.opcode == HloOpcode::kCustomCall && x.custom_call_target == "annotate_device_placement") {
+    if (is_placement_annotation(x)) {
       if (is_host_placement(x.buffer_placement) && !x.shape.is_tuple()) {
         x.shape.memory_space = kHostMemorySpace;
         offloads = true;
