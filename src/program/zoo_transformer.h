@@ -1,8 +1,8 @@
 // src/program/zoo_transformer.h - the transformer families of the model zoo, private to the program layer:
 // one block body (zoo_transformer.cc) and what each family adds around it - its parameters outside the
-// blocks, its batch, embedding and head (zoo_gpt.cc: tokens, a tied embedding, a language-model loss, and
-// flax's encoder: an untied head and its own block parameters; zoo_vit.cc: patches, a class token, a
-// classifier head).
+// blocks, its batch, embedding and head (zoo_language_model.h: tokens and the language-model loss, with
+// zoo_gpt.cc's tied embedding and zoo_flax_encoder.cc's dense head and flax block parameters; zoo_vit.cc:
+// patches, a class token, a classifier head).
 #pragma once
 
 #include <functional>
