@@ -74,12 +74,14 @@ class PlacedIndex {
 };
 
 // Placed chunks in offset order (a treap), each node also summing up its subtree: the offset range it
-// covers, whether the chunks below it cover that range without a hole ("solid"), and the extremes of their
-// live ranges. Walking it in offset order gives the occupied ranges for a time window, and a solid subtree
-// whose chunks are all live in the window is one occupied range, not a walk: where thousands of buffers are
-// live at once (activations saved for the backward pass, outputs gathered at the end) they stack without
-// holes, and a query costs O(log n) instead of sorting every one of them (the quadratic cost that made a
-// 30000-buffer module take most of a minute).
+// covers, the largest hole its chunks leave inside that range, and the extremes of their live ranges.
+// Walking it in offset order gives the occupied ranges for a time window, and a subtree whose chunks are all
+// live in the window and leave no hole the new chunk fits in is one occupied range, not a walk: where
+// thousands of buffers are live at once (activations saved for the backward pass, outputs gathered at the
+// end) they stack with holes too small to matter, and a query costs O(log n) instead of visiting every one
+// of them (the quadratic cost that made a 30000-buffer module take most of a minute). Chunks placed above
+// in the same walk can only narrow a hole, so the largest hole is a bound, and passing over holes smaller
+// than the chunk is what best fit would do with them: the placement is the walk's, chunk for chunk.
 class OffsetIndex {
  public:
   // A hole below `alignment` bytes is no hole: a chunk never starts inside it.
@@ -102,10 +104,11 @@ class OffsetIndex {
   }
 
   // Calls f(begin, end) for the occupied offset ranges of chunks live somewhere in [start, end], in offset
-  // order; touching or overlapping ranges may come merged.
+  // order; touching or overlapping ranges may come merged, and so may ranges with holes of less than
+  // `fits_bytes` between them (0: only where there is no hole at all).
   template <typename F>
-  void occupied(uint64_t start, uint64_t end, F&& f) const {
-    visit(root_, start, end, f);
+  void occupied(uint64_t start, uint64_t end, uint64_t fits_bytes, F&& f) const {
+    visit(root_, start, end, fits_bytes, f);
   }
 
  private:
@@ -113,7 +116,7 @@ class OffsetIndex {
   struct Node {
     uint64_t off = 0, end = 0, t0 = 0, t1 = 0;  // the chunk and its live range
     uint32_t left = kNil, right = kNil, prio = 0;
-    bool solid = true;        // the subtree's chunks cover [lo, hi) without a hole
+    uint64_t max_hole = 0;    // the largest hole the subtree's chunks leave in [lo, hi), aligned
     uint64_t lo = 0, hi = 0;  // the subtree's offset range
     uint64_t min_t0 = 0, max_t0 = 0, min_t1 = 0, max_t1 = 0;  // its live ranges' extremes
   };
@@ -122,7 +125,7 @@ class OffsetIndex {
     Node& n = nodes_[t];
     n.lo = n.off;
     n.hi = n.end;
-    n.solid = true;
+    n.max_hole = 0;
     n.min_t0 = n.max_t0 = n.t0;
     n.min_t1 = n.max_t1 = n.t1;
     auto take_times = [&](const Node& c) {
@@ -134,13 +137,13 @@ class OffsetIndex {
     if (n.left != kNil) {
       const Node& l = nodes_[n.left];
       n.lo = l.lo;
-      n.solid = l.solid && align_up(l.hi, alignment_) >= n.off;
+      n.max_hole = std::max(l.max_hole, hole(l.hi, n.off));
       n.hi = std::max(l.hi, n.end);
       take_times(l);
     }
     if (n.right != kNil) {
       const Node& r = nodes_[n.right];
-      n.solid = n.solid && r.solid && align_up(n.hi, alignment_) >= r.lo;
+      n.max_hole = std::max({n.max_hole, r.max_hole, hole(n.hi, r.lo)});
       n.hi = std::max(n.hi, r.hi);
       take_times(r);
     }
@@ -175,18 +178,24 @@ class OffsetIndex {
     return b;
   }
 
+  // The hole between chunks ending at `top` and one starting at `off` (none below the alignment).
+  uint64_t hole(uint64_t top, uint64_t off) const {
+    const uint64_t from = align_up(top, alignment_);
+    return off > from ? off - from : 0;
+  }
+
   template <typename F>
-  void visit(uint32_t t, uint64_t start, uint64_t end, F& f) const {
+  void visit(uint32_t t, uint64_t start, uint64_t end, uint64_t fits_bytes, F& f) const {
     if (t == kNil) return;
     const Node& n = nodes_[t];
     if (n.min_t0 > end || n.max_t1 < start) return;  // nothing below is live in the window
-    if (n.solid && n.max_t0 <= end && n.min_t1 >= start) {
-      f(n.lo, n.hi);  // everything below is live in the window, and covers [lo, hi) whole
+    if ((n.max_hole == 0 || n.max_hole < fits_bytes) && n.max_t0 <= end && n.min_t1 >= start) {
+      f(n.lo, n.hi);  // everything below is live in the window, and covers [lo, hi) but for small holes
       return;
     }
-    visit(n.left, start, end, f);
+    visit(n.left, start, end, fits_bytes, f);
     if (n.t0 <= end && n.t1 >= start) f(n.off, n.end);
-    visit(n.right, start, end, f);
+    visit(n.right, start, end, fits_bytes, f);
   }
 
   uint64_t alignment_;
@@ -298,7 +307,8 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
   OverlapCounter counter(intervals);
   // Below this many overlapping chunks, listing and sorting them is cheaper than walking the offset tree.
   constexpr uint64_t kListAtMost = 64;
-  std::vector<std::pair<uint64_t, uint64_t>> used;  // [offset, end) of chunks overlapping in time
+  std::vector<std::pair<uint64_t, uint64_t>> used;     // [offset, end) of chunks overlapping in time
+  std::vector<std::pair<uint64_t, uint64_t>> windows;  // a group's live ranges, merged
   for (uint32_t l : leaders) {
     const uint64_t size = keys[l].size;
     // Best fit: the smallest gap that holds the chunk, lowest offset on ties; else above everything.
@@ -317,17 +327,44 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
       top = std::max(top, end);
     };
     const std::vector<uint32_t>& group = members[l];
-    if (group.size() == 1 && counter.overlapping(intervals[l].start, intervals[l].end) > kListAtMost) {
-      by_offset.occupied(intervals[l].start, intervals[l].end, occupied);
+    uint64_t overlaps = 0;
+    for (uint32_t m : group) overlaps += counter.overlapping(intervals[m].start, intervals[m].end);
+    if (group.size() == 1 && overlaps > kListAtMost) {
+      by_offset.occupied(intervals[l].start, intervals[l].end, size, occupied);
     } else {
       used.clear();
-      for (uint32_t m : group) {
-        placed.overlapping(intervals[m].start, intervals[m].end, [&](uint32_t other) {
-          const uint64_t off = result.offsets[other];
-          used.emplace_back(off, off + intervals[other].size_bytes);
-        });
+      if (overlaps > kListAtMost) {
+        // A group that overlaps thousands of chunks (a buffer written in place across the step, a stack
+        // a scan writes layer by layer): its members' windows, merged where they meet (the clock is whole
+        // numbers, so [a, b] and [b + 1, c] are [a, c]), are asked of the offset tree, which answers each in
+        // offset order with runs of chunks merged - the same occupied space as the chunks one by one.
+        windows.clear();
+        for (uint32_t m : group) windows.emplace_back(intervals[m].start, intervals[m].end);
+        std::sort(windows.begin(), windows.end());
+        size_t merged = 0;
+        for (size_t w = 1; w < windows.size(); ++w) {
+          if (windows[w].first <= windows[merged].second + 1) {
+            windows[merged].second = std::max(windows[merged].second, windows[w].second);
+          } else {
+            windows[++merged] = windows[w];
+          }
+        }
+        windows.resize(merged + 1);
+        for (const auto& [start, end] : windows) {
+          const auto middle = static_cast<std::ptrdiff_t>(used.size());
+          by_offset.occupied(start, end, size,
+                             [&](uint64_t off, uint64_t off_end) { used.emplace_back(off, off_end); });
+          std::inplace_merge(used.begin(), used.begin() + middle, used.end());
+        }
+      } else {
+        for (uint32_t m : group) {
+          placed.overlapping(intervals[m].start, intervals[m].end, [&](uint32_t other) {
+            const uint64_t off = result.offsets[other];
+            used.emplace_back(off, off + intervals[other].size_bytes);
+          });
+        }
+        std::sort(used.begin(), used.end());
       }
-      std::sort(used.begin(), used.end());
       for (const auto& [off, end] : used) occupied(off, end);
     }
     if (best_gap == std::numeric_limits<uint64_t>::max()) best_offset = align_up(top, alignment);

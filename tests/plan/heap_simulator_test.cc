@@ -83,36 +83,55 @@ TEST(HeapSimulator, RandomIntervalsPackValidlyAndNeverBelowTheBound) {
 namespace memfit {
 namespace {
 
-// The best fit written the plain way, as XLA writes it: list every placed chunk that overlaps in time, sort
-// them by offset, take the smallest gap. O(n^2 log n); the heap's offset tree must choose the same offsets.
+// The best fit written the plain way, as XLA writes it: list every placed chunk that overlaps in time any
+// interval of the group being placed, sort them by offset, take the smallest gap. O(n^2 log n); the heap's
+// offset tree must choose the same offsets.
 std::vector<uint64_t> plain_best_fit(const std::vector<HeapInterval>& iv, uint64_t alignment) {
-  std::vector<uint32_t> order(iv.size());
-  for (uint32_t i = 0; i < iv.size(); ++i) order[i] = i;
+  std::vector<std::vector<uint32_t>> members(iv.size());
+  std::vector<uint32_t> order;
+  for (uint32_t i = 0; i < iv.size(); ++i) {
+    uint32_t l = i;
+    while (iv[l].colocated_with != kNotColocated) l = iv[l].colocated_with;
+    members[l].push_back(i);
+    if (l == i) order.push_back(i);
+  }
+  auto size_of = [&](uint32_t l) {
+    uint64_t size = 0;
+    for (uint32_t m : members[l]) size = std::max(size, iv[m].size_bytes);
+    return static_cast<int64_t>(size);
+  };
   std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    const uint64_t sa = iv[a].end - iv[a].start, sb = iv[b].end - iv[b].start;
-    return std::make_tuple(-static_cast<int64_t>(iv[a].size_bytes), -static_cast<int64_t>(sa), a) <
-           std::make_tuple(-static_cast<int64_t>(iv[b].size_bytes), -static_cast<int64_t>(sb), b);
+    const auto sa = static_cast<int64_t>(iv[a].end - iv[a].start),
+               sb = static_cast<int64_t>(iv[b].end - iv[b].start);
+    return std::make_tuple(-size_of(a), -sa, a) < std::make_tuple(-size_of(b), -sb, b);
   });
   std::vector<uint64_t> offsets(iv.size(), 0);
   std::vector<uint32_t> placed;
-  for (uint32_t i : order) {
+  for (uint32_t l : order) {
     std::vector<std::pair<uint64_t, uint64_t>> used;
     for (uint32_t p : placed) {
-      if (iv[p].start <= iv[i].end && iv[i].start <= iv[p].end)
-        used.emplace_back(offsets[p], offsets[p] + iv[p].size_bytes);
+      for (uint32_t m : members[l]) {
+        if (iv[p].start <= iv[m].end && iv[m].start <= iv[p].end) {
+          used.emplace_back(offsets[p], offsets[p] + iv[p].size_bytes);
+          break;
+        }
+      }
     }
     std::sort(used.begin(), used.end());
     uint64_t top = 0, best = 0, best_gap = UINT64_MAX;
     for (const auto& [off, end] : used) {
       const uint64_t gap_start = (top + alignment - 1) / alignment * alignment;
-      if (off > gap_start && off - gap_start >= iv[i].size_bytes && off - gap_start < best_gap) {
+      if (off > gap_start && off - gap_start >= static_cast<uint64_t>(size_of(l)) &&
+          off - gap_start < best_gap) {
         best_gap = off - gap_start;
         best = gap_start;
       }
       top = std::max(top, end);
     }
-    offsets[i] = best_gap == UINT64_MAX ? (top + alignment - 1) / alignment * alignment : best;
-    placed.push_back(i);
+    for (uint32_t m : members[l]) {
+      offsets[m] = best_gap == UINT64_MAX ? (top + alignment - 1) / alignment * alignment : best;
+      placed.push_back(m);
+    }
   }
   return offsets;
 }
@@ -128,6 +147,41 @@ TEST(HeapSimulator, OffsetTreeChoosesWhatThePlainBestFitChooses) {
       h.start = rng() % 1000;
       h.end = dense ? h.start + 300 + rng() % 700 : h.start + rng() % 30;
       h.size_bytes = round % 4 == 0 ? 4096 * (1 + rng() % 4) : 1 + rng() % 100000;
+    }
+    const HeapAssignment h = best_fit_heap(iv, alignment, HeapPacking::kSpatial);
+    EXPECT_EQ(h.offsets, plain_best_fit(iv, alignment)) << "round " << round;
+  }
+}
+
+TEST(HeapSimulator, OffsetTreeChoosesWhatThePlainBestFitChoosesForColocatedGroups) {
+  // Groups as a scan's stacked buffer or an in-place update chain make them: members one after another
+  // (windows that meet or leave gaps), among hundreds of dense single chunks - the path where a group's
+  // windows are merged and asked of the offset tree.
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 30; ++round) {
+    const uint64_t alignment = round % 3 == 0 ? 1 : 64;
+    std::vector<HeapInterval> iv;
+    for (int i = 0; i < 400; ++i) {
+      HeapInterval h;
+      h.start = rng() % 1000;
+      h.end = h.start + (i % 2 == 0 ? 200 + rng() % 600 : rng() % 10);  // dense, and short lives in the gaps
+      h.size_bytes = round % 4 == 0 ? 4096 * (1 + rng() % 4) : 1 + rng() % 100000;
+      iv.push_back(h);
+    }
+    for (int g = 0; g < 40; ++g) {
+      const auto leader = static_cast<uint32_t>(iv.size());
+      uint64_t t = rng() % 800;
+      const uint64_t size = 1 + rng() % 200000;
+      const int n = 2 + static_cast<int>(rng() % 6);
+      for (int k = 0; k < n; ++k) {
+        HeapInterval h;
+        h.start = t;
+        h.end = t + rng() % 50;
+        h.size_bytes = k == 0 ? size : 1 + rng() % size;
+        h.colocated_with = k == 0 ? kNotColocated : leader;
+        iv.push_back(h);
+        t = h.end + (rng() % 3 == 0 ? 5 + rng() % 40 : 1);  // mostly meeting, sometimes a gap
+      }
     }
     const HeapAssignment h = best_fit_heap(iv, alignment, HeapPacking::kSpatial);
     EXPECT_EQ(h.offsets, plain_best_fit(iv, alignment)) << "round " << round;
