@@ -3,8 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
+#include <mutex>
 #include <numeric>
+#include <optional>
+#include <thread>
 
+#include "memfit/core/bytes.h"
 #include "memfit/core/xla_env.h"
 
 namespace memfit {
@@ -17,6 +23,9 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
   options.top = 8;
   MEMFIT_ASSIGN_OR_RETURN(plan.hlo, plan_hlo(module, options));
   plan.peak_bytes = plan.hlo.peak_bytes;
+  plan.host_peak_bytes = plan.hlo.host_temp_bytes;
+  for (const PlannedBuffer& row : plan.hlo.buffers)
+    if (row.host_memory) plan.offloaded_bytes += row.bytes;
   // Arguments by group; outputs not written over a donated argument count with what they replace.
   PeakBreakdown& b = plan.breakdown;
   b.parameters = plan.arguments.parameter_bytes;
@@ -62,43 +71,136 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
   return plan;
 }
 
-Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction) {
+namespace {
+
+// A change to try: its row of the table, the spec it makes, and the family it belongs to (a family - more
+// accumulation, a smaller batch, more devices - stops at its first member that fits).
+struct Trial {
+  FitCandidate row;
+  ModelSpec spec;
+  double memory_fraction = 0.75;
+  int family = 0;  // 0: a change of its own
+};
+
+// Plans every trial, on as many threads as the machine has: each plan builds and plans its own program
+// and shares nothing, and a fit of a 300-layer model is a dozen such plans of a second each.
+Expected<std::vector<StepPlan>> plan_trials(const std::vector<Trial>& trials, uint64_t capacity_bytes,
+                                            const std::function<void(size_t, size_t)>& progress) {
+  std::vector<std::optional<Expected<StepPlan>>> plans(trials.size());
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> finished{0};
+  std::mutex progress_mutex;
+  auto work = [&] {
+    for (size_t i = next++; i < trials.size(); i = next++) {
+      plans[i].emplace(plan_step(trials[i].spec, capacity_bytes, trials[i].memory_fraction));
+      const size_t done = ++finished;
+      if (progress) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        progress(done, trials.size());
+      }
+    }
+  };
+  const size_t threads =
+      std::min<size_t>(trials.size(), std::max<unsigned>(1, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  std::vector<StepPlan> out;
+  out.reserve(trials.size());
+  for (auto& p : plans) {
+    if (!p->ok()) return p->error();  // the first failure in the seed's order
+    out.push_back(std::move(**p));
+  }
+  return out;
+}
+
+// PCIe 5.0 x16, the host link of an H100 or H200: 64 GB/s each way. The link's rate, not a measurement,
+// so the time it gives is the least the copies can take.
+constexpr double kHostLinkBytesPerSecond = 64e9;
+
+// The offload trial's note, once planned: what it moves over PCIe, and whether the device gains anything.
+// XLA:GPU copies each saved value to the host just before the backward pass reads it (program/
+// zoo_transformer.cc), so the device holds it as long as remat dots_no_batch would: the candidate is then
+// host memory spent for nothing, and the note says so (on the H200, gpt_mixed_donate_offload_dots_nb peaked
+// at 6.75 GB against dots_no_batch's 4.54 GB).
+void describe_offload(std::vector<Trial>& trials, const std::vector<StepPlan>& plans, size_t offload,
+                      const StepPlan& baseline) {
+  const StepPlan& p = plans[offload];
+  FitCandidate& row = trials[offload].row;
+  row.host_peak_bytes = p.host_peak_bytes;
+  const double ms = 2.0 * static_cast<double>(p.offloaded_bytes) / kHostLinkBytesPerSecond * 1e3;
+  row.cost_note =
+      fmt::format("{} to the host and back each step (>= {:.0f} ms of PCIe at 64 GB/s), {} pinned",
+                  format_bytes(p.offloaded_bytes), ms, format_bytes(p.host_peak_bytes));
+  // The same step keeping those values on the device: the baseline if it already is, else its trial.
+  uint64_t kept_on_device = 0;
+  if (baseline.spec.remat == RematPolicy::kDotsNoBatch && baseline.spec.remat_layers.empty()) {
+    kept_on_device = baseline.peak_bytes;
+  } else {
+    for (size_t i = 0; i < trials.size(); ++i)
+      if (trials[i].spec.remat == RematPolicy::kDotsNoBatch && trials[i].row.step == "shapes")
+        kept_on_device = plans[i].peak_bytes;
+  }
+  if (kept_on_device != 0 && p.peak_bytes >= kept_on_device) {
+    row.only_moves_to_host = true;
+    row.cost_note += fmt::format(
+        "; only moves memory to the host: XLA copies each value just before the backward pass reads it, "
+        "so the device peak is no lower than remat dots_no_batch's ({})",
+        format_bytes(kept_on_device));
+  }
+}
+
+}  // namespace
+
+Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction,
+                             const std::function<void(size_t, size_t)>& progress) {
   FitResult result;
-  MEMFIT_ASSIGN_OR_RETURN(result.baseline, plan_step(spec, capacity_bytes, memory_fraction));
-  // Returns whether the change fits (families stop at their first size that does).
-  bool last_fits = false;
-  auto try_change = [&](const char* step, std::string change, std::string code, double cost, std::string note,
-                        const ModelSpec& changed, double fraction) -> Status {
-    last_fits = false;
-    if (!validate_model_spec(changed).ok()) return Status();  // not applicable to this model
-    MEMFIT_ASSIGN_OR_RETURN(StepPlan p, plan_step(changed, capacity_bytes, fraction));
-    FitCandidate c{step,         std::move(change), std::move(code), cost, std::move(note),
-                   p.peak_bytes, p.limit_bytes,     p.fits};
-    result.candidates.push_back(std::move(c));
-    last_fits = p.fits;
-    return Status();
+  std::vector<Trial> trials;
+  int family = 0;
+  auto add = [&](const char* step, std::string change, std::string code, double cost, std::string note,
+                 const ModelSpec& changed, double fraction, bool in_family = false) {
+    if (!validate_model_spec(changed).ok()) return;  // not applicable to this model
+    FitCandidate row;
+    row.step = step;
+    row.change = std::move(change);
+    row.code = std::move(code);
+    row.cost = cost;
+    row.cost_note = std::move(note);
+    trials.push_back({std::move(row), changed, fraction, in_family ? family : 0});
   };
   // 1. allocation: a larger pool, then donation.
   if (memory_fraction < 0.95) {
-    MEMFIT_RETURN_IF_ERROR(try_change("allocation", "XLA_CLIENT_MEM_FRACTION=.95",
-                                      "os.environ['XLA_CLIENT_MEM_FRACTION'] = '.95'  # before importing jax",
-                                      0, "free, if nothing else shares the GPU", spec, 0.95));
+    add("allocation", "XLA_CLIENT_MEM_FRACTION=.95",
+        "os.environ['XLA_CLIENT_MEM_FRACTION'] = '.95'  # before importing jax", 0,
+        "free, if nothing else shares the GPU", spec, 0.95);
   }
   if (!spec.donate && spec.step == StepKind::kTrain) {
     ModelSpec s = spec;
     s.donate = true;
-    MEMFIT_RETURN_IF_ERROR(try_change("allocation", "donate parameters and optimizer state",
-                                      "jax.jit(step, donate_argnums=(0, 1))", 0.01,
-                                      "free; the old arrays are gone after the call", s, memory_fraction));
+    add("allocation", "donate parameters and optimizer state", "jax.jit(step, donate_argnums=(0, 1))", 0.01,
+        "free; the old arrays are gone after the call", s, memory_fraction);
   }
-  // 2. shapes: precision, rematerialization, accumulation, batch.
+  // 2. location: the activations saved for the backward pass kept in pinned host memory instead.
+  size_t offload_trial = SIZE_MAX;
+  if (spec.step == StepKind::kTrain && spec.remat != RematPolicy::kOffloadDotsNoBatch) {
+    ModelSpec s = spec;
+    s.remat = RematPolicy::kOffloadDotsNoBatch;
+    s.remat_layers.clear();
+    const size_t before = trials.size();
+    add("location", "offload saved activations to pinned host memory",
+        "jax.checkpoint(block, policy=jax.checkpoint_policies.offload_dot_with_no_batch_dims("
+        "'device', 'pinned_host'))",
+        0.25, "", s, memory_fraction);
+    if (trials.size() > before) offload_trial = before;
+  }
+  // 3. shapes: precision, rematerialization, accumulation, batch.
   if (spec.precision == Precision::kFp32) {
     ModelSpec s = spec;
     s.precision = Precision::kMixed;
-    MEMFIT_RETURN_IF_ERROR(
-        try_change("shapes", "mixed precision (fp32 parameters, bf16 compute)",
-                   "x @ W.astype(jnp.bfloat16)  # compute in bfloat16, keep fp32 parameters", 0.02,
-                   "faster on tensor cores; check the loss curve", s, memory_fraction));
+    add("shapes", "mixed precision (fp32 parameters, bf16 compute)",
+        "x @ W.astype(jnp.bfloat16)  # compute in bfloat16, keep fp32 parameters", 0.02,
+        "faster on tensor cores; check the loss curve", s, memory_fraction);
   }
   if (spec.step == StepKind::kTrain) {
     const struct {
@@ -120,50 +222,64 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
       ModelSpec s = spec;
       s.remat = r.policy;
       s.remat_layers.clear();
-      MEMFIT_RETURN_IF_ERROR(try_change("shapes", fmt::format("remat {}", to_string(r.policy)), r.jax, r.cost,
-                                        r.note, s, memory_fraction));
+      add("shapes", fmt::format("remat {}", to_string(r.policy)), r.jax, r.cost, r.note, s, memory_fraction);
     }
+    ++family;
     for (uint64_t k : {2, 4, 8, 16}) {
       ModelSpec s = spec;
       s.accum = spec.accum * k;
-      MEMFIT_RETURN_IF_ERROR(try_change(
-          "shapes", fmt::format("gradient accumulation over {} microbatches", s.accum),
+      add("shapes", fmt::format("gradient accumulation over {} microbatches", s.accum),
           fmt::format("optax.MultiSteps(optimizer, every_k_schedule={})  # or scan over {} microbatches",
                       s.accum, s.accum),
           0.05 * static_cast<double>(k),
-          fmt::format("{} sequential microbatches: less parallel work per kernel", k), s, memory_fraction));
-      if (last_fits) break;
+          fmt::format("{} sequential microbatches: less parallel work per kernel", k), s, memory_fraction,
+          true);
     }
   }
+  ++family;
   for (uint64_t div : {2, 4}) {
     ModelSpec s = spec;
     if (s.batch % div != 0) continue;
     s.batch /= div;
-    MEMFIT_RETURN_IF_ERROR(try_change("shapes", fmt::format("batch {} instead of {}", s.batch, spec.batch),
-                                      fmt::format("batch_size = {}", s.batch), 0.5 * static_cast<double>(div),
-                                      "changes the optimization: retune the learning rate", s,
-                                      memory_fraction));
-    if (last_fits) break;
+    add("shapes", fmt::format("batch {} instead of {}", s.batch, spec.batch),
+        fmt::format("batch_size = {}", s.batch), 0.5 * static_cast<double>(div),
+        "changes the optimization: retune the learning rate", s, memory_fraction, true);
   }
-  // 3. sharding: FSDP over more devices (parameters, gradients and optimizer state split; batch split).
+  // 4. sharding: FSDP over more devices (parameters, gradients and optimizer state split; batch split).
   if (spec.sharding == ShardingKind::kReplicated && spec.devices() <= 1 && spec.step == StepKind::kTrain) {
+    ++family;
     for (uint64_t n : {2, 4, 8, 16, 32, 64}) {
       ModelSpec s = spec;
       s.sharding = ShardingKind::kFsdp;
       s.mesh = {n};
       s.mesh_axes = {"data"};
       if (s.batch % n != 0) s.batch = (s.batch + n - 1) / n * n;  // the global batch must split
-      MEMFIT_RETURN_IF_ERROR(try_change(
-          "sharding", fmt::format("FSDP over {} devices", n),
+      add("sharding", fmt::format("FSDP over {} devices", n),
           fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
                       "jax.device_put(params, NamedSharding(mesh, P('data')))  # largest axis of each array",
                       n),
-          static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction));
-      if (last_fits) break;
+          static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction, true);
     }
   }
+  // The baseline is planned with the trials (last, so that its plan is not waited on first).
+  trials.push_back({FitCandidate{}, spec, memory_fraction, 0});
+  MEMFIT_ASSIGN_OR_RETURN(std::vector<StepPlan> plans, plan_trials(trials, capacity_bytes, progress));
+  result.baseline = std::move(plans.back());
+  trials.pop_back();
+  if (offload_trial != SIZE_MAX) describe_offload(trials, plans, offload_trial, result.baseline);
+  std::vector<bool> family_fits(static_cast<size_t>(family) + 1, false);
+  for (size_t i = 0; i < trials.size(); ++i) {
+    Trial& t = trials[i];
+    if (t.family != 0 && family_fits[static_cast<size_t>(t.family)]) continue;  // a smaller step already fits
+    t.row.peak_bytes = plans[i].peak_bytes;
+    t.row.limit_bytes = plans[i].limit_bytes;
+    t.row.fits = plans[i].fits;
+    if (t.family != 0 && t.row.fits) family_fits[static_cast<size_t>(t.family)] = true;
+    result.candidates.push_back(std::move(t.row));
+  }
+  // A change that only moves memory to the host is not offered: remat dots_no_batch does as well for less.
   for (size_t i = 0; i < result.candidates.size(); ++i)
-    if (result.candidates[i].fits) result.ranked.push_back(i);
+    if (result.candidates[i].fits && !result.candidates[i].only_moves_to_host) result.ranked.push_back(i);
   std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](size_t a, size_t b) {
     return std::tie(result.candidates[a].cost, result.candidates[a].peak_bytes) <
            std::tie(result.candidates[b].cost, result.candidates[b].peak_bytes);

@@ -23,11 +23,12 @@ constexpr std::array<std::pair<Precision, std::string_view>, 3> kPrecisionNames 
     {Precision::kMixed, "mixed"},
     {Precision::kBf16, "bf16"},
 }};
-constexpr std::array<std::pair<RematPolicy, std::string_view>, 4> kRematPolicyNames = {{
+constexpr std::array<std::pair<RematPolicy, std::string_view>, 5> kRematPolicyNames = {{
     {RematPolicy::kNone, "none"},
     {RematPolicy::kFull, "full"},
     {RematPolicy::kDots, "dots"},
     {RematPolicy::kDotsNoBatch, "dots_no_batch"},
+    {RematPolicy::kOffloadDotsNoBatch, "offload_dots_no_batch"},
 }};
 constexpr std::array<std::pair<OptimizerKind, std::string_view>, 4> kOptimizerKindNames = {{
     {OptimizerKind::kAdam, "adam"},
@@ -161,6 +162,7 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
                                    {{"nothing_saveable", RematPolicy::kFull},
                                     {"dots_saveable", RematPolicy::kDots},
                                     {"dots_with_no_batch_dims_saveable", RematPolicy::kDotsNoBatch},
+                                    {"offload_dot_with_no_batch_dims", RematPolicy::kOffloadDotsNoBatch},
                                     {"everything_saveable", RematPolicy::kNone}}));
   // reference_programs.py trains its flax encoder with optax.adafactor, parameters and state donated
   // (build_flax's donate_argnums (0, 1)).
@@ -232,6 +234,15 @@ Status validate_model_spec(const ModelSpec& s) {
     if (s.sharding != ShardingKind::kReplicated || s.devices() > 1)
       return invalid_argument("step decode is built for one device (no mesh)");
     if (s.attn == AttentionKind::kCudnn) return invalid_argument("step decode attends with XLA's attention");
+  }
+  if (s.remat == RematPolicy::kOffloadDotsNoBatch) {
+    // As reference_programs.py uses it: a transformer's blocks, unrolled, trained on a GPU (host memory
+    // spaces are XLA:GPU's; a scan's stacked residuals are not offloaded the same way).
+    if (s.model == ModelFamily::kMlp)
+      return invalid_argument("remat offload_dots_no_batch is built for transformers");
+    if (s.scan) return invalid_argument("remat offload_dots_no_batch is built without scan");
+    if (s.backend == Backend::kCpu)
+      return invalid_argument("remat offload_dots_no_batch needs a GPU (backend gpu)");
   }
   if (s.step == StepKind::kVmapGrads && s.model != ModelFamily::kMlp)
     return invalid_argument("step vmap_grads is built for the mlp");

@@ -131,7 +131,10 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
     if (s.attn == AttentionKind::kCudnn && (key == "av" || key == "stats")) return false;
     const bool batch_dot = key == "scores" || key == "av";
     if (policy == RematPolicy::kDots) return weight_dot || batch_dot;
-    return weight_dot;  // dots_no_batch
+    // The MLP's second dot feeds only the residual sum, which the backward pass does not read, so JAX saves
+    // no residual for it: the lowered offload program sends three dots per block to the host (qkv, out, h1).
+    if (policy == RematPolicy::kOffloadDotsNoBatch && key == "h2") return false;
+    return weight_dot;  // dots_no_batch, and offload_dots_no_batch (the same dots, kept on the host)
   };
 
   // One block's forward. `reuse`: tensors kept from the forward pass (recomputation takes them as is).
@@ -421,6 +424,24 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
         for (auto& [key, t] : have) t = slice(key, t);
       }
       const RematPolicy policy = remat_of(l);
+      if (policy == RematPolicy::kOffloadDotsNoBatch) {
+        // Host offload of the saved dots, as XLA:GPU compiles it (gpt_mixed_donate_offload_dots_nb's
+        // module): each is copied to pinned host memory (S(5)) and straight back into a device buffer just
+        // before this block's backward pass reads it - the scheduler puts the copy to the host there, not
+        // after the forward pass, so the device keeps the value until then and the host holds about one
+        // block's worth at a time. The block's input stays on the device (jax.checkpoint keeps arguments).
+        // All of the block's go over before any comes back, as the module's copies are ordered.
+        std::map<std::string, T> on_host;
+        for (const auto& [key, t] : have) {
+          Shape host = t.shape;
+          host.memory_space = kHostMemorySpace;
+          on_host[key] =
+              e.op("copy", {t}, host, "jit(step)/transpose(jvp())/offload/copy_to_host", "activations");
+        }
+        for (auto& [key, t] : have)
+          t = e.op("copy", {on_host.at(key)}, t.shape, "jit(step)/transpose(jvp())/offload/copy_to_device",
+                   "activations");
+      }
       if (policy != RematPolicy::kNone) {
         std::vector<Param*> weights;
         for (const std::string* key : {&bp.wqkv, &bp.wq, &bp.wk, &bp.wv, &bp.wo, &bp.w1, &bp.w2})

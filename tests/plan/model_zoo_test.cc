@@ -263,9 +263,42 @@ TEST(ModelZoo, FitRanksTheChangesThatFit) {
     last = c.cost;
     EXPECT_FALSE(c.code.empty());
   }
-  // The seed's order: allocation first, sharding last.
+  // The seed's order: allocation, location, shapes, sharding.
+  const std::vector<std::string> order = {"allocation", "location", "shapes", "sharding"};
+  size_t at = 0;
+  for (const FitCandidate& c : fit->candidates) {
+    while (at < order.size() && order[at] != c.step) ++at;
+    EXPECT_LT(at, order.size()) << c.step << " out of the seed's order";
+  }
   EXPECT_EQ(fit->candidates.front().step, "allocation");
   EXPECT_EQ(fit->candidates.back().step, "sharding");
+}
+
+// The location step: offloading the saved activations is tried, with what it moves over PCIe, and - since
+// XLA:GPU copies each to the host only just before the backward pass reads it - it is reported as only
+// moving memory to the host and not offered, though it "fits" wherever remat dots_no_batch does.
+TEST(ModelZoo, FitSaysOffloadOnlyMovesMemoryToTheHost) {
+  auto spec = model_spec_from_json(Json::parse(
+      R"({"model": "gpt", "d_model": 1024, "heads": 16, "layers": 8, "seq": 1024, "batch": 8,
+          "donate": true, "precision": "mixed"})"));
+  ASSERT_TRUE(spec.ok());
+  auto fit = fit_step(*spec, 8ull << 30);  // a 6 GiB pool: the step's 9.8 GiB does not fit
+  ASSERT_TRUE(fit.ok()) << fit.error().message();
+  const FitCandidate* offload = nullptr;
+  const FitCandidate* dots_no_batch = nullptr;
+  for (const FitCandidate& c : fit->candidates) {
+    if (c.step == "location") offload = &c;
+    if (c.change == "remat dots_no_batch") dots_no_batch = &c;
+  }
+  ASSERT_NE(offload, nullptr);
+  ASSERT_NE(dots_no_batch, nullptr);
+  EXPECT_TRUE(offload->fits);
+  EXPECT_TRUE(offload->only_moves_to_host);
+  EXPECT_GE(offload->peak_bytes, dots_no_batch->peak_bytes);
+  EXPECT_EQ(offload->host_peak_bytes, 8ull * 1024 * (3072 + 1024 + 4096) * 2);  // one block's dots, bf16
+  EXPECT_NE(offload->cost_note.find("1.00GiB to the host and back"), std::string::npos) << offload->cost_note;
+  EXPECT_NE(offload->cost_note.find("only moves memory to the host"), std::string::npos);
+  for (size_t i : fit->ranked) EXPECT_NE(&fit->candidates[i], offload);
 }
 
 }  // namespace

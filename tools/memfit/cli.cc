@@ -37,7 +37,8 @@ int run(const std::vector<std::string>& args, Io io) {
       add_hlo_command);
   add("plan", "Plan a model's training or inference step: peak per device, what holds it, fits or not",
       add_plan_command);
-  add("fit", "Find the cheapest change that makes a step fit a device (allocation, shapes, sharding)",
+  add("fit",
+      "Find the cheapest change that makes a step fit a device (allocation, location, shapes, sharding)",
       add_fit_command);
   add("doctor", "Diagnose a machine, a process or a failed job's logs", add_doctor_command);
   add("bench", "Time every allocator against std::malloc on this machine", add_bench_command);

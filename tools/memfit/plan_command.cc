@@ -11,6 +11,7 @@
 #include "memfit/core/json.h"
 #include "memfit/plan/step_plan.h"
 #include "plan_options.h"
+#include "progress.h"
 
 namespace memfit::cli {
 
@@ -25,6 +26,8 @@ Json step_plan_to_json(const StepPlan& p) {
   j["temp_bytes"] = p.hlo.temp_bytes;
   j["peak_bytes"] = p.peak_bytes;
   j["lower_bound_bytes"] = p.hlo.lower_bound_bytes;  // the peak with no fragmentation in temp
+  j["host_peak_bytes"] = p.host_peak_bytes;          // pinned host memory (remat offload), not the device's
+  j["offloaded_bytes"] = p.offloaded_bytes;          // copied to the host and back each step
   j["breakdown"] = {{"parameters", p.breakdown.parameters}, {"optimizer_state", p.breakdown.optimizer_state},
                     {"gradients", p.breakdown.gradients},   {"activations", p.breakdown.activations},
                     {"kv_cache", p.breakdown.kv_cache},     {"temporaries", p.breakdown.temporaries}};
@@ -60,7 +63,9 @@ Json fit_to_json(const FitResult& fit) {
                 {"cost_note", c.cost_note},
                 {"peak_bytes", c.peak_bytes},
                 {"limit_bytes", c.limit_bytes},
-                {"fits", c.fits}};
+                {"fits", c.fits},
+                {"host_peak_bytes", c.host_peak_bytes},
+                {"only_moves_to_host", c.only_moves_to_host}};
   };
   Json j;
   j["fits"] = fit.baseline.fits;
@@ -101,6 +106,12 @@ void print(std::ostream& out, const StepPlan& p) {
   if (s.step == StepKind::kDecode) row("KV cache", p.breakdown.kv_cache);
   row("temporaries", p.breakdown.temporaries);
   row("peak", p.peak_bytes);
+  if (p.offloaded_bytes > 0) {
+    out << fmt::format(
+        "  pinned host memory: {} at its fullest, not on the device ({} copied to the host and back each "
+        "step)\n",
+        format_bytes(p.host_peak_bytes), format_bytes(p.offloaded_bytes));
+  }
   out << fmt::format("  (XLA would report argument {}, output {}, alias {}, temp {})\n",
                      format_bytes(p.hlo.argument_bytes), format_bytes(p.hlo.output_bytes),
                      format_bytes(p.hlo.alias_bytes), format_bytes(p.hlo.temp_bytes));
@@ -185,7 +196,12 @@ Action add_fit_command(CLI::App& app, Io& io) {
     auto in = resolve_plan_inputs(*options);
     if (!in.ok()) return fail(io, in.error());
     if (!in->capacity_bytes) return fail(io, invalid_argument("memfit fit needs --capacity or --device"));
-    auto fit = fit_step(in->spec, *in->capacity_bytes, options->memory_fraction);
+    Progress progress(io.err, io.stderr_is_terminal);
+    auto fit =
+        fit_step(in->spec, *in->capacity_bytes, options->memory_fraction, [&](size_t done, size_t total) {
+          progress.update(fmt::format("memfit fit: planned {} of {} changes", done, total));
+        });
+    progress.done();
     if (!fit.ok()) return fail(io, fit.error());
     const StepPlan& b = fit->baseline;
     if (options->json) {
@@ -195,10 +211,12 @@ Action add_fit_command(CLI::App& app, Io& io) {
           "memfit fit: peak {} in a pool of {} ({:.0f}% of {}): {}\n", format_bytes(b.peak_bytes),
           format_bytes(b.limit_bytes), 100 * b.memory_fraction, format_bytes(*b.capacity_bytes),
           b.fits ? "fits already" : fmt::format("{} over", format_bytes(b.peak_bytes - b.limit_bytes)));
-      io.out << "\n  tried, in the seed's order (allocation, shapes, sharding):\n";
-      for (const FitCandidate& c : fit->candidates)
+      io.out << "\n  tried, in the seed's order (allocation, location, shapes, sharding):\n";
+      for (const FitCandidate& c : fit->candidates) {
         io.out << fmt::format("  {:<10} {:<50} {:>10}  {}\n", c.step, c.change, format_bytes(c.peak_bytes),
                               c.fits ? "fits" : "-");
+        if (c.host_peak_bytes > 0) io.out << fmt::format("  {:<10} {}\n", "", c.cost_note);
+      }
       if (fit->ranked.empty()) {
         io.out
             << "\n  no single change fits: combine them (e.g. remat and sharding) or use a larger device\n";

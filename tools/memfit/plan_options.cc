@@ -37,7 +37,9 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   integer("--classes", "classes", "ViT classes");
   integer("--accum", "accum", "gradient accumulation steps (optax.MultiSteps)");
   text("--precision", "precision", "fp32, mixed or bf16");
-  text("--remat", "remat", "none, full (nothing_saveable), dots (dots_saveable), dots_no_batch");
+  text("--remat", "remat",
+       "none, full (nothing_saveable), dots (dots_saveable), dots_no_batch, offload_dots_no_batch (saved to "
+       "host)");
   text("--optimizer", "optimizer", "adam, adamw, sgd or adafactor");
   text("--step", "step",
        "train, infer, vmap_grads or decode (one token against a KV cache of --seq positions)");

@@ -66,9 +66,6 @@ struct BufferModel {
   std::vector<uint32_t> host_heap_values;
 };
 
-// XLA's memory space of host memory (kHostMemorySpaceColor, memory_kind="pinned_host").
-inline constexpr uint32_t kHostMemorySpace = 5;
-
 // A value's name as XLA's buffer-assignment dump prints it: "fusion.3", "fusion.3{1}", a tuple's table
 // "tuple.2{}".
 std::string value_name(const HloModule& module, const HloValue& value);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,10 @@ struct StepPlan {
   HloPlan hlo;  // argument/output/alias/temp/peak as memory_analysis() would report for the step
   PeakBreakdown breakdown;
   uint64_t peak_bytes = 0;
+  // remat offload_dots_no_batch: pinned host memory at its fullest (XLA's host_temp), and the bytes copied
+  // to the host (and back) each step.
+  uint64_t host_peak_bytes = 0;
+  uint64_t offloaded_bytes = 0;
   std::optional<uint64_t> capacity_bytes;  // the device's memory
   double memory_fraction = 0.75;           // of it, XLA's BFC pool (XLA_CLIENT_MEM_FRACTION)
   uint64_t limit_bytes = 0;                // the pool: what the step must fit in
@@ -40,7 +45,7 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
 
 // One change the seed suggests, tried on the step.
 struct FitCandidate {
-  std::string step;    // allocation | shapes | sharding (the seed's order)
+  std::string step;    // allocation | location | shapes | sharding (the seed's order)
   std::string change;  // "XLA_CLIENT_MEM_FRACTION=.95", "remat dots_saveable", ...
   std::string code;    // the JAX that applies it
   double cost = 0;     // extra compute, more steps, devices: lower is cheaper
@@ -48,17 +53,21 @@ struct FitCandidate {
   uint64_t peak_bytes = 0;
   uint64_t limit_bytes = 0;
   bool fits = false;
+  uint64_t host_peak_bytes = 0;     // pinned host memory it takes (location: offloaded activations)
+  bool only_moves_to_host = false;  // host memory taken, and the device's peak no lower for it
 };
 
 struct FitResult {
   StepPlan baseline;
   std::vector<FitCandidate> candidates;  // every change tried, in the seed's order
-  std::vector<size_t> ranked;            // the ones that fit, cheapest first
+  std::vector<size_t> ranked;  // the ones that fit, cheapest first (none that only moves to the host)
 };
 
-// Tries the seed's fixes in its order - allocation (a larger pool, donation), shapes (bf16, remat
-// policies, gradient accumulation, a smaller batch), sharding (FSDP over more devices) - and ranks
-// those that fit by their cost.
-Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction = 0.75);
+// Tries the seed's fixes in its order - allocation (a larger pool, donation), location (saved activations
+// offloaded to pinned host memory), shapes (bf16, remat policies, gradient accumulation, a smaller batch),
+// sharding (FSDP over more devices) - and ranks those that fit by their cost. The plans run on every core;
+// `progress` (may be empty) hears each one finish (done, total), from one thread at a time.
+Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction = 0.75,
+                             const std::function<void(size_t, size_t)>& progress = {});
 
 }  // namespace memfit

@@ -22,6 +22,9 @@ namespace memfit {
 // The compiler that wrote the module, told by its backend_config attributes (the text names no platform).
 enum class HloPlatform { kUnknown, kGpu, kCpu };
 
+// XLA's memory space of host memory (kHostMemorySpaceColor, memory_kind="pinned_host").
+inline constexpr uint32_t kHostMemorySpace = 5;
+
 struct Shape {
   PrimitiveType type = PrimitiveType::kTuple;
   std::vector<uint64_t> dims;

@@ -17,8 +17,9 @@ namespace memfit {
 // an untied dense head; trained with optax.adafactor unless the config names another optimizer.
 enum class ModelFamily : uint8_t { kGpt, kMlp, kVit, kFlaxEncoder };
 enum class Precision : uint8_t { kFp32, kMixed, kBf16 };  // mixed: fp32 parameters, bf16 compute
-// jax.checkpoint policies: nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable.
-enum class RematPolicy : uint8_t { kNone, kFull, kDots, kDotsNoBatch };
+// jax.checkpoint policies: nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable, and
+// offload_dot_with_no_batch_dims("device", "pinned_host"): the same dots kept, in host memory.
+enum class RematPolicy : uint8_t { kNone, kFull, kDots, kDotsNoBatch, kOffloadDotsNoBatch };
 // adam and adamw (optax.adamw: adam's moments plus decoupled weight decay, no state of its own) keep two
 // fp32 moments per parameter; sgd none; adafactor (optax.adafactor) a row and a column statistic per matrix
 // and a full second moment for the rest (program/adafactor.h).
