@@ -12,11 +12,12 @@ namespace memfit {
 namespace {
 
 // Each enum's names, in the enum's order.
-constexpr std::array<std::pair<ModelFamily, std::string_view>, 4> kModelFamilyNames = {{
+constexpr std::array<std::pair<ModelFamily, std::string_view>, 5> kModelFamilyNames = {{
     {ModelFamily::kGpt, "gpt"},
     {ModelFamily::kMlp, "mlp"},
     {ModelFamily::kVit, "vit"},
     {ModelFamily::kFlaxEncoder, "flax_encoder"},
+    {ModelFamily::kFlaxCnn, "flax_cnn"},
 }};
 constexpr std::array<std::pair<Precision, std::string_view>, 3> kPrecisionNames = {{
     {Precision::kFp32, "fp32"},
@@ -127,7 +128,7 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
       "model", "vocab",        "d_model",   "heads", "layers",       "seq",      "batch",   "din",
       "width", "depth",        "dout",      "image", "patch",        "channels", "classes", "precision",
       "remat", "remat_layers", "optimizer", "step",  "donate",       "scan",     "accum",   "sharding",
-      "mesh",  "mesh_axes",    "backend",   "name",  "compile_only", "cpu8",     "attn"};
+      "mesh",  "mesh_axes",    "backend",   "name",  "compile_only", "cpu8",     "attn",    "widths"};
   for (const auto& [key, value] : config.items())
     if (!kKeys.contains(key))
       return invalid_argument(fmt::format("unknown key {} in the model spec", excerpt(key)));
@@ -145,7 +146,8 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
   MEMFIT_ASSIGN_OR_RETURN(s.layers, positive(config, "layers", s.layers));
   MEMFIT_ASSIGN_OR_RETURN(s.seq, positive(config, "seq", s.seq));
   // The reference programs' batch: 8 sequences for the GPT, 2048 rows for the MLP, 64 images for the ViT.
-  s.batch = s.model == ModelFamily::kMlp ? 2048 : s.model == ModelFamily::kVit ? 64 : 8;
+  const bool images = s.model == ModelFamily::kVit || s.model == ModelFamily::kFlaxCnn;
+  s.batch = s.model == ModelFamily::kMlp ? 2048 : images ? 64 : 8;
   MEMFIT_ASSIGN_OR_RETURN(s.batch, positive(config, "batch", s.batch));
   MEMFIT_ASSIGN_OR_RETURN(s.din, positive(config, "din", s.din));
   MEMFIT_ASSIGN_OR_RETURN(s.width, positive(config, "width", s.width));
@@ -164,10 +166,10 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
                                     {"dots_with_no_batch_dims_saveable", RematPolicy::kDotsNoBatch},
                                     {"offload_dot_with_no_batch_dims", RematPolicy::kOffloadDotsNoBatch},
                                     {"everything_saveable", RematPolicy::kNone}}));
-  // reference_programs.py trains its flax encoder with optax.adafactor, parameters and state donated
-  // (build_flax's donate_argnums (0, 1)).
-  if (s.model == ModelFamily::kFlaxEncoder) {
-    s.optimizer = OptimizerKind::kAdafactor;
+  // reference_programs.py trains its flax encoder with optax.adafactor and its conv net with optax.adamw,
+  // parameters and state donated (build_flax's donate_argnums (0, 1)).
+  if (s.model == ModelFamily::kFlaxEncoder || s.model == ModelFamily::kFlaxCnn) {
+    s.optimizer = s.model == ModelFamily::kFlaxCnn ? OptimizerKind::kAdamW : OptimizerKind::kAdafactor;
     s.donate = true;
   }
   MEMFIT_RETURN_IF_ERROR(read_enum(config, "optimizer", kOptimizerKindNames, s.optimizer));
@@ -194,6 +196,17 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
     for (const Json& m : config["mesh_axes"]) {
       if (!m.is_string()) return invalid_argument("mesh_axes: expected a list of names");
       s.mesh_axes.push_back(m.get<std::string>());
+    }
+  }
+  if (config.contains("widths")) {
+    if (!config["widths"].is_array() || config["widths"].empty())
+      return invalid_argument("widths: expected a list of block widths");
+    s.widths.clear();
+    for (const Json& w : config["widths"]) {
+      if (!w.is_number_integer() || w.get<int64_t>() <= 0)
+        return invalid_argument(
+            fmt::format("widths: expected positive widths, got {}", excerpt(json_text(w))));
+      s.widths.push_back(w.get<uint64_t>());
     }
   }
   if (config.contains("remat_layers")) {
@@ -227,6 +240,21 @@ Status validate_model_spec(const ModelSpec& s) {
     if (s.sharding == ShardingKind::kTp)
       return invalid_argument("sharding: tp is not built for the flax_encoder");
   }
+  if (s.model == ModelFamily::kFlaxCnn) {
+    // What reference_programs.py builds of it: fp32 flax layers, one device or data parallel, no remat.
+    if (s.precision != Precision::kFp32) return invalid_argument("precision: the flax_cnn is built in fp32");
+    if (s.remat != RematPolicy::kNone) return invalid_argument("remat: the flax_cnn is built without remat");
+    if (s.scan) return invalid_argument("scan: the flax_cnn has no repeated layers to scan");
+    if (s.accum > 1) return invalid_argument("accum: the flax_cnn is built without gradient accumulation");
+    if (s.sharding != ShardingKind::kReplicated)
+      return invalid_argument("sharding: the flax_cnn is built replicated (data parallel) only");
+    if (s.step != StepKind::kTrain && s.step != StepKind::kInfer)
+      return invalid_argument("step: the flax_cnn is built for train and infer");
+    if (s.widths.size() > 16) return invalid_argument("widths: at most 16 blocks");
+    if ((s.image >> s.widths.size()) == 0)
+      return invalid_argument(
+          fmt::format("image: {} pixels do not survive {} 2x2 pools", s.image, s.widths.size()));
+  }
   if (s.step == StepKind::kDecode) {
     // As reference_programs.py builds it: the GPT, unrolled, on one device.
     if (s.model != ModelFamily::kGpt) return invalid_argument("step decode is built for the gpt");
@@ -249,7 +277,8 @@ Status validate_model_spec(const ModelSpec& s) {
   if (s.attn == AttentionKind::kCudnn) {
     // cuDNN's fused attention runs in 16-bit floats on a GPU: jax.nn.dot_product_attention(...,
     // implementation='cudnn') refuses float32 inputs and XLA:CPU has no cuDNN.
-    if (s.model == ModelFamily::kMlp) return invalid_argument("attn: the mlp has no attention");
+    if (s.model == ModelFamily::kMlp || s.model == ModelFamily::kFlaxCnn)
+      return invalid_argument(fmt::format("attn: the {} has no attention", to_string(s.model)));
     if (s.precision == Precision::kFp32)
       return invalid_argument(
           "attn: cudnn needs bf16 compute (precision mixed or bf16), as cuDNN's kernel does");
@@ -306,6 +335,11 @@ Json model_spec_to_json(const ModelSpec& s) {
     j["width"] = s.width;
     j["depth"] = s.depth;
     j["dout"] = s.dout;
+  } else if (s.model == ModelFamily::kFlaxCnn) {
+    j["image"] = s.image;
+    j["channels"] = s.channels;
+    j["classes"] = s.classes;
+    j["widths"] = s.widths;
   } else {
     const bool tokens = s.model == ModelFamily::kGpt || s.model == ModelFamily::kFlaxEncoder;
     if (tokens) j["vocab"] = s.vocab;
@@ -335,7 +369,7 @@ Json model_spec_to_json(const ModelSpec& s) {
     j["mesh_axes"] = s.mesh_axes;
   }
   j["backend"] = to_string(s.backend);
-  if (s.model != ModelFamily::kMlp) j["attn"] = to_string(s.attn);
+  if (s.model != ModelFamily::kMlp && s.model != ModelFamily::kFlaxCnn) j["attn"] = to_string(s.attn);
   return j;
 }
 

@@ -29,6 +29,8 @@ Expected<HloModule> build_step_module(const ModelSpec& spec, StepArguments* argu
   zoo::Step step(c);
   if (spec.model == ModelFamily::kMlp) {
     zoo::build_mlp(c, step, module);
+  } else if (spec.model == ModelFamily::kFlaxCnn) {
+    zoo::build_flax_cnn(c, step, module);
   } else {
     auto family = spec.model == ModelFamily::kVit           ? zoo::vit_family()
                   : spec.model == ModelFamily::kFlaxEncoder ? zoo::flax_encoder_family()
@@ -38,8 +40,9 @@ Expected<HloModule> build_step_module(const ModelSpec& spec, StepArguments* argu
   if (arguments != nullptr) *arguments = step.arguments();
   HloModule built = e.finish();
   // Every shape is checked like a parsed one: a spec can ask for more than 64 bits of bytes.
-  for (const HloComputation& comp : built.computations)
-    for (const HloInstruction& i : comp.instructions)
+  // The entry (made last) first: its instructions carry the op names a user knows.
+  for (auto comp = built.computations.rbegin(); comp != built.computations.rend(); ++comp)
+    for (const HloInstruction& i : comp->instructions)
       if (!i.shape.is_tuple() && !array_bytes(i.shape.type, i.shape.dims, 0).ok())
         return invalid_argument(
             fmt::format("the spec's {} tensor {} overflows 64 bits", i.op_name, i.shape.to_string()));

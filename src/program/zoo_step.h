@@ -519,5 +519,6 @@ class Step {
 };
 
 void build_mlp(const Ctx& c, Step& step, HloModule& module);
+void build_flax_cnn(const Ctx& c, Step& step, HloModule& module);
 
 }  // namespace memfit::zoo

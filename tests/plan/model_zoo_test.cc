@@ -162,6 +162,66 @@ TEST(ModelZoo, FlaxEncoderFamilyPlans) {
   }
 }
 
+// flax_cnn as reference_programs.py builds it: optax.adamw, donated; flax's parameter count; each convolution
+// keeps its (relu'd) output for the backward pass, so training holds every block's outputs at once while
+// inference holds one convolution's input and output; the peak grows with the batch, and specs the
+// reference does not build are refused.
+TEST(ModelZoo, FlaxCnnFamilyPlans) {
+  const uint64_t B = 16, side = 64, C = 3, classes = 100;
+  const std::vector<uint64_t> widths = {32, 64, 128};
+  const std::string base = R"({"model": "flax_cnn", "image": 64, "classes": 100, "widths": [32, 64, 128],
+                               "batch": )";
+  auto with = [&](uint64_t batch, const std::string& extra) {
+    return plan(base + std::to_string(batch) + extra + "}");
+  };
+  const StepPlan train = with(B, "");
+  uint64_t count = 0, in = C;
+  for (uint64_t w : widths) {
+    count += (3 * 3 * in * w + w) + (3 * 3 * w * w + w);
+    in = w;
+  }
+  count += in * classes + classes;
+  EXPECT_EQ(train.arguments.parameter_count, count);
+  EXPECT_EQ(train.arguments.parameter_bytes, 4 * count);
+  EXPECT_EQ(train.arguments.optimizer_state_bytes, 2 * 4 * count + 4);  // adamw's moments and count
+  EXPECT_EQ(train.arguments.batch_bytes, B * side * side * C * 4 + B * 4);
+  EXPECT_EQ(train.hlo.alias_bytes, train.hlo.argument_bytes - train.arguments.batch_bytes);  // donated
+  // Kept for the backward pass: both convolutions' outputs of every block but the last, and the pools
+  // between blocks; all of it is live when the backward pass reaches the last block.
+  uint64_t kept = 0, s = side;
+  for (size_t b = 0; b + 1 < widths.size(); ++b) {
+    kept += 2 * B * s * s * widths[b] * 4 + B * (s / 2) * (s / 2) * widths[b] * 4;
+    s /= 2;
+  }
+  EXPECT_GE(train.peak_bytes, train.hlo.argument_bytes + kept);
+  EXPECT_GE(train.breakdown.activations, kept);
+  // Inference: the first block's two convolutions (one reads what the other wrote) and little else.
+  const StepPlan infer = with(B, R"(, "step": "infer")");
+  const uint64_t first_pair = 2 * B * side * side * widths[0] * 4;
+  EXPECT_GE(infer.peak_bytes, infer.hlo.argument_bytes + first_pair);
+  EXPECT_LE(infer.peak_bytes, infer.hlo.argument_bytes + first_pair + first_pair / 50);
+  EXPECT_LT(infer.peak_bytes, train.peak_bytes);
+  // Activations scale with the batch: twice the batch, about twice the memory beside parameters and state.
+  const StepPlan twice = with(2 * B, "");
+  auto per_batch = [](const StepPlan& p) {
+    return static_cast<double>(p.peak_bytes - p.arguments.parameter_bytes -
+                               p.arguments.optimizer_state_bytes);
+  };
+  const double growth = per_batch(twice) / per_batch(train);
+  EXPECT_NEAR(growth, 2.0, 0.1);
+  // The spec round-trips through its JSON, widths included.
+  auto again = model_spec_from_json(model_spec_to_json(train.spec));
+  ASSERT_TRUE(again.ok()) << again.error().message();
+  EXPECT_EQ(again->widths, widths);
+  EXPECT_EQ(plan_step(*again)->peak_bytes, train.peak_bytes);
+  for (const char* refused : {R"(, "remat": "full")", R"(, "precision": "mixed")", R"(, "widths": [])",
+                              R"(, "widths": [0])", R"(, "widths": ["a"])", R"(, "attn": "cudnn")",
+                              R"(, "widths": [8, 8, 8, 8, 8, 8, 8])", R"(, "step": "decode")"}) {
+    auto spec = model_spec_from_json(Json::parse(base + "16" + refused + "}"));
+    EXPECT_FALSE(spec.ok()) << refused;
+  }
+}
+
 // step decode (reference_programs.py's mode "decode"): an LLM server's step - one token per sequence
 // against a donated KV cache of seq positions per layer, written in place.
 TEST(ModelZoo, DecodeHoldsTheKvCacheOnce) {

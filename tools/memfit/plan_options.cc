@@ -21,7 +21,7 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
     app.add_option_function<std::string>(
         flag, [&o, key](const std::string& v) { o.overrides[key] = v; }, help);
   };
-  text("--model", "model", "gpt, mlp, vit or flax_encoder");
+  text("--model", "model", "gpt, mlp, vit, flax_encoder or flax_cnn");
   integer("--vocab", "vocab", "GPT vocabulary");
   integer("--d-model", "d_model", "width of a transformer");
   integer("--heads", "heads", "attention heads");
@@ -32,9 +32,29 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   integer("--width", "width", "MLP hidden width");
   integer("--depth", "depth", "MLP hidden layers");
   integer("--dout", "dout", "MLP output width");
-  integer("--image", "image", "ViT image side");
+  integer("--image", "image", "ViT and flax_cnn image side");
   integer("--patch", "patch", "ViT patch side");
-  integer("--classes", "classes", "ViT classes");
+  integer("--classes", "classes", "ViT and flax_cnn classes");
+  app.add_option_function<std::string>(
+      "--widths",
+      [&o](const std::string& v) {
+        // "64,128,256,512": a number where one parses, else the text (the spec names it as an error).
+        Json widths = Json::array();
+        size_t at = 0;
+        while (at <= v.size()) {
+          const size_t end = std::min(v.find(',', at), v.size());
+          const std::string part = v.substr(at, end - at);
+          int64_t n = 0;
+          const auto [stop, ec] = std::from_chars(part.data(), part.data() + part.size(), n);
+          if (ec == std::errc() && stop == part.data() + part.size())
+            widths.push_back(n);
+          else
+            widths.push_back(part);
+          at = end + 1;
+        }
+        o.overrides["widths"] = widths;
+      },
+      "flax_cnn block widths, e.g. 64,128,256,512");
   integer("--accum", "accum", "gradient accumulation steps (optax.MultiSteps)");
   text("--precision", "precision", "fp32, mixed or bf16");
   text("--remat", "remat",

@@ -15,7 +15,7 @@ namespace memfit {
 // flax_encoder: reference_programs.py's flax.linen encoder - token embedding, pre-norm blocks with
 // bidirectional nn.MultiHeadDotProductAttention (q, k, v and out projections with biases), a final norm and
 // an untied dense head; trained with optax.adafactor unless the config names another optimizer.
-enum class ModelFamily : uint8_t { kGpt, kMlp, kVit, kFlaxEncoder };
+enum class ModelFamily : uint8_t { kGpt, kMlp, kVit, kFlaxEncoder, kFlaxCnn };
 enum class Precision : uint8_t { kFp32, kMixed, kBf16 };  // mixed: fp32 parameters, bf16 compute
 // jax.checkpoint policies: nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable, and
 // offload_dot_with_no_batch_dims("device", "pinned_host"): the same dots kept, in host memory.
@@ -50,8 +50,10 @@ struct ModelSpec {
   uint64_t vocab = 32000, d_model = 1024, heads = 16, layers = 8, seq = 1024, batch = 8;
   // mlp
   uint64_t din = 1024, width = 4096, depth = 8, dout = 1024;
-  // vit: image side, patch side, channels, classes
+  // vit and flax_cnn: image side, patch side, channels, classes
   uint64_t image = 224, patch = 16, channels = 3, classes = 1000;
+  // flax_cnn: each block's width (two 3x3 convolutions and a 2x2 average pool), as reference_programs.py
+  std::vector<uint64_t> widths = {64, 128, 256, 512};
   Precision precision = Precision::kFp32;
   RematPolicy remat = RematPolicy::kNone;
   std::vector<uint64_t> remat_layers;  // per-layer policy: only these layers use `remat` (empty = all)
