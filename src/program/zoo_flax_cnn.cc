@@ -7,11 +7,14 @@
 //   f64 runs NHWC (HeuristicLayoutAssignment in xla/service/gpu/transforms/layout_assignment.cc), flax's own
 //   layout, so activations take no layout copies; the kernel is read as OHWI (filter layout
 //   kOutputYXInput), so each HWIO kernel is copied once, and the copy is read again by the backward pass.
-// - The bias and relu are the convolution's epilogue (cudnn_fused_conv_rewriter: conv, bias, relu in one
-//   call), so a block keeps one tensor per convolution, the relu's output, whose sign is relu's derivative.
+// - The bias is the call's epilogue (cudnn_fused_conv_rewriter.cc, FuseBiasOrSideInput). relu joins it
+//   only where the convolution's result has one use (FuseRelu's WithOneUse): in inference. In training
+//   jax.nn.relu's derivative, select(x > 0, g, 0), reads the pre-activation too, so the call writes z, the
+//   relu is a fusion of its own, and z stays live until the backward pass (the compare fuses into the
+//   backward select that reads it). A relu that only feeds the average pool fuses into the pool.
 // - The backward pass of each convolution is two cuDNN calls (the input's gradient, the kernel's gradient
-//   in OHWI, copied back to HWIO), with the relu mask an elementwise fusion before them; average pooling's
-//   gradient (pad and reduce_window) fuses with the mask of the convolution before it.
+//   in OHWI, copied back to HWIO) after the relu mask; average pooling's gradient (pad and reduce_window)
+//   fuses with the mask of the convolution before it.
 // Approximated: cuDNN's scratch buffers are left out - their size is whatever algorithm autotuning picks on
 // the device, and no convolution program was measured to size them.
 #include <fmt/format.h>
@@ -65,11 +68,13 @@ void build_flax_cnn(const Ctx& c, Step& step, HloModule& module) {
     step.count_batch(labels);
   }
 
-  // Forward: what each convolution reads and writes, kept for the backward pass.
+  // Forward: what each convolution reads and writes (`out`: z in training, relu(z) in inference), kept for
+  // the backward pass.
   struct Conv {
     T in, kernel_ohwi, out;
     uint64_t side, in_channels, out_channels;
   };
+  const bool train = step.train();
   std::vector<Conv> kept(convs);
   const std::string fwd = "jit(step)/jvp(Conv)";
   T a = image;
@@ -84,21 +89,24 @@ void build_flax_cnn(const Ctx& c, Step& step, HloModule& module) {
     cv.out_channels = out_channels;
     cv.kernel_ohwi = e.loop({step.use(P[kernel_of[k]], fwd)}, array(f32, {out_channels, 3, 3, in_channels}),
                             fwd + "/conv_general_dilated/copy", "temporaries");
-    cv.out = e.op("convolution", {a, cv.kernel_ohwi, P[bias_of[k]].value},
-                  array(f32, {B, side, side, out_channels}), fwd + "/conv_general_dilated", "activations");
+    const Shape out_shape = array(f32, {B, side, side, out_channels});
+    cv.out = e.op("convolution", {a, cv.kernel_ohwi, P[bias_of[k]].value}, out_shape,
+                  fwd + (train ? "/conv_general_dilated" : "/conv_general_dilated+relu"), "activations");
     a = cv.out;
     in_channels = out_channels;
-    if (k % 2 == 1) {  // the block's average pool (VALID, stride 2)
+    if (k % 2 == 1) {  // the block's average pool (VALID, stride 2), the relu fused into it in training
       side /= 2;
       a = e.reduce({a}, array(f32, {B, side, side, out_channels}), "jit(step)/jvp()/avg_pool/reduce_window",
                    "activations");
+    } else if (train) {
+      a = e.loop({a}, out_shape, "jit(step)/jvp()/relu/max", "activations");
     }
   }
   const T pooled = e.reduce({a}, array(f32, {B, in_channels}), "jit(step)/jvp()/mean", "activations");
   Param& head = P[kernel_of[convs]];
   const T logits = e.dot({pooled, step.gemm_operand(head, "jit(step)/head"), P[bias_of[convs]].value},
                          array(f32, {B, s.classes}), "jit(step)/jvp(Dense)/dot_general", "activations");
-  if (!step.train()) {
+  if (!train) {
     e.root_array(logits);
     return;
   }
@@ -118,7 +126,7 @@ void build_flax_cnn(const Ctx& c, Step& step, HloModule& module) {
   for (size_t k = convs; k-- > 0;) {
     const Conv& cv = kept[k];
     const Shape out_shape = cv.out.shape;
-    // Through relu (and, after a pool, the pool's gradient fused with it): d * (out > 0).
+    // Through relu (and, after a pool, the pool's gradient fused with it): select(z > 0, d, 0).
     const T dpre = e.loop({d, cv.out}, out_shape,
                           bwd + (k % 2 == 1 ? "/avg_pool/reduce_window+relu/select_n" : "/relu/select_n"),
                           "temporaries");
