@@ -178,6 +178,20 @@ run("time: plan --layers 1000", ["plan", "--model", "gpt", "--layers", "1000"], 
 run("time: plan --layers 10^6", ["plan", "--model", "gpt", "--layers", "1000000"], 2, limit_s=5)
 run("time: plan --layers 10^6 --scan", ["plan", "--model", "gpt", "--layers", "1000000", "--scan"], 2, limit_s=5)
 run("time: plan --depth 10^6", ["plan", "--model", "mlp", "--depth", "1000000"], 2, limit_s=5)
+run("time: flax_cnn with 20000 blocks", ["plan", "--model", "flax_cnn", "--widths", ",".join(["8"] * 20000)], 2,
+    limit_s=5, stderr_has="widths")
+run("wrap: flax_cnn widths 2^32", ["plan", "--model", "flax_cnn", "--widths", "4294967296,4294967296"], 2,
+    stderr_has="overflows")
+run("wrap: flax_cnn image 1e8", ["plan", "--model", "flax_cnn", "--image", "100000000", "--widths", "64"], 2,
+    stderr_has="overflows")
+run("range: flax_cnn widths not numbers", ["plan", "--model", "flax_cnn", "--widths", "64,x"], 2,
+    stderr_has="widths")
+run("range: flax_cnn widths empty", ["plan", "--model", "flax_cnn", "--widths", ""], 2, stderr_has="widths")
+run("range: offload on the mlp", ["plan", "--model", "mlp", "--remat", "offload_dots_no_batch"], 2,
+    stderr_has="offload")
+run("exit: fit with offload as the step's policy", ["fit", "--model", "gpt", "--layers", "2", "--remat",
+    "offload_dots_no_batch", "--capacity", "80GiB", "--json"], 0,
+    json_check=lambda j: None if any(c["step"] == "shapes" for c in j["tried"]) else "no change tried")
 run("time: fit --layers 10^6", ["fit", "--model", "gpt", "--layers", "1000000", "--capacity", "16GiB"], 2,
     limit_s=5)
 n = 30000

@@ -14,7 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto spec = memfit::model_spec_from_json(*json);
   if (!spec.ok()) return 0;
   // Planning is checked elsewhere for size; here only specs small enough to plan thousands of times.
-  const uint64_t blocks = spec->model == memfit::ModelFamily::kMlp ? spec->depth : spec->layers;
+  const uint64_t blocks = spec->model == memfit::ModelFamily::kMlp       ? spec->depth
+                          : spec->model == memfit::ModelFamily::kFlaxCnn ? spec->widths.size()
+                                                                         : spec->layers;
   if (blocks <= 4 && spec->devices() <= 64) (void)memfit::plan_step(*spec, uint64_t{80} << 30, 0.75);
   return 0;
 }
