@@ -3,8 +3,11 @@
 // under 0.5 s, 10x under 5 s; the ratio line says how the cost grows with the module (10 would be linear).
 #include <benchmark/benchmark.h>
 
+#include <fmt/format.h>
+
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "memfit/core/file_io.h"
 #include "memfit/plan/hlo_plan.h"
@@ -72,6 +75,47 @@ void BM_PlanGpt96LayersOver4096Devices(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanGpt96LayersOver4096Devices)->Unit(benchmark::kMillisecond);
 
+// memfit plan of the default GPT as its layers grow, unrolled (jax.jit over a Python loop) and under scan,
+// and memfit fit of the 300-layer step (its 19 plans on every core). Targets: fit under 10 s; the summary
+// says how each grows with the layers (2 = linear per doubling).
+void BM_PlanLayers(benchmark::State& state, bool scan) {
+  ModelSpec spec;
+  spec.layers = static_cast<uint64_t>(state.range(0));
+  spec.scan = scan;
+  for (auto _ : state) {
+    auto plan = plan_step(spec);
+    if (!plan.ok()) {
+      state.SkipWithError(plan.error().message().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(plan->peak_bytes);
+  }
+}
+BENCHMARK_CAPTURE(BM_PlanLayers, unrolled, false)
+    ->Arg(256)
+    ->Arg(512)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_PlanLayers, scan, true)
+    ->Arg(2048)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+
+void BM_FitGpt300Layers(benchmark::State& state) {
+  ModelSpec spec;
+  spec.layers = 300;
+  for (auto _ : state) {
+    auto fit = fit_step(spec, uint64_t{16} << 30);
+    if (!fit.ok()) {
+      state.SkipWithError(fit.error().message().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(fit->candidates.size());
+  }
+}
+BENCHMARK(BM_FitGpt300Layers)->Unit(benchmark::kMillisecond)->Iterations(1);
+
 // The lowered-program planner (parse, model of XLA:GPU, list schedule, buffer model, heap) on lowered
 // programs of 10^4 and 10^5 instructions, StableHLO and HLO text. Target: 10^5 under 10 s.
 void BM_PlanLowered(benchmark::State& state, bool stablehlo) {
@@ -109,6 +153,16 @@ class ScalingReporter : public TimingReporter {
     const auto ten = times.find("BM_PlanGpt/10");
     if (one != times.end() && ten != times.end() && one->second > 0)
       out << "\n10x module / 1x module time: " << ten->second / one->second << "x (10 = linear)\n";
+    for (const auto& [form, small, large] :
+         {std::tuple{"unrolled", 256, 512}, std::tuple{"scan", 2048, 4096}}) {
+      const auto a = times.find(fmt::format("BM_PlanLayers/{}/{}/iterations:1", form, small));
+      const auto b = times.find(fmt::format("BM_PlanLayers/{}/{}/iterations:1", form, large));
+      if (a == times.end() || b == times.end() || a->second <= 0) continue;
+      out << "plan " << form << ": " << large << " layers " << b->second / 1e3 << " s, "
+          << b->second / a->second << "x the time of " << small << " (2 = linear)\n";
+    }
+    if (auto fit = times.find("BM_FitGpt300Layers/iterations:1"); fit != times.end())
+      out << "fit of the 300-layer GPT: " << fit->second / 1e3 << " s (target < 10 s)\n";
     for (const char* form : {"stablehlo", "hlo"}) {
       const auto small = times.find(std::string("BM_PlanLowered/") + form + "/10000/iterations:1");
       const auto large = times.find(std::string("BM_PlanLowered/") + form + "/100000/iterations:1");
