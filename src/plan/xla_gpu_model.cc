@@ -468,9 +468,12 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
   };
   for (uint32_t i = 0; i < n; ++i) {
     if (role[i] != Role::kGemm && !folded_dot[i]) continue;
+    // A convolution is a cuDNN call (gpu/transforms/conv_rewriter.cc), not a Triton GEMM fusion: it reads
+    // its operands from buffers, so whatever computes them is a fusion of its own.
+    const bool cudnn = comp.instructions[i].opcode == HloOpcode::kConvolution;
     for (uint32_t o : operands[i]) {
       stop_at_unworthy(o);
-      if (!materialized[o] && !fusible_into_gemm(o, fusible_into_gemm)) materialized[o] = true;
+      if (!materialized[o] && (cudnn || !fusible_into_gemm(o, fusible_into_gemm))) materialized[o] = true;
     }
   }
   // A GEMM's one elementwise epilogue (bias add, activation, convert to bf16) is written by the GEMM itself.
@@ -479,14 +482,26 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     if (role[i] != Role::kGemm || folded_dot[i] || users[i].size() != 1 || &comp.instructions[i] == root)
       continue;
     const uint32_t u = users[i][0];
-    if (!fuses(role[u]) || comp.instructions[u].shape.is_tuple() ||
-        elements(comp.instructions[u].shape) != elements(comp.instructions[i].shape) ||
-        comp.instructions[u].shape.own_bytes() >
-            comp.instructions[i].shape.own_bytes())  // no widening epilogue
-      continue;
+    auto epilogue_of = [&](uint32_t from, uint32_t to) {
+      return fuses(role[to]) && !comp.instructions[to].shape.is_tuple() &&
+             elements(comp.instructions[to].shape) == elements(comp.instructions[from].shape) &&
+             comp.instructions[to].shape.own_bytes() <=
+                 comp.instructions[from].shape.own_bytes();  // no widening
+    };
+    if (!epilogue_of(i, u)) continue;
     materialized[i] = false;
-    materialized[u] = true;
-    gemm_epilogue[u] = true;
+    uint32_t last = u;
+    // cuDNN's conv-bias-activation call also takes a relu after the bias when the biased result has no
+    // other reader (cudnn_fused_conv_rewriter.cc: FuseBiasOrSideInput, then FuseRelu's WithOneUse). In
+    // training relu's derivative reads the pre-activation too, so there the relu stays a fusion of its own.
+    if (comp.instructions[i].opcode == HloOpcode::kConvolution && users[u].size() == 1 &&
+        comp.instructions[users[u][0]].opcode == HloOpcode::kMaximum && epilogue_of(u, users[u][0]) &&
+        &comp.instructions[u] != root) {
+      last = users[u][0];
+      materialized[u] = false;
+    }
+    materialized[last] = true;
+    gemm_epilogue[last] = true;
   }
   // A fused value is recomputed inside each consumer, which reads the buffers it was computed from
   // instead. Operands precede users (schedule order), so a forward pass fills each list before it is read.

@@ -2,6 +2,7 @@
 // the way JAX lowers them: which values it materializes, and the rewrites it applies.
 #include "memfit/plan/xla_gpu_model.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "memfit/plan/buffer_model.h"
@@ -53,6 +54,50 @@ ENTRY main.1 {
   bool planned = false;
   for (const PlannedBuffer& b : plan->buffers) planned = planned || (b.name == "w16" && b.bytes == 2u << 20);
   EXPECT_TRUE(planned);
+}
+
+// Convolutions are cuDNN calls: they read their operands from buffers (no producer fuses into them, unlike a
+// Triton GEMM), and write the bias and - when nothing else reads the biased result - the relu themselves
+// (cudnn_fused_conv_rewriter.cc). In inference the first block's relu is the call's output; in training
+// relu's derivative (a compare feeding the backward pass) reads the pre-activation too, so the call writes
+// it and the relu the next convolution reads is a buffer of its own.
+TEST(XlaGpuModel, AConvolutionWritesItsBiasAndReluAndReadsBuffers) {
+  auto block = [](bool training) {
+    return fmt::format(R"(HloModule jit_step
+
+ENTRY main.1 {{
+  x = f32[8,32,32,3]{{3,2,1,0}} parameter(0)
+  w1 = f32[3,3,3,16]{{3,2,1,0}} parameter(1)
+  b1 = f32[16]{{0}} parameter(2)
+  w2 = f32[3,3,16,16]{{3,2,1,0}} parameter(3)
+  nx = f32[8,32,32,3]{{3,2,1,0}} negate(x)
+  conv1 = f32[8,32,32,16]{{3,2,1,0}} convolution(nx, w1), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f
+  bias1 = f32[8,32,32,16]{{3,2,1,0}} broadcast(b1), dimensions={{3}}
+  z1 = f32[8,32,32,16]{{3,2,1,0}} add(conv1, bias1)
+  zero = f32[] constant(0)
+  zeros = f32[8,32,32,16]{{3,2,1,0}} broadcast(zero), dimensions={{}}
+  relu1 = f32[8,32,32,16]{{3,2,1,0}} maximum(z1, zeros)
+  conv2 = f32[8,32,32,16]{{3,2,1,0}} convolution(relu1, w2), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f
+  {}
+}})",
+                       training ? R"(mask = pred[8,32,32,16]{3,2,1,0} compare(z1, zeros), direction=GT
+  ROOT grad = f32[8,32,32,16]{3,2,1,0} select(mask, conv2, zeros))"
+                                : R"(ROOT out = f32[8,32,32,16]{3,2,1,0} add(conv2, conv2))");
+  };
+  const std::string infer_text = block(false), train_text = block(true);
+  const HloModule infer = lowered(infer_text.c_str());
+  auto modeled = model_xla_gpu(infer);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  ASSERT_NE(find(*modeled, "nx"), nullptr) << "a cheap producer a Triton GEMM would take in is a buffer";
+  EXPECT_EQ(find(*modeled, "z1"), nullptr) << "bias and relu are the call's epilogue";
+  ASSERT_NE(find(*modeled, "relu1"), nullptr) << "the second convolution reads the relu from a buffer";
+  EXPECT_EQ(find(*modeled, "relu1")->operands, (std::vector<std::string>{"nx", "w1", "b1"}));
+  const HloModule train = lowered(train_text.c_str());
+  modeled = model_xla_gpu(train);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  ASSERT_NE(find(*modeled, "z1"), nullptr) << "the pre-activation has two readers: the call writes it";
+  ASSERT_NE(find(*modeled, "relu1"), nullptr) << "a cuDNN call takes no producer in";
+  EXPECT_EQ(find(*modeled, "relu1")->operands, (std::vector<std::string>{"z1"}));
 }
 
 // The gradient of an embedding lookup is a scatter-add into zeros; added to the tied weight's GEMM
