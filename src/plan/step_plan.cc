@@ -6,6 +6,7 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <new>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -92,7 +93,15 @@ Expected<std::vector<StepPlan>> plan_trials(const std::vector<Trial>& trials, ui
   std::mutex progress_mutex;
   auto work = [&] {
     for (size_t i = next++; i < trials.size(); i = next++) {
-      plans[i].emplace(plan_step(trials[i].spec, capacity_bytes, trials[i].memory_fraction));
+      // An exception must not leave a worker thread (that would end the process): it becomes this
+      // trial's error, as the CLI would make it on the main thread.
+      try {
+        plans[i].emplace(plan_step(trials[i].spec, capacity_bytes, trials[i].memory_fraction));
+      } catch (const std::bad_alloc&) {
+        plans[i].emplace(resource_exhausted("out of host memory while planning a change"));
+      } catch (const std::exception& e) {
+        plans[i].emplace(internal_error(fmt::format("internal error: {} (please report it)", e.what())));
+      }
       const size_t done = ++finished;
       if (progress) {
         std::lock_guard<std::mutex> lock(progress_mutex);

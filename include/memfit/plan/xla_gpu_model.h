@@ -10,9 +10,9 @@
 //     (transcendentals, divisions: HloInstruction::IsExpensive) with several consumers keep one buffer;
 //   - library calls and fusion roots get a buffer: dots and convolutions (cuBLAS, cuDNN, Triton GEMM, with
 //     one elementwise epilogue such as a bias add or a convert folded into the GEMM's output,
-//     gemm_rewriter.cc; a convolution's bias and then a relu no one else reads, cudnn_fused_conv_rewriter.cc),
-//     reductions, scatters, sorts, custom calls, collectives, loops and calls; a convolution (a cuDNN call)
-//     takes no producer into its operands;
+//     gemm_rewriter.cc; a convolution's bias and then a relu no one else reads,
+//     cudnn_fused_conv_rewriter.cc), reductions, scatters, sorts, custom calls, collectives, loops and calls;
+//     a convolution (a cuDNN call) takes no producer into its operands;
 //   - a GEMM takes in only the producers XLA's GemmFusion finds worth it (triton_tiling_propagation.cc):
 //     never a narrowing cast - a weight's bf16 copy in mixed precision is a buffer of its own, read by the
 //     forward and the backward GEMMs;
