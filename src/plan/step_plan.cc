@@ -133,8 +133,9 @@ constexpr double kHostLinkBytesPerSecond = 64e9;
 // zoo_transformer.cc), so the device holds it as long as remat dots_no_batch would: the candidate is then
 // host memory spent for nothing, and the note says so (on the H200, gpt_mixed_donate_offload_dots_nb peaked
 // at 6.75 GB against dots_no_batch's 4.54 GB).
+// `kept`: the trial of remat dots_no_batch for the same step (SIZE_MAX: none was tried).
 void describe_offload(std::vector<Trial>& trials, const std::vector<StepPlan>& plans, size_t offload,
-                      const StepPlan& baseline) {
+                      size_t kept, const StepPlan& baseline) {
   const StepPlan& p = plans[offload];
   FitCandidate& row = trials[offload].row;
   row.host_peak_bytes = p.host_peak_bytes;
@@ -146,10 +147,8 @@ void describe_offload(std::vector<Trial>& trials, const std::vector<StepPlan>& p
   uint64_t kept_on_device = 0;
   if (baseline.spec.remat == RematPolicy::kDotsNoBatch && baseline.spec.remat_layers.empty()) {
     kept_on_device = baseline.peak_bytes;
-  } else {
-    for (size_t i = 0; i < trials.size(); ++i)
-      if (trials[i].spec.remat == RematPolicy::kDotsNoBatch && trials[i].row.step == "shapes")
-        kept_on_device = plans[i].peak_bytes;
+  } else if (kept != SIZE_MAX) {
+    kept_on_device = plans[kept].peak_bytes;
   }
   if (kept_on_device != 0 && p.peak_bytes >= kept_on_device) {
     row.only_moves_to_host = true;
@@ -192,6 +191,7 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   }
   // 2. location: the activations saved for the backward pass kept in pinned host memory instead.
   size_t offload_trial = SIZE_MAX;
+  size_t dots_no_batch_trial = SIZE_MAX;
   if (spec.step == StepKind::kTrain && spec.remat != RematPolicy::kOffloadDotsNoBatch) {
     ModelSpec s = spec;
     s.remat = RematPolicy::kOffloadDotsNoBatch;
@@ -227,11 +227,13 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
          "~33% more compute: the forward pass runs twice"},
     };
     for (const auto& r : remats) {
-      if (spec.remat == r.policy) continue;
+      if (spec.remat == r.policy && spec.remat_layers.empty()) continue;
       ModelSpec s = spec;
       s.remat = r.policy;
       s.remat_layers.clear();
+      const size_t before = trials.size();
       add("shapes", fmt::format("remat {}", to_string(r.policy)), r.jax, r.cost, r.note, s, memory_fraction);
+      if (r.policy == RematPolicy::kDotsNoBatch && trials.size() > before) dots_no_batch_trial = before;
     }
     ++family;
     for (uint64_t k : {2, 4, 8, 16}) {
@@ -275,7 +277,8 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   MEMFIT_ASSIGN_OR_RETURN(std::vector<StepPlan> plans, plan_trials(trials, capacity_bytes, progress));
   result.baseline = std::move(plans.back());
   trials.pop_back();
-  if (offload_trial != SIZE_MAX) describe_offload(trials, plans, offload_trial, result.baseline);
+  if (offload_trial != SIZE_MAX)
+    describe_offload(trials, plans, offload_trial, dots_no_batch_trial, result.baseline);
   std::vector<bool> family_fits(static_cast<size_t>(family) + 1, false);
   for (size_t i = 0; i < trials.size(); ++i) {
     Trial& t = trials[i];
