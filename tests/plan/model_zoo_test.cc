@@ -360,6 +360,21 @@ TEST(ModelZoo, FitSaysOffloadOnlyMovesMemoryToTheHost) {
   EXPECT_NE(offload->cost_note.find("1.00GiB to the host and back"), std::string::npos) << offload->cost_note;
   EXPECT_NE(offload->cost_note.find("only moves memory to the host"), std::string::npos);
   for (size_t i : fit->ranked) EXPECT_NE(&fit->candidates[i], offload);
+  // A step that keeps dots on two layers only is offered the policy on all of them, and offloading is
+  // weighed against that.
+  auto partial = model_spec_from_json(Json::parse(
+      R"({"model": "gpt", "d_model": 1024, "heads": 16, "layers": 8, "seq": 1024, "batch": 8,
+          "donate": true, "precision": "mixed", "remat": "dots_no_batch", "remat_layers": [0, 1]})"));
+  ASSERT_TRUE(partial.ok());
+  auto refit = fit_step(*partial, 8ull << 30);
+  ASSERT_TRUE(refit.ok()) << refit.error().message();
+  uint64_t all_layers = 0, offloaded = 0;
+  for (const FitCandidate& c : refit->candidates) {
+    if (c.change == "remat dots_no_batch") all_layers = c.peak_bytes;
+    if (c.step == "location") offloaded = c.peak_bytes;
+  }
+  EXPECT_EQ(all_layers, dots_no_batch->peak_bytes);
+  EXPECT_GE(offloaded, all_layers);
 }
 
 }  // namespace
