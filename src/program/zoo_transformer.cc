@@ -122,18 +122,19 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
   };
   // Which forward tensors a policy keeps for the backward pass (the rest is recomputed there).
   auto saveable = [&](RematPolicy policy, const std::string& key) {
+    // The MLP's second dot feeds only the residual sum, whose gradient needs no operand: no backward pass
+    // reads it, so JAX saves no residual for it under any policy (the lowered offload program sends three
+    // dots per block to the host - qkv, out, h1 - and a scan stacks none of it).
+    if (key == "h2") return false;
     if (policy == RematPolicy::kNone) return true;
     if (policy == RematPolicy::kFull) return false;
     // Separate q/k/v projections are dots; a fused one's q, k and v are slices of its dot.
     const bool qkv_dot = bp.wqkv.empty() && (key == "q" || key == "k" || key == "v");
-    const bool weight_dot = key == "qkv" || key == "o" || key == "h1" || key == "h2" || qkv_dot;
+    const bool weight_dot = key == "qkv" || key == "o" || key == "h1" || qkv_dot;
     // cuDNN's attention is a custom call, not a dot: JAX's dot policies recompute it.
     if (s.attn == AttentionKind::kCudnn && (key == "av" || key == "stats")) return false;
     const bool batch_dot = key == "scores" || key == "av";
     if (policy == RematPolicy::kDots) return weight_dot || batch_dot;
-    // The MLP's second dot feeds only the residual sum, which the backward pass does not read, so JAX saves
-    // no residual for it: the lowered offload program sends three dots per block to the host (qkv, out, h1).
-    if (policy == RematPolicy::kOffloadDotsNoBatch && key == "h2") return false;
     return weight_dot;  // dots_no_batch, and offload_dots_no_batch (the same dots, kept on the host)
   };
 
