@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "memfit/core/text.h"
-#include "memfit/plan/buffer_model.h"
 
 #include <algorithm>
 #include <queue>

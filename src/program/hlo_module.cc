@@ -350,12 +350,7 @@ Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line)
     } else if (key == "custom_call_target") {
       inst.custom_call_target = std::string(unquote(value));
     } else if (key == "frontend_attributes") {
-      constexpr std::string_view kPlacement = "_xla_buffer_placement=\"";
-      if (const size_t at = value.find(kPlacement); at != std::string_view::npos) {
-        const size_t start = at + kPlacement.size(), end = value.find('"', start);
-        if (end != std::string_view::npos)
-          inst.buffer_placement = std::string(value.substr(start, end - start));
-      }
+      inst.buffer_placement = buffer_placement_attribute(value);
     } else if (key == "output_to_operand_aliasing") {
       MEMFIT_ASSIGN_OR_RETURN(inst.operand_aliases, parse_operand_aliases(value, line));
     } else if (key == "backend_config") {
@@ -447,6 +442,23 @@ const HloInstruction* HloComputation::root() const {
     if (i.is_root) return &i;
   }
   return instructions.empty() ? nullptr : &instructions.back();
+}
+
+std::string buffer_placement_attribute(std::string_view attributes) {
+  constexpr std::string_view kKey = "_xla_buffer_placement";
+  const size_t at = attributes.find(kKey);
+  if (at == std::string_view::npos) return {};
+  size_t i = at + kKey.size();
+  auto skip_spaces = [&] {
+    while (i < attributes.size() && attributes[i] == ' ') ++i;
+  };
+  skip_spaces();
+  if (i >= attributes.size() || attributes[i] != '=') return {};
+  ++i;
+  skip_spaces();
+  if (i >= attributes.size() || attributes[i] != '"') return {};
+  const size_t end = attributes.find('"', ++i);
+  return end == std::string_view::npos ? std::string() : std::string(attributes.substr(i, end - i));
 }
 
 std::vector<uint32_t> instruction_post_order(const HloComputation& comp) {

@@ -699,12 +699,7 @@ class Reader {
           ++end;
         inst.custom_call_target = std::string(body.substr(at + 1, end - at - 1));
       }
-      constexpr std::string_view kPlacement = "_xla_buffer_placement = \"";
-      if (const size_t at = body.find(kPlacement); at != std::string_view::npos) {
-        const size_t start = at + kPlacement.size(), end = body.find('"', start);
-        if (end != std::string_view::npos)
-          inst.buffer_placement = std::string(body.substr(start, end - start));
-      }
+      inst.buffer_placement = buffer_placement_attribute(body);
     }
     // What the model of XLA:GPU needs to see a reduction over a dot's batch dimensions.
     if (opname == "stablehlo.transpose") {

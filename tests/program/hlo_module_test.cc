@@ -126,5 +126,14 @@ TEST(HloModule, MalformedOrTruncatedInputNamesTheLine) {
   }
 }
 
+// Where JAX asked a value to live, as both front ends write the frontend attribute.
+TEST(HloModule, BufferPlacementReadsBothSpellings) {
+  EXPECT_EQ(buffer_placement_attribute(R"({_xla_buffer_placement="pinned_host"})"), "pinned_host");
+  EXPECT_EQ(buffer_placement_attribute(R"({other = "x", _xla_buffer_placement = "device"})"), "device");
+  EXPECT_EQ(buffer_placement_attribute(R"({_xla_buffer_placement})"), "");
+  EXPECT_EQ(buffer_placement_attribute(R"({_xla_buffer_placement = "unterminated)"), "");
+  EXPECT_EQ(buffer_placement_attribute(R"({mhlo.sharding = "{replicated}"})"), "");
+}
+
 }  // namespace
 }  // namespace memfit

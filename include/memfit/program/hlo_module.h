@@ -96,6 +96,10 @@ struct HloComputation {
   const HloInstruction* root() const;
 };
 
+// The _xla_buffer_placement in an op's frontend attributes, as HLO text (`key="v"`) and StableHLO
+// (`key = "v"`) write it; empty when absent.
+std::string buffer_placement_attribute(std::string_view attributes);
+
 // XLA's HloComputation::MakeInstructionPostOrder (xla/hlo/ir/hlo_computation.cc): depth first from each
 // instruction nothing in the computation reads, taken in instruction order, first operands first. Indices
 // into comp.instructions; an operand the computation does not define is skipped. Only instructions on a
