@@ -491,11 +491,19 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     materialized[i] = false;
     uint32_t last = u;
     // cuDNN's conv-bias-activation call also takes a relu after the bias when the biased result has no
-    // other reader (cudnn_fused_conv_rewriter.cc: FuseBiasOrSideInput, then FuseRelu's WithOneUse). In
-    // training relu's derivative reads the pre-activation too, so there the relu stays a fusion of its own.
+    // other reader (cudnn_fused_conv_rewriter.cc: FuseBiasOrSideInput, then FuseRelu's WithOneUse, which
+    // matches max(x, broadcast(constant)) - the constant's value is not read here). In training relu's
+    // derivative reads the pre-activation too, so there the relu stays a fusion of its own.
+    auto is_relu_of = [&](uint32_t r, uint32_t x) {
+      if (comp.instructions[r].opcode != HloOpcode::kMaximum || operands[r].size() != 2) return false;
+      const uint32_t other = operands[r][0] == x ? operands[r][1] : operands[r][0];
+      const HloInstruction& b = comp.instructions[other];
+      if (b.opcode == HloOpcode::kConstant) return true;
+      return b.opcode == HloOpcode::kBroadcast && operands[other].size() == 1 &&
+             comp.instructions[operands[other][0]].opcode == HloOpcode::kConstant;
+    };
     if (comp.instructions[i].opcode == HloOpcode::kConvolution && users[u].size() == 1 &&
-        comp.instructions[users[u][0]].opcode == HloOpcode::kMaximum && epilogue_of(u, users[u][0]) &&
-        &comp.instructions[u] != root) {
+        is_relu_of(users[u][0], u) && epilogue_of(u, users[u][0]) && &comp.instructions[u] != root) {
       last = users[u][0];
       materialized[u] = false;
     }

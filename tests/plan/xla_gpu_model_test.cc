@@ -98,6 +98,18 @@ ENTRY main.1 {{
   ASSERT_NE(find(*modeled, "z1"), nullptr) << "the pre-activation has two readers: the call writes it";
   ASSERT_NE(find(*modeled, "relu1"), nullptr) << "a cuDNN call takes no producer in";
   EXPECT_EQ(find(*modeled, "relu1")->operands, (std::vector<std::string>{"z1"}));
+  // A maximum with another tensor is no relu: cuDNN does not take it, the biased result is the call's.
+  std::string two_tensors = infer_text;
+  const std::string relu = "relu1 = f32[8,32,32,16]{3,2,1,0} maximum(z1, zeros)";
+  ASSERT_NE(two_tensors.find(relu), std::string::npos);
+  two_tensors.replace(two_tensors.find(relu), relu.size(),
+                      "relu1 = f32[8,32,32,16]{3,2,1,0} maximum(z1, x2)");
+  two_tensors.replace(two_tensors.find("  nx ="), 0, "  x2 = f32[8,32,32,16]{3,2,1,0} parameter(4)\n");
+  const HloModule max_of_two = lowered(two_tensors.c_str());
+  modeled = model_xla_gpu(max_of_two);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  ASSERT_NE(find(*modeled, "z1"), nullptr);
+  EXPECT_EQ(find(*modeled, "relu1")->operands, (std::vector<std::string>{"z1", "x2"}));
 }
 
 // The gradient of an embedding lookup is a scatter-add into zeros; added to the tied weight's GEMM
