@@ -98,6 +98,7 @@ void Builder::assign_allocations() {
     // (start, value) of every value placed here, by start. They never interfere, so their ranges follow
     // one another and a query looks at the few around its own range.
     std::vector<std::pair<uint64_t, uint32_t>> spans;
+    uint32_t reuse_slot = UINT32_MAX;  // its place in `reusable` (and the reuse index), once there
     void add(const BufferModel& model, uint32_t b) {
       buffers.push_back(b);
       for (uint32_t v : model.buffers[b].values) {
@@ -108,19 +109,16 @@ void Builder::assign_allocations() {
   };
   std::vector<Allocation> allocs;
   std::vector<uint32_t> alloc_of(model_.buffers.size(), UINT32_MAX);
-  std::vector<uint32_t> reusable;  // candidate allocations in creation order
-  // Where each allocation sits in `reusable` (UINT32_MAX: not there), and the same allocations searchable.
-  std::vector<uint32_t> slot_of;
-  ReuseIndex reuse_index(model_.buffers.size());
+  std::vector<uint32_t> reusable;                 // candidate allocations in creation order
+  ReuseIndex reuse_index(model_.buffers.size());  // the same allocations, searchable
   auto span_of = [&](uint32_t v) { return Span{model_.values[v].start, model_.values[v].end}; };
   auto index_slot = [&](uint32_t a) {
     const Allocation& alloc = allocs[a];
-    reuse_index.set(slot_of[a], alloc.size, span_of(alloc.spans.front().second),
+    reuse_index.set(alloc.reuse_slot, alloc.size, span_of(alloc.spans.front().second),
                     span_of(alloc.spans.back().second));
   };
   auto make_reusable = [&](uint32_t a) {
-    slot_of.resize(allocs.size(), UINT32_MAX);
-    slot_of[a] = static_cast<uint32_t>(reusable.size());
+    allocs[a].reuse_slot = static_cast<uint32_t>(reusable.size());
     reusable.push_back(a);
     index_slot(a);
   };
@@ -182,7 +180,7 @@ void Builder::assign_allocations() {
     }
     alloc.add(model_, b);
     alloc_of[b] = a;
-    if (a < slot_of.size() && slot_of[a] != UINT32_MAX) index_slot(a);
+    if (alloc.reuse_slot != UINT32_MAX) index_slot(a);
     return true;
   };
   for (uint32_t b : order) {
@@ -191,7 +189,7 @@ void Builder::assign_allocations() {
     if (buffer.kind == BufferKind::kParameter || buffer.kind == BufferKind::kConstant) {
       // Arguments are read-only unless donated; constants always.
       const bool writable = buffer.kind == BufferKind::kParameter && is_live_out[b] && !tuple;
-      allocs.push_back({buffer.size_bytes, writable, {}, {}});
+      allocs.push_back({buffer.size_bytes, writable, {}, {}, UINT32_MAX});
       allocs.back().add(model_, b);
       alloc_of[b] = static_cast<uint32_t>(allocs.size() - 1);
       // A donated argument's memory is free between its last read and the write of its new value;
@@ -226,7 +224,7 @@ void Builder::assign_allocations() {
       continue;
     }
     if (buffer.kind == BufferKind::kTemp) continue;  // to the heap
-    allocs.push_back({buffer.size_bytes, !tuple, {}, {}});
+    allocs.push_back({buffer.size_bytes, !tuple, {}, {}, UINT32_MAX});
     allocs.back().add(model_, b);
     alloc_of[b] = static_cast<uint32_t>(allocs.size() - 1);
     make_reusable(alloc_of[b]);

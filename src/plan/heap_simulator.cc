@@ -329,42 +329,45 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
     const std::vector<uint32_t>& group = members[l];
     uint64_t overlaps = 0;
     for (uint32_t m : group) overlaps += counter.overlapping(intervals[m].start, intervals[m].end);
-    if (group.size() == 1 && overlaps > kListAtMost) {
-      by_offset.occupied(intervals[l].start, intervals[l].end, size, occupied);
-    } else {
-      used.clear();
-      if (overlaps > kListAtMost) {
-        // A group that overlaps thousands of chunks (a buffer written in place across the step, a stack
-        // a scan writes layer by layer): its members' windows, merged where they meet (the clock is whole
-        // numbers, so [a, b] and [b + 1, c] are [a, c]), are asked of the offset tree, which answers each in
-        // offset order with runs of chunks merged - the same occupied space as the chunks one by one.
-        windows.clear();
-        for (uint32_t m : group) windows.emplace_back(intervals[m].start, intervals[m].end);
-        std::sort(windows.begin(), windows.end());
-        size_t merged = 0;
-        for (size_t w = 1; w < windows.size(); ++w) {
-          if (windows[w].first <= windows[merged].second + 1) {
-            windows[merged].second = std::max(windows[merged].second, windows[w].second);
-          } else {
-            windows[++merged] = windows[w];
-          }
+    if (overlaps > kListAtMost) {
+      // Thousands of chunks overlap (activations saved for the backward pass; for a group, a buffer written
+      // in place across the step or a stack a scan writes layer by layer): the group's live ranges, merged
+      // where they meet (the clock is whole numbers, so [a, b] and [b + 1, c] are [a, c]), are asked of the
+      // offset tree, which answers each in offset order with runs of chunks merged - the same occupied
+      // space as the chunks one by one. One window is walked as it comes; several are merged first.
+      windows.clear();
+      for (uint32_t m : group) windows.emplace_back(intervals[m].start, intervals[m].end);
+      std::sort(windows.begin(), windows.end());
+      size_t merged = 0;
+      for (size_t w = 1; w < windows.size(); ++w) {
+        if (windows[w].first <= windows[merged].second + 1) {
+          windows[merged].second = std::max(windows[merged].second, windows[w].second);
+        } else {
+          windows[++merged] = windows[w];
         }
-        windows.resize(merged + 1);
+      }
+      windows.resize(merged + 1);
+      if (windows.size() == 1) {
+        by_offset.occupied(windows[0].first, windows[0].second, size, occupied);
+      } else {
+        used.clear();
         for (const auto& [start, end] : windows) {
           const auto middle = static_cast<std::ptrdiff_t>(used.size());
           by_offset.occupied(start, end, size,
                              [&](uint64_t off, uint64_t off_end) { used.emplace_back(off, off_end); });
           std::inplace_merge(used.begin(), used.begin() + middle, used.end());
         }
-      } else {
-        for (uint32_t m : group) {
-          placed.overlapping(intervals[m].start, intervals[m].end, [&](uint32_t other) {
-            const uint64_t off = result.offsets[other];
-            used.emplace_back(off, off + intervals[other].size_bytes);
-          });
-        }
-        std::sort(used.begin(), used.end());
+        for (const auto& [off, end] : used) occupied(off, end);
       }
+    } else {
+      used.clear();
+      for (uint32_t m : group) {
+        placed.overlapping(intervals[m].start, intervals[m].end, [&](uint32_t other) {
+          const uint64_t off = result.offsets[other];
+          used.emplace_back(off, off + intervals[other].size_bytes);
+        });
+      }
+      std::sort(used.begin(), used.end());
       for (const auto& [off, end] : used) occupied(off, end);
     }
     if (best_gap == std::numeric_limits<uint64_t>::max()) best_offset = align_up(top, alignment);
