@@ -219,6 +219,9 @@ struct Param {
   bool gathered = false;        // FSDP: all-gathered before use
   Param* stacked = nullptr;     // scan: this layer's slice of a parameter stacked over the layers
   T compute_copy;               // mixed precision: the weight cast to the compute dtype, read by GEMMs
+  // Tensor parallelism: the bias added to a matrix split by columns over 'model' (the first MLP matrix);
+  // its gradient comes from activations split the same way.
+  bool bias_of_column_split = false;
 };
 
 // How the step is built: dtypes, policy, mesh.
@@ -373,11 +376,11 @@ class Step {
     std::vector<T> new_params, new_m, new_v;
     for (Param& p : params_) {
       const std::string where = fmt::format("jit(step)/update{}", p.name);
-      // Tensor parallelism: XLA's sharding propagation gives a replicated first-MLP bias's new value (and
-      // moments) the sharding of the activations its gradient comes from (h1, split over 'model'); the step
-      // returns a shard, which cannot be written over the replicated argument (cpu8_gpt_tp4_dp2's compile:
-      // each layer's b1, m and v returned as f32[512] of f32[2048], not aliased).
-      const bool shard = c_.tp > 1 && p.name.ends_with("['b1']") && p.local.size() == 1 &&
+      // Tensor parallelism: XLA's sharding propagation gives a replicated bias of a column-split matrix a
+      // new value (and moments) sharded like the activations its gradient comes from; the step returns a
+      // shard, which cannot be written over the replicated argument (seen in cpu8_gpt_tp4_dp2's compile,
+      // the one tensor-parallel program: each layer's b1, m and v returned as f32[512] of f32[2048]).
+      const bool shard = c_.tp > 1 && p.bias_of_column_split && p.local.size() == 1 &&
                          p.local[0] == p.dims[0] && p.dims[0] % c_.tp == 0;
       auto out_shape = [&](const Shape& in) { return shard ? array(in.type, {in.dims[0] / c_.tp}) : in; };
       if (keeps_moments()) {

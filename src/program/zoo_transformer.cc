@@ -73,8 +73,12 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       step.add_param("['layers']" + key, d);
     }
   } else {
-    for (uint64_t l = 0; l < L; ++l)
-      for (const auto& [key, dims] : layer_params) step.add_param(family.layer_prefix(l) + key, dims);
+    for (uint64_t l = 0; l < L; ++l) {
+      for (const auto& [key, dims] : layer_params) {
+        Param& p = step.add_param(family.layer_prefix(l) + key, dims);
+        p.bias_of_column_split = key == bp.b1;  // w1 is split by columns (local_dims)
+      }
+    }
   }
   family.add_trailing_params(step, s);
   step.declare_arguments();
