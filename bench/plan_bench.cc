@@ -19,6 +19,20 @@
 namespace memfit {
 namespace {
 
+// Two sizes, each run once (large programs: one run is seconds), in milliseconds.
+template <int64_t kSmall, int64_t kLarge>
+void at_two_sizes_once(benchmark::internal::Benchmark* b) {
+  b->Arg(kSmall)->Arg(kLarge)->Unit(benchmark::kMillisecond)->Iterations(1);
+}
+
+// Ends the benchmark with the error when `result` failed.
+template <typename R>
+bool failed(benchmark::State& state, const R& result) {
+  if (result.ok()) return false;
+  state.SkipWithError(result.error().message().c_str());
+  return true;
+}
+
 const std::string& gpt_text(int copies) {
   static std::map<int, std::string> cache;
   auto it = cache.find(copies);
@@ -65,10 +79,7 @@ void BM_PlanGpt96LayersOver4096Devices(benchmark::State& state) {
   spec.mesh_axes = {"data"};
   for (auto _ : state) {
     auto plan = plan_step(spec);
-    if (!plan.ok()) {
-      state.SkipWithError(plan.error().message().c_str());
-      return;
-    }
+    if (failed(state, plan)) return;
     benchmark::DoNotOptimize(plan->peak_bytes);
     state.counters["parameters"] = static_cast<double>(plan->arguments.parameter_count);
   }
@@ -84,33 +95,19 @@ void BM_PlanLayers(benchmark::State& state, bool scan) {
   spec.scan = scan;
   for (auto _ : state) {
     auto plan = plan_step(spec);
-    if (!plan.ok()) {
-      state.SkipWithError(plan.error().message().c_str());
-      return;
-    }
+    if (failed(state, plan)) return;
     benchmark::DoNotOptimize(plan->peak_bytes);
   }
 }
-BENCHMARK_CAPTURE(BM_PlanLayers, unrolled, false)
-    ->Arg(256)
-    ->Arg(512)
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(1);
-BENCHMARK_CAPTURE(BM_PlanLayers, scan, true)
-    ->Arg(2048)
-    ->Arg(4096)
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_PlanLayers, unrolled, false)->Apply(at_two_sizes_once<256, 512>);
+BENCHMARK_CAPTURE(BM_PlanLayers, scan, true)->Apply(at_two_sizes_once<2048, 4096>);
 
 void BM_FitGpt300Layers(benchmark::State& state) {
   ModelSpec spec;
   spec.layers = 300;
   for (auto _ : state) {
     auto fit = fit_step(spec, uint64_t{16} << 30);
-    if (!fit.ok()) {
-      state.SkipWithError(fit.error().message().c_str());
-      return;
-    }
+    if (failed(state, fit)) return;
     benchmark::DoNotOptimize(fit->candidates.size());
   }
 }
@@ -123,29 +120,15 @@ void BM_PlanLowered(benchmark::State& state, bool stablehlo) {
   const std::string text = testing::lowered_chain(n, stablehlo);
   for (auto _ : state) {
     auto module = parse_program_text(text);
-    if (!module.ok()) {
-      state.SkipWithError(module.error().message().c_str());
-      return;
-    }
+    if (failed(state, module)) return;
     auto plan = plan_hlo(*module);
-    if (!plan.ok()) {
-      state.SkipWithError(plan.error().message().c_str());
-      return;
-    }
+    if (failed(state, plan)) return;
     benchmark::DoNotOptimize(plan->temp_bytes);
   }
   state.counters["instructions"] = n;
 }
-BENCHMARK_CAPTURE(BM_PlanLowered, stablehlo, true)
-    ->Arg(10000)
-    ->Arg(100000)
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(1);
-BENCHMARK_CAPTURE(BM_PlanLowered, hlo, false)
-    ->Arg(10000)
-    ->Arg(100000)
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(1);
+BENCHMARK_CAPTURE(BM_PlanLowered, stablehlo, true)->Apply(at_two_sizes_once<10000, 100000>);
+BENCHMARK_CAPTURE(BM_PlanLowered, hlo, false)->Apply(at_two_sizes_once<10000, 100000>);
 
 class ScalingReporter : public TimingReporter {
   void summarize(std::ostream& out, const std::map<std::string, double>& times) override {

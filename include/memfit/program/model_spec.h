@@ -15,6 +15,8 @@ namespace memfit {
 // flax_encoder: reference_programs.py's flax.linen encoder - token embedding, pre-norm blocks with
 // bidirectional nn.MultiHeadDotProductAttention (q, k, v and out projections with biases), a final norm and
 // an untied dense head; trained with optax.adafactor unless the config names another optimizer.
+// flax_cnn: its conv net - per width two 3x3 convolutions with relu and a 2x2 average pool, a dense head;
+// trained with optax.adamw unless the config names another optimizer.
 enum class ModelFamily : uint8_t { kGpt, kMlp, kVit, kFlaxEncoder, kFlaxCnn };
 enum class Precision : uint8_t { kFp32, kMixed, kBf16 };  // mixed: fp32 parameters, bf16 compute
 // jax.checkpoint policies: nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable, and
