@@ -99,6 +99,20 @@ Expected<uint64_t> positive(const Json& config, const char* key, uint64_t fallba
   return v.get<uint64_t>();
 }
 
+// A list of whole numbers of at least `least` each (`what` names them in the error); absent: `fallback`.
+Expected<std::vector<uint64_t>> whole_numbers(const Json& config, const char* key, int64_t least,
+                                              const char* what, std::vector<uint64_t> fallback = {}) {
+  if (!config.contains(key)) return fallback;
+  if (!config[key].is_array()) return invalid_argument(fmt::format("{}: expected a list of {}", key, what));
+  std::vector<uint64_t> out;
+  for (const Json& v : config[key]) {
+    if (!v.is_number_integer() || v.get<int64_t>() < least)
+      return invalid_argument(fmt::format("{}: expected {}, got {}", key, what, excerpt(json_text(v))));
+    out.push_back(v.get<uint64_t>());
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string_view to_string(ModelFamily v) { return name_of(kModelFamilyNames, v); }
@@ -182,15 +196,7 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
   bool cpu8 = false;
   MEMFIT_RETURN_IF_ERROR(flag("cpu8", cpu8));
   if (cpu8) s.backend = Backend::kCpu;
-  if (config.contains("mesh")) {
-    if (!config["mesh"].is_array()) return invalid_argument("mesh: expected a list of axis sizes");
-    for (const Json& m : config["mesh"]) {
-      if (!m.is_number_integer() || m.get<int64_t>() <= 0)
-        return invalid_argument(
-            fmt::format("mesh: axis sizes must be positive integers, got {}", excerpt(json_text(m))));
-      s.mesh.push_back(m.get<uint64_t>());
-    }
-  }
+  MEMFIT_ASSIGN_OR_RETURN(s.mesh, whole_numbers(config, "mesh", 1, "positive axis sizes"));
   if (config.contains("mesh_axes")) {
     if (!config["mesh_axes"].is_array()) return invalid_argument("mesh_axes: expected a list of names");
     for (const Json& m : config["mesh_axes"]) {
@@ -198,27 +204,9 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
       s.mesh_axes.push_back(m.get<std::string>());
     }
   }
-  if (config.contains("widths")) {
-    if (!config["widths"].is_array() || config["widths"].empty())
-      return invalid_argument("widths: expected a list of block widths");
-    s.widths.clear();
-    for (const Json& w : config["widths"]) {
-      if (!w.is_number_integer() || w.get<int64_t>() <= 0)
-        return invalid_argument(
-            fmt::format("widths: expected positive widths, got {}", excerpt(json_text(w))));
-      s.widths.push_back(w.get<uint64_t>());
-    }
-  }
-  if (config.contains("remat_layers")) {
-    if (!config["remat_layers"].is_array())
-      return invalid_argument("remat_layers: expected a list of layers");
-    for (const Json& m : config["remat_layers"]) {
-      if (!m.is_number_integer() || m.get<int64_t>() < 0)
-        return invalid_argument(
-            fmt::format("remat_layers: expected layer numbers, got {}", excerpt(json_text(m))));
-      s.remat_layers.push_back(m.get<uint64_t>());
-    }
-  }
+  MEMFIT_ASSIGN_OR_RETURN(s.widths, whole_numbers(config, "widths", 1, "positive block widths", s.widths));
+  if (s.widths.empty()) return invalid_argument("widths: expected a list of block widths");
+  MEMFIT_ASSIGN_OR_RETURN(s.remat_layers, whole_numbers(config, "remat_layers", 0, "layer numbers"));
   MEMFIT_RETURN_IF_ERROR(validate_model_spec(s));
   return s;
 }
