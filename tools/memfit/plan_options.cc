@@ -1,6 +1,8 @@
 #include "plan_options.h"
 
 #include <charconv>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -9,6 +11,21 @@
 #include "memfit/core/text.h"
 
 namespace memfit::cli {
+namespace {
+
+// "a,b,c" -> {"a", "b", "c"}; every part kept, empty ones too (the spec's checks name them).
+std::vector<std::string> comma_separated(const std::string& v) {
+  std::vector<std::string> parts;
+  size_t at = 0;
+  while (at <= v.size()) {
+    const size_t end = std::min(v.find(',', at), v.size());
+    parts.push_back(v.substr(at, end - at));
+    at = end + 1;
+  }
+  return parts;
+}
+
+}  // namespace
 
 void add_plan_options(CLI::App& app, PlanOptions& o) {
   app.add_option("SPEC", o.spec_file,
@@ -40,17 +57,13 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       [&o](const std::string& v) {
         // "64,128,256,512": a number where one parses, else the text (the spec names it as an error).
         Json widths = Json::array();
-        size_t at = 0;
-        while (at <= v.size()) {
-          const size_t end = std::min(v.find(',', at), v.size());
-          const std::string part = v.substr(at, end - at);
+        for (const std::string& part : comma_separated(v)) {
           int64_t n = 0;
           const auto [stop, ec] = std::from_chars(part.data(), part.data() + part.size(), n);
           if (ec == std::errc() && stop == part.data() + part.size())
             widths.push_back(n);
           else
             widths.push_back(part);
-          at = end + 1;
         }
         o.overrides["widths"] = widths;
       },
@@ -70,14 +83,10 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       [&o](const std::string& v) {
         // "data=8" or "data=2,model=4"
         Json sizes = Json::array(), names = Json::array();
-        size_t at = 0;
-        while (at <= v.size()) {
-          const size_t end = std::min(v.find(',', at), v.size());
-          const std::string part = v.substr(at, end - at);
+        for (const std::string& part : comma_separated(v)) {
           const size_t eq = part.find('=');
           names.push_back(part.substr(0, eq));
           sizes.push_back(eq == std::string::npos ? Json(part) : Json(part.substr(eq + 1)));
-          at = end + 1;
         }
         o.overrides["mesh_text"] = v;
         o.overrides["mesh_axes"] = names;
