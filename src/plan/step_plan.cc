@@ -81,6 +81,8 @@ struct Trial {
   ModelSpec spec;
   double memory_fraction = 0.75;
   int family = 0;  // 0: a change of its own
+  // The trial whose program this one is (only XLA's pool differs): planned once, its limit taken anew.
+  size_t same_program_as = SIZE_MAX;
 };
 
 // Plans every trial, on as many threads as the machine has: each plan builds and plans its own program
@@ -88,11 +90,15 @@ struct Trial {
 Expected<std::vector<StepPlan>> plan_trials(const std::vector<Trial>& trials, uint64_t capacity_bytes,
                                             const std::function<void(size_t, size_t)>& progress) {
   std::vector<std::optional<Expected<StepPlan>>> plans(trials.size());
+  std::vector<size_t> programs;  // the trials that build a program of their own
+  for (size_t i = 0; i < trials.size(); ++i)
+    if (trials[i].same_program_as == SIZE_MAX) programs.push_back(i);
   std::atomic<size_t> next{0};
   std::atomic<size_t> finished{0};
   std::mutex progress_mutex;
   auto work = [&] {
-    for (size_t i = next++; i < trials.size(); i = next++) {
+    for (size_t n = next++; n < programs.size(); n = next++) {
+      const size_t i = programs[n];
       // An exception must not leave a worker thread (that would end the process): it becomes this
       // trial's error, as the CLI would make it on the main thread.
       try {
@@ -105,16 +111,26 @@ Expected<std::vector<StepPlan>> plan_trials(const std::vector<Trial>& trials, ui
       const size_t done = ++finished;
       if (progress) {
         std::lock_guard<std::mutex> lock(progress_mutex);
-        progress(done, trials.size());
+        progress(done, programs.size());
       }
     }
   };
   const size_t threads =
-      std::min<size_t>(trials.size(), std::max<unsigned>(1, std::thread::hardware_concurrency()));
+      std::min<size_t>(programs.size(), std::max<unsigned>(1, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   for (std::thread& t : pool) t.join();
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const size_t from = trials[i].same_program_as;
+    if (from == SIZE_MAX) continue;
+    plans[i] = plans[from];
+    if (!plans[i]->ok()) continue;
+    StepPlan& p = **plans[i];
+    p.memory_fraction = trials[i].memory_fraction;
+    p.limit_bytes = bfc_memory_limit(p.memory_fraction, capacity_bytes);
+    p.fits = p.peak_bytes <= p.limit_bytes;
+  }
   std::vector<StepPlan> out;
   out.reserve(trials.size());
   for (auto& p : plans) {
@@ -178,7 +194,9 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
     trials.push_back({std::move(row), changed, fraction, in_family ? family : 0});
   };
   // 1. allocation: a larger pool, then donation.
+  size_t larger_pool_trial = SIZE_MAX;  // the step as it is, in a larger pool
   if (memory_fraction < 0.95) {
+    larger_pool_trial = trials.size();
     add("allocation", "XLA_CLIENT_MEM_FRACTION=.95",
         "os.environ['XLA_CLIENT_MEM_FRACTION'] = '.95'  # before importing jax", 0,
         "free, if nothing else shares the GPU", spec, 0.95);
@@ -272,8 +290,10 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
           static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction, true);
     }
   }
-  // The baseline is planned with the trials (last, so that its plan is not waited on first).
+  // The baseline is planned with the trials (last, so that its plan is not waited on first); the larger
+  // pool is the same program.
   trials.push_back({FitCandidate{}, spec, memory_fraction, 0});
+  if (larger_pool_trial < trials.size() - 1) trials[larger_pool_trial].same_program_as = trials.size() - 1;
   MEMFIT_ASSIGN_OR_RETURN(std::vector<StepPlan> plans, plan_trials(trials, capacity_bytes, progress));
   result.baseline = std::move(plans.back());
   trials.pop_back();
