@@ -5,6 +5,7 @@
 #include "memfit/core/text.h"
 
 #include <algorithm>
+#include <cmath>
 #include <queue>
 #include <string_view>
 #include <tuple>
@@ -282,9 +283,94 @@ void fold_add_of_scatter(HloComputation& comp, const Combiners& combiners) {
   comp.instructions = std::move(out);
 }
 
+// Split-K. A GEMM whose output tiles cannot fill the GPU (a small batch: 128 rows x 1024 columns is 8 tiles
+// of 128x128 for 132 SMs) is split along its contraction: XLA's Triton GEMM fusion then writes one f32
+// partial result per split, [split, ...], and the sum over the splits is fused into each consumer
+// (xla/service/gpu/split_k_gemm_rewriter.cc; consumers of the partials in the compiled mlp_mean_grads_b128
+// reduce them again, so a value saved for the backward pass is saved as its partials). Which split the
+// autotuner picks is measured on the GPU (gemm_fusion_autotuner.cc: split-K is tried while the tiles make
+// fewer than kMaxWavesForSplitK = 5 waves, up to split 16); approximated here by what the H200 picked in
+// every split GEMM of the captured programs (GPT, ViT, encoder and MLP weight gradients, small-batch MLP
+// layers): the power of two nearest SMs / tiles (128x128 tiles, 132 SMs: H100 and H200), at most 16, and at
+// least 128 of the contraction per split. One of 27 shapes seen differs (ViT's 768x2304 weight gradient: 108
+// tiles, split 2 where this gives 1).
+constexpr uint64_t kGemmCores = 132;
+constexpr uint64_t kGemmTileElements = 128 * 128;
+constexpr uint64_t kMaxSplitK = 16;
+constexpr uint64_t kMinContractionPerSplit = 128;
+constexpr std::string_view kSplitKReduce = "__memfit$split_k_reduce";
+
+uint64_t split_k_of(const HloInstruction& dot, const Shape& lhs, const Shape& rhs) {
+  if (dot.shape.is_tuple() || lhs.is_tuple() || rhs.is_tuple()) return 1;
+  const uint64_t out = elements(dot.shape);
+  uint64_t batch = 1;
+  for (int64_t d : dot.lhs_batch_dims) {
+    if (d < 0 || static_cast<size_t>(d) >= lhs.dims.size()) return 1;
+    batch *= lhs.dims[static_cast<size_t>(d)];
+  }
+  if (out == 0 || batch == 0) return 1;
+  // lhs x rhs elements = batch^2 M N K^2 and out = batch M N: the contraction K without parsing its dims.
+  const double k2 = static_cast<double>(elements(lhs)) * static_cast<double>(elements(rhs)) /
+                    (static_cast<double>(out) * static_cast<double>(batch));
+  const auto contraction = static_cast<uint64_t>(std::llround(std::sqrt(k2)));
+  const uint64_t tiles = (out + kGemmTileElements - 1) / kGemmTileElements;
+  const double want = static_cast<double>(kGemmCores) / static_cast<double>(tiles);
+  uint64_t split = 1;
+  while (split < kMaxSplitK && static_cast<double>(split * 2) <= want * std::sqrt(2.0) &&
+         contraction / (split * 2) >= kMinContractionPerSplit)
+    split *= 2;
+  return split;
+}
+
+// Each split GEMM becomes its partials (a dot named "<dot>.split_k") and the sum over them, which keeps the
+// dot's name and shape and is fused like a cheap op.
+void split_k_gemms(HloComputation& comp) {
+  std::vector<uint64_t> split(comp.instructions.size(), 1);
+  {
+    std::unordered_map<std::string_view, const Shape*> shapes;
+    for (const HloInstruction& x : comp.instructions) shapes.emplace(x.name, &x.shape);
+    for (size_t i = 0; i < comp.instructions.size(); ++i) {
+      const HloInstruction& x = comp.instructions[i];
+      if (x.opcode != HloOpcode::kDot || x.operands.size() != 2) continue;
+      auto l = shapes.find(x.operands[0]);
+      auto r = shapes.find(x.operands[1]);
+      if (l != shapes.end() && r != shapes.end()) split[i] = split_k_of(x, *l->second, *r->second);
+    }
+  }
+  if (std::all_of(split.begin(), split.end(), [](uint64_t s) { return s == 1; })) return;
+  std::vector<HloInstruction> out;
+  out.reserve(comp.instructions.size() + 8);
+  for (size_t i = 0; i < comp.instructions.size(); ++i) {
+    HloInstruction& x = comp.instructions[i];
+    if (split[i] == 1) {
+      out.push_back(std::move(x));
+      continue;
+    }
+    HloInstruction partials = x;
+    partials.name = x.name + ".split_k";
+    partials.is_root = false;
+    partials.shape.type = PrimitiveType::kF32;
+    partials.shape.dims.insert(partials.shape.dims.begin(), split[i]);
+    partials.shape.minor_to_major.clear();
+    HloInstruction sum = std::move(x);
+    sum.opcode = HloOpcode::kReduce;
+    sum.opcode_text.clear();
+    sum.operands = {partials.name};
+    sum.called.clear();
+    sum.dimensions = {0};
+    sum.reducer = HloOpcode::kAdd;
+    sum.lhs_batch_dims.clear();
+    sum.custom_call_target = std::string(kSplitKReduce);
+    out.push_back(std::move(partials));
+    out.push_back(std::move(sum));
+  }
+  comp.instructions = std::move(out);
+}
+
 // `combiners`: each computation's root opcode, for the reductions that name their combiner by computation.
 Status model_computation(HloComputation& comp, const Combiners& combiners) {
   simplify_tuples_and_dce(comp);
+  split_k_gemms(comp);
   const size_t n = comp.instructions.size();
   std::unordered_map<std::string_view, uint32_t> index;
   for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
@@ -293,6 +379,8 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
   for (uint32_t i = 0; i < n; ++i) {
     const HloInstruction& inst = comp.instructions[i];
     role[i] = role_of(inst.opcode);
+    // The sum over a split GEMM's partials is fused into each consumer, duplicated like a cheap op.
+    if (inst.opcode == HloOpcode::kReduce && inst.custom_call_target == kSplitKReduce) role[i] = Role::kCheap;
     for (const std::string& o : inst.operands) {
       auto it = index.find(o);
       if (it == index.end())
@@ -452,7 +540,8 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
   std::vector<int8_t> gemm_fusible(n, -1);  // -1 unknown, 0 no, 1 yes
   auto fusible_into_gemm = [&](uint32_t v, auto&& self) -> bool {
     if (gemm_fusible[v] >= 0) return gemm_fusible[v] == 1;
-    bool ok = role[v] == Role::kCheap;
+    // A GEMM fusion takes in elementwise ops, not a sum over another GEMM's partials.
+    bool ok = role[v] == Role::kCheap && comp.instructions[v].custom_call_target != kSplitKReduce;
     for (uint32_t o : operands[v]) {
       if (!ok) break;
       stop_at_unworthy(o);

@@ -75,8 +75,11 @@ void build_mlp(const Ctx& c, Step& step, HloModule& module) {
     if (k > 1)
       ym = e.op("dynamic-slice", {y_in}, array(PrimitiveType::kF32, {mb, s.dout}), "jit(step)/microbatch",
                 "activations");
-    T l2 = e.reduce({out, ym}, array(PrimitiveType::kF32, {}), "jit(step)/reduce_sum", "temporaries");
-    loss = k > 1 && micro > 0 ? e.loop({loss, l2}, l2.shape, "jit(step)/add", "temporaries") : l2;
+    // vmap(grad(loss_one)) computes no loss value, and the step returns none.
+    if (s.step != StepKind::kVmapGrads) {
+      T l2 = e.reduce({out, ym}, array(PrimitiveType::kF32, {}), "jit(step)/reduce_sum", "temporaries");
+      loss = k > 1 && micro > 0 ? e.loop({loss, l2}, l2.shape, "jit(step)/add", "temporaries") : l2;
+    }
     T d = e.loop({out, ym}, array(c.cdt, {mb, s.dout}), "jit(step)/transpose(jvp())/mul", "temporaries");
     for (size_t l = n; l-- > 0;) {
       const std::string where = "jit(step)/transpose(jvp())";
@@ -125,7 +128,7 @@ void build_mlp(const Ctx& c, Step& step, HloModule& module) {
                                                        "jit(step)/convert", "activations"));
     return;
   }
-  step.optimize_and_finish({loss}, &module);
+  step.optimize_and_finish(s.step == StepKind::kVmapGrads ? std::vector<T>{} : std::vector<T>{loss}, &module);
 }
 
 }  // namespace memfit::zoo

@@ -30,6 +30,10 @@ const std::map<std::string, std::string> kNotHeld = {
     // that the zoo's packing does not: -8.1%.
     {"vit_b16_fp32_donate", "vit"},
     {"vit_b16_infer_b256", "vit"},
+    // Per-example gradients: XLA's peak is in the optimizer, where each weight's gradient, summed over the
+    // examples in a transposed layout, is copied back (five 4 MiB copies live at once); the zoo frees them
+    // sooner: -10%.
+    {"mlp_vmap_grads_b128", "vmap"},
 };
 
 void expect_zoo_plans(const std::string& list) {
@@ -82,8 +86,9 @@ void expect_zoo_plans(const std::string& list) {
 
 TEST(StepPlan, PredictsEverySharedProgram) { expect_zoo_plans("programs.json"); }
 
-// Eleven more GPU programs, bundled for their lowered forms: mixed and bf16 precision, cuDNN attention,
-// remat, accumulation, GPT and ViT inference, ViT and the flax encoder (its own family since
+// Thirteen more GPU programs, bundled for their lowered forms: mixed and bf16 precision, cuDNN attention,
+// remat, accumulation, GPT and ViT inference, small-batch MLPs (mean and per-example gradients), ViT and the
+// flax encoder (its own family since
 // optax.adafactor and flax's layers were built: refused before, +0.17% now).
 TEST(StepPlan, PredictsTheLoweredProgramsConfigs) { expect_zoo_plans("lowered_programs.json"); }
 

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "memfit/plan/buffer_model.h"
 #include "memfit/plan/hlo_plan.h"
 #include "memfit/program/stablehlo_module.h"
@@ -32,14 +34,14 @@ TEST(XlaGpuModel, ANarrowingCastIntoAGemmIsItsOwnBuffer) {
   const HloModule m = lowered(R"(HloModule jit_step
 
 ENTRY main.1 {
-  w = f32[1024,1024]{1,0} parameter(0)
-  x = bf16[64,1024]{1,0} parameter(1)
-  w16 = bf16[1024,1024]{1,0} convert(w)
-  h = bf16[64,1024]{1,0} dot(x, w16), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  dx = bf16[64,1024]{1,0} dot(h, w16), lhs_contracting_dims={1}, rhs_contracting_dims={1}
-  wide = f32[64,1024]{1,0} convert(dx)
-  g = f32[1024,1024]{1,0} dot(wide, wide), lhs_contracting_dims={0}, rhs_contracting_dims={0}
-  ROOT t = (bf16[64,1024]{1,0}, f32[1024,1024]{1,0}) tuple(h, g)
+  w = f32[2048,2048]{1,0} parameter(0)
+  x = bf16[2048,2048]{1,0} parameter(1)
+  w16 = bf16[2048,2048]{1,0} convert(w)
+  h = bf16[2048,2048]{1,0} dot(x, w16), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  dx = bf16[2048,2048]{1,0} dot(h, w16), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  wide = f32[2048,2048]{1,0} convert(dx)
+  g = f32[2048,2048]{1,0} dot(wide, wide), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  ROOT t = (bf16[2048,2048]{1,0}, f32[2048,2048]{1,0}) tuple(h, g)
 })");
   auto modeled = model_xla_gpu(m);
   ASSERT_TRUE(modeled.ok()) << modeled.error().message();
@@ -48,11 +50,11 @@ ENTRY main.1 {
   const HloInstruction* h = find(*modeled, "h");
   ASSERT_NE(h, nullptr);
   EXPECT_EQ(h->operands, (std::vector<std::string>{"x", "w16"}));
-  // The bf16 copy lives from the forward GEMM to the backward one: 2 MiB in the plan's temp.
+  // The bf16 copy lives from the forward GEMM to the backward one: 8 MiB in the plan's temp.
   auto plan = plan_hlo(m);
   ASSERT_TRUE(plan.ok());
   bool planned = false;
-  for (const PlannedBuffer& b : plan->buffers) planned = planned || (b.name == "w16" && b.bytes == 2u << 20);
+  for (const PlannedBuffer& b : plan->buffers) planned = planned || (b.name == "w16" && b.bytes == 8u << 20);
   EXPECT_TRUE(planned);
 }
 
@@ -193,10 +195,10 @@ ENTRY main.3 {
 // second result's GEMM first; XLA's order (and so the modeled program's) computes the first result's first.
 TEST(XlaGpuModel, AStableHloProgramIsPlannedInXlasPostOrder) {
   auto m = parse_program_text(R"(module @jit_step {
-  func.func public @main(%arg0: tensor<256x256xf32>, %arg1: tensor<256x256xf32>) -> (tensor<256x256xf32>, tensor<256x256xf32>) {
-    %0 = stablehlo.dot_general %arg1, %arg1, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
-    %1 = stablehlo.dot_general %arg0, %arg0, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
-    return %1, %0 : tensor<256x256xf32>, tensor<256x256xf32>
+  func.func public @main(%arg0: tensor<2048x2048xf32>, %arg1: tensor<2048x2048xf32>) -> (tensor<2048x2048xf32>, tensor<2048x2048xf32>) {
+    %0 = stablehlo.dot_general %arg1, %arg1, contracting_dims = [1] x [0] : (tensor<2048x2048xf32>, tensor<2048x2048xf32>) -> tensor<2048x2048xf32>
+    %1 = stablehlo.dot_general %arg0, %arg0, contracting_dims = [1] x [0] : (tensor<2048x2048xf32>, tensor<2048x2048xf32>) -> tensor<2048x2048xf32>
+    return %1, %0 : tensor<2048x2048xf32>, tensor<2048x2048xf32>
   }
 }
 )");
@@ -211,6 +213,51 @@ TEST(XlaGpuModel, AStableHloProgramIsPlannedInXlasPostOrder) {
   const HloInstruction* first = find(*modeled, gemm_inputs[0]);
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(first->parameter_number, 0) << "the first result's GEMM (of %arg0) comes first";
+}
+
+// Split-K: a small-batch GEMM (128 rows: 8 output tiles for 132 SMs) writes f32 partials, one per split of
+// its contraction, and each consumer sums them again - so the backward pass, which reads the pre-activation
+// again for gelu's derivative, keeps the partials (as XLA's compiled mlp_mean_grads_b128 does), not the
+// summed value. A GEMM with tiles enough for the GPU is not split.
+TEST(XlaGpuModel, ASmallBatchGemmIsSplitAlongItsContraction) {
+  const HloModule m = lowered(R"(HloModule jit_step
+
+ENTRY main.1 {
+  x = f32[128,1024]{1,0} parameter(0)
+  w = f32[1024,1024]{1,0} parameter(1)
+  big = f32[4096,1024]{1,0} parameter(2)
+  z = f32[128,1024]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  h = f32[128,1024]{1,0} tanh(z)
+  y = f32[128,1024]{1,0} dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  dz = f32[128,1024]{1,0} multiply(y, z)
+  g = f32[1024,1024]{1,0} dot(big, big), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  ROOT t = (f32[128,1024]{1,0}, f32[1024,1024]{1,0}) tuple(dz, g)
+})");
+  auto modeled = model_xla_gpu(m);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  // 1024 of contraction, at least 128 per split: 8 splits (16 would fill the GPU better).
+  const HloInstruction* partials = find(*modeled, "z.split_k");
+  ASSERT_NE(partials, nullptr);
+  EXPECT_EQ(partials->shape.to_string(), "f32[8,128,1024]");
+  EXPECT_EQ(find(*modeled, "z"), nullptr) << "the sum over the splits is fused into each consumer";
+  const HloInstruction* h = find(*modeled, "h");
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->operands, (std::vector<std::string>{"z.split_k"}));
+  const HloInstruction* dz = find(*modeled, "dz");
+  ASSERT_NE(dz, nullptr);
+  EXPECT_NE(std::find(dz->operands.begin(), dz->operands.end(), "z.split_k"), dz->operands.end());
+  // 1024x1024 is 64 tiles: split 2 with 4096 of contraction (as XLA split GPT's 1024x1024 weight gradient).
+  const HloInstruction* g = find(*modeled, "g.split_k");
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->shape.to_string(), "f32[2,1024,1024]");
+  ASSERT_NE(find(*modeled, "g"), nullptr) << "a result of the program is summed into its own buffer";
+  // The partials of z live until dz: 4 MiB of them in the plan's temp.
+  auto plan = plan_hlo(m);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  bool planned = false;
+  for (const PlannedBuffer& b : plan->buffers)
+    planned = planned || (b.name == "z.split_k" && b.bytes == 4u << 20);
+  EXPECT_TRUE(planned);
 }
 
 }  // namespace
