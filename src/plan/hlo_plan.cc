@@ -16,11 +16,12 @@ namespace memfit {
 Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& options) {
   if (is_lowered_module(module)) {
     // A program before optimization: the buffers XLA:GPU would materialize, under the better of two
-    // schedules (as XLA's DefaultMemoryScheduler keeps the best of its schedulers).
+    // schedules. XLA's DefaultMemoryScheduler keeps the one with the fewest bytes live at once, not
+    // counting fragmentation, and the list scheduler's on a tie (hlo_memory_scheduler.cc).
     MEMFIT_ASSIGN_OR_RETURN(HloModule in_program_order, model_xla_gpu(module));
     MEMFIT_ASSIGN_OR_RETURN(HloPlan best, plan_hlo(in_program_order, options));
     MEMFIT_ASSIGN_OR_RETURN(HloPlan listed, plan_hlo(list_scheduled(std::move(in_program_order)), options));
-    if (listed.temp_bytes < best.temp_bytes) best = std::move(listed);
+    if (listed.temp_lower_bound_bytes <= best.temp_lower_bound_bytes) best = std::move(listed);
     best.source = module.from_stablehlo ? "stablehlo" : "lowered-hlo";
     return best;
   }
