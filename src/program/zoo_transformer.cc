@@ -85,16 +85,17 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
   auto& P = step.params();
   // scan: each layer's view of the stacked parameters (sliced where used, gradients written back).
   std::map<std::string, Param> views;
+  std::unordered_map<std::string, size_t> by_name;  // P is complete: its addresses stay
+  for (size_t k = 0; k < P.size(); ++k) by_name.emplace(P[k].name, k);
   auto find = [&](const std::string& name) -> Param& {
-    for (Param& p : P)
-      if (p.name == name) return p;
+    if (auto it = by_name.find(name); it != by_name.end()) return P[it->second];
     auto v = views.find(name);
     if (v != views.end()) return v->second;
     // "['layers'][3]['w1']" -> the stacked "['layers']['w1']"
     const size_t close = name.find(']', 10);
     const std::string stacked = "['layers']" + name.substr(close + 1);
-    for (Param& p : P) {
-      if (p.name != stacked) continue;
+    if (auto it = by_name.find(stacked); it != by_name.end()) {
+      Param& p = P[it->second];
       Param view;
       view.name = name;
       view.dims.assign(p.dims.begin() + 1, p.dims.end());
@@ -373,11 +374,30 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       if (step.train()) lab = microbatch(labels);
     }
     const T x = family.embed(build, tok);
-    // Forward; with scan the kept tensors go into stacked buffers, one slice per layer.
-    std::vector<Block> kept(L);
+    // Forward; with scan the kept tensors go into stacked buffers, one slice per layer, and the program
+    // holds one layer: the body of a while loop (Emitter::loop) that runs once per layer.
+    const uint64_t emitted = scan ? 1 : L;
+    std::vector<Block> kept(emitted);
     std::map<std::string, T> stacked;
     T h = x;
-    for (uint64_t l = 0; l < L; ++l) {
+    const size_t forward_begin = e.mark();
+    for (uint64_t l = 0; l < emitted; ++l) {
+      // stacked[key] = dynamic-update-slice(stacked[key], t): XLA allocates each stack at the start.
+      auto put = [&](const std::string& key, const T& t) {
+        auto it = stacked.find(key);
+        if (it == stacked.end()) {
+          std::vector<uint64_t> d{L};
+          d.insert(d.end(), t.shape.dims.begin(), t.shape.dims.end());
+          it = stacked
+                   .emplace(key, e.loop({}, array(t.shape.type, d), "jit(step)/scan/broadcast_in_dim",
+                                        "activations"))
+                   .first;
+        }
+        it->second = e.op("dynamic-update-slice", {it->second, t}, it->second.shape,
+                          "jit(step)/scan/dynamic_update_slice", "activations");
+      };
+      // The layer's input is stacked before the layer's output is made: the loop writes the output over it.
+      if (scan && step.train()) put("x", h);
       Block b = forward(l, h, {}, false);
       h = b.t.at("out");
       const RematPolicy policy = step.train() ? remat_of(l) : RematPolicy::kFull;
@@ -385,25 +405,16 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       keep.x = b.x;
       for (const auto& [key, t] : b.t)
         if (key != "out" && saveable(policy, key)) keep.t[key] = t;
-      if (scan && step.train()) {
-        // stacked[key] = dynamic-update-slice(stacked[key], t): XLA allocates each stack at the start.
-        auto put = [&](const std::string& key, const T& t) {
-          auto it = stacked.find(key);
-          if (it == stacked.end()) {
-            std::vector<uint64_t> d{L};
-            d.insert(d.end(), t.shape.dims.begin(), t.shape.dims.end());
-            it = stacked
-                     .emplace(key, e.loop({}, array(t.shape.type, d), "jit(step)/scan/broadcast_in_dim",
-                                          "activations"))
-                     .first;
-          }
-          it->second = e.op("dynamic-update-slice", {it->second, t}, it->second.shape,
-                            "jit(step)/scan/dynamic_update_slice", "activations");
-        };
-        put("x", keep.x);
+      if (scan && step.train())
         for (const auto& [key, t] : keep.t) put(key, t);
-      }
       kept[l] = keep;
+    }
+    if (scan) {
+      std::vector<T> results{h};
+      for (const auto& [key, t] : stacked) results.push_back(t);
+      auto after = e.loop(forward_begin, {{h, x}}, results, "jit(step)/while");
+      h = after.at(h.name);
+      for (auto& [key, t] : stacked) t = after.at(t.name);
     }
     T lnf = e.loop({h, find(bp.lnf_g).value, find(bp.lnf_b).value}, A({Bm, S, D}, cd),
                    "jit(step)/jvp()/lnf/mul", "activations");
@@ -416,7 +427,9 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       step.set_grad(find(*name),
                     e.reduce({dh}, step.grad_shape(find(*name)), "jit(step)/transpose/lnf", "gradients"),
                     "jit(step)/lnf");
-    for (uint64_t l = L; l-- > 0;) {
+    const size_t backward_begin = e.mark();
+    const T dh_in = dh;
+    for (uint64_t l = emitted; l-- > 0;) {
       Block b = kept[l];
       std::map<std::string, T> have = b.t;
       if (scan) {
@@ -455,6 +468,16 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       }
       Block full = policy == RematPolicy::kNone ? Block{b.x, have} : forward(l, b.x, have, true);
       dh = backward(l, full, dh);
+    }
+    if (scan) {
+      // The backward loop reads the stacks and writes each stacked weight's gradient, layer by layer.
+      std::vector<T> results{dh};
+      for (Param& p : P)
+        if (!p.grad.name.empty()) results.push_back(p.grad);
+      auto after = e.loop(backward_begin, {{dh, dh_in}}, results, "jit(step)/while");
+      dh = after.at(dh.name);
+      for (Param& p : P)
+        if (auto it = after.find(p.grad.name); it != after.end()) p.grad = it->second;
     }
     family.embed_backward(build, tok, dh);
   }

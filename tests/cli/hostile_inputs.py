@@ -176,7 +176,9 @@ run("units: doctor keeps 16.00EiB", ["doctor", "--log", write("eib.log",
 # -- 6. Time that grows too fast: a budget or a fast answer ---------------------------------------------------
 run("time: plan --layers 1000", ["plan", "--model", "gpt", "--layers", "1000"], 2, limit_s=5, stderr_has="--scan")
 run("time: plan --layers 10^6", ["plan", "--model", "gpt", "--layers", "1000000"], 2, limit_s=5)
-run("time: plan --layers 10^6 --scan", ["plan", "--model", "gpt", "--layers", "1000000", "--scan"], 2, limit_s=5)
+# A scan is one layer in a loop: a million layers plan at once (petabytes of stacks), ten million are refused.
+run("time: plan --layers 10^6 --scan", ["plan", "--model", "gpt", "--layers", "1000000", "--scan"], 0, limit_s=5)
+run("time: plan --layers 10^7 --scan", ["plan", "--model", "gpt", "--layers", "10000000", "--scan"], 2, limit_s=5)
 run("time: plan --depth 10^6", ["plan", "--model", "mlp", "--depth", "1000000"], 2, limit_s=5)
 run("time: flax_cnn with 20000 blocks", ["plan", "--model", "flax_cnn", "--widths", ",".join(["8"] * 20000)], 2,
     limit_s=5, stderr_has="widths")

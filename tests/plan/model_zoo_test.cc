@@ -255,6 +255,38 @@ TEST(ModelZoo, DecodeHoldsTheKvCacheOnce) {
   }
 }
 
+// jax.lax.scan is a while loop in the program XLA compiles: one layer's forward and one layer's backward,
+// whatever the number of layers, reading and writing stacks of [layers, ...] values. So a scan of ten
+// thousand layers is the same program as a scan of eight, and its peak grows only by the stacks and the
+// stacked weights and optimizer state - exactly linearly in the layers.
+TEST(ModelZoo, AScanIsOneLayerInALoop) {
+  auto spec_of = [](uint64_t layers) {
+    return *model_spec_from_json(Json::parse(
+        R"({"model": "gpt", "d_model": 256, "heads": 4, "seq": 128, "batch": 8, "vocab": 1000, "scan": true,
+            "donate": true, "layers": )" +
+        std::to_string(layers) + "}"));
+  };
+  auto module = build_step_module(spec_of(10000), nullptr);
+  ASSERT_TRUE(module.ok()) << module.error().message();
+  size_t loops = 0;
+  for (const HloInstruction& i : module->entry()->instructions) loops += i.opcode == HloOpcode::kWhile;
+  EXPECT_EQ(loops, 2u) << "the forward and the backward pass";
+  std::vector<uint64_t> peak, instructions;
+  for (uint64_t layers : {8, 16, 24, 10000}) {
+    auto p = plan_step(spec_of(layers));
+    ASSERT_TRUE(p.ok()) << p.error().message();
+    peak.push_back(p->peak_bytes);
+    instructions.push_back(p->hlo.instructions);
+  }
+  EXPECT_EQ(instructions[0], instructions[3]) << "8 and 10000 layers: the same program";
+  EXPECT_EQ(peak[1] - peak[0], peak[2] - peak[1]) << "8 more layers add the same bytes each time";
+  EXPECT_EQ(peak[3] - peak[0], (peak[1] - peak[0]) * (10000 - 8) / 8);
+  // Refused beyond the budget, with the reason.
+  auto huge = model_spec_from_json(Json::parse(R"({"model": "gpt", "scan": true, "layers": 10000000})"));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.error().message().find("layers"), std::string::npos);
+}
+
 TEST(ModelZoo, CudnnAttentionHoldsNoScores) {
   const char* gpt = R"({"model": "gpt", "layers": 2, "seq": 512, "batch": 8, "precision": "mixed")";
   const StepPlan xla = plan(std::string(gpt) + "}");
