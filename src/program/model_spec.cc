@@ -220,6 +220,8 @@ Status validate_model_spec(const ModelSpec& s) {
     return invalid_argument(
         fmt::format("accum: batch {} does not split into {} microbatches", s.batch, s.accum));
   if (s.accum > 1 && s.step != StepKind::kTrain) return invalid_argument("accum applies to step train only");
+  // reference_programs.py scans the transformers' layers; the MLP's are a Python loop.
+  if (s.model == ModelFamily::kMlp && s.scan) return invalid_argument("scan: the MLP is built unrolled only");
   if (s.model == ModelFamily::kFlaxEncoder) {
     // What reference_programs.py builds of it; the rest is not modeled.
     if (s.scan) return invalid_argument("scan: the flax_encoder is built unrolled only");
@@ -305,9 +307,12 @@ Status validate_model_spec(const ModelSpec& s) {
   const uint64_t blocks = s.model == ModelFamily::kMlp ? s.depth : s.layers;
   if (!s.scan && blocks > kMaxUnrolledLayers) {
     return invalid_argument(fmt::format(
-        "{}: {} layers unrolled is beyond what memfit plans (at most {}; real models have a few hundred): "
-        "plan it with --scan (jax.lax.scan over the layers), which gives the same peak",
-        s.model == ModelFamily::kMlp ? "depth" : "layers", blocks, kMaxUnrolledLayers));
+        "{}: {} layers unrolled is beyond what memfit plans (at most {}; real models have a few hundred){}",
+        s.model == ModelFamily::kMlp ? "depth" : "layers", blocks, kMaxUnrolledLayers,
+        s.model == ModelFamily::kMlp
+            ? ""
+            : ": a transformer that deep is written with jax.lax.scan over its layers "
+              "- plan it with --scan (a loop of one layer, its activations stacked)"));
   }
   if (s.scan && blocks > kMaxScannedLayers)
     return invalid_argument(fmt::format("layers: {} is more than memfit plans (at most {} with scan)", blocks,

@@ -1,8 +1,8 @@
 // src/program/zoo_step.h - what every family of the model zoo builds a step with, private to the program
 // layer: the Emitter that writes an HloModule instruction by instruction (fused bodies shared by
 // signature; a scanned layer outlined into a while loop's body), a parameter's per-device shape over the
-// mesh, and the Step that declares the arguments and emits the optimizer update. The families: zoo_mlp.cc, and zoo_gpt.cc / zoo_vit.cc around the transformer
-// blocks of zoo_transformer.cc.
+// mesh, and the Step that declares the arguments and emits the optimizer update. The families: zoo_mlp.cc,
+// and zoo_gpt.cc / zoo_vit.cc around the transformer blocks of zoo_transformer.cc.
 #pragma once
 
 #include <fmt/format.h>

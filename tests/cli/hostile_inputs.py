@@ -180,6 +180,8 @@ run("time: plan --layers 10^6", ["plan", "--model", "gpt", "--layers", "1000000"
 run("time: plan --layers 10^6 --scan", ["plan", "--model", "gpt", "--layers", "1000000", "--scan"], 0, limit_s=5)
 run("time: plan --layers 10^7 --scan", ["plan", "--model", "gpt", "--layers", "10000000", "--scan"], 2, limit_s=5)
 run("time: plan --depth 10^6", ["plan", "--model", "mlp", "--depth", "1000000"], 2, limit_s=5)
+run("time: plan --depth 10^6 --scan", ["plan", "--model", "mlp", "--depth", "1000000", "--scan"], 2, limit_s=5,
+    stderr_has="unrolled")
 run("time: flax_cnn with 20000 blocks", ["plan", "--model", "flax_cnn", "--widths", ",".join(["8"] * 20000)], 2,
     limit_s=5, stderr_has="widths")
 run("wrap: flax_cnn widths 2^32", ["plan", "--model", "flax_cnn", "--widths", "4294967296,4294967296"], 2,
