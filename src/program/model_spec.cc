@@ -222,6 +222,9 @@ Status validate_model_spec(const ModelSpec& s) {
   if (s.accum > 1 && s.step != StepKind::kTrain) return invalid_argument("accum applies to step train only");
   // reference_programs.py scans the transformers' layers; the MLP's are a Python loop.
   if (s.model == ModelFamily::kMlp && s.scan) return invalid_argument("scan: the MLP is built unrolled only");
+  // A scan runs one body for every layer: jax.checkpoint inside it applies to all of them.
+  if (s.scan && !s.remat_layers.empty())
+    return invalid_argument("remat_layers: a scan's layers share one body, and so one remat policy");
   if (s.model == ModelFamily::kFlaxEncoder) {
     // What reference_programs.py builds of it; the rest is not modeled.
     if (s.scan) return invalid_argument("scan: the flax_encoder is built unrolled only");

@@ -281,10 +281,17 @@ TEST(ModelZoo, AScanIsOneLayerInALoop) {
   EXPECT_EQ(instructions[0], instructions[3]) << "8 and 10000 layers: the same program";
   EXPECT_EQ(peak[1] - peak[0], peak[2] - peak[1]) << "8 more layers add the same bytes each time";
   EXPECT_EQ(peak[3] - peak[0], (peak[1] - peak[0]) * (10000 - 8) / 8);
-  // Refused beyond the budget, with the reason.
-  auto huge = model_spec_from_json(Json::parse(R"({"model": "gpt", "scan": true, "layers": 10000000})"));
-  ASSERT_FALSE(huge.ok());
-  EXPECT_NE(huge.error().message().find("layers"), std::string::npos);
+  // Refused, with the reason: beyond the budget; a remat policy for some layers only (the body is one for
+  // all); an MLP (reference_programs.py loops its layers in Python).
+  for (const auto& [refused, key] :
+       {std::pair{R"({"model": "gpt", "scan": true, "layers": 10000000})", "layers"},
+        std::pair{R"({"model": "gpt", "scan": true, "layers": 4, "remat": "full", "remat_layers": [1]})",
+                  "remat_layers"},
+        std::pair{R"({"model": "mlp", "scan": true})", "scan"}}) {
+    auto spec = model_spec_from_json(Json::parse(refused));
+    ASSERT_FALSE(spec.ok()) << refused;
+    EXPECT_EQ(spec.error().message().rfind(key, 0), 0u) << spec.error().message();
+  }
 }
 
 TEST(ModelZoo, CudnnAttentionHoldsNoScores) {
