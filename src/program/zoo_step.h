@@ -29,6 +29,17 @@ inline Shape array(PrimitiveType type, std::vector<uint64_t> dims) {
   return s;
 }
 
+// An instruction of a computation written beside the entry (a fused body, a loop's body or condition).
+inline HloInstruction instruction(std::string name, const char* opcode, Shape shape,
+                                  std::vector<std::string> operands = {}) {
+  HloInstruction x;
+  x.name = std::move(name);
+  x.set_opcode(opcode);
+  x.shape = std::move(shape);
+  x.operands = std::move(operands);
+  return x;
+}
+
 // Emits an HloModule instruction by instruction, with fused bodies shared by signature.
 class Emitter {
  public:
@@ -103,112 +114,9 @@ class Emitter {
   // next value: `next` pairs such values with what they replace (a layer's output with its input), and a
   // dynamic-update-slice chain in `results` (a stack written layer by layer) replaces the stack it started
   // from. Instructions without operands (the stacks' zeros) are made once, before the loop. Returns the
-  // values after the loop, by the name each had in the region: the results.
+  // values after the loop, by the name each had in the region: the results. (zoo_loop.cc)
   std::map<std::string, T> loop(size_t begin, const std::vector<std::pair<T, T>>& next,
-                                const std::vector<T>& results, const std::string& op_name) {
-    std::vector<HloInstruction> region;
-    for (size_t k = begin; k < entry_.size(); ++k) {
-      if (entry_[k].operands.empty() && entry_[k].opcode != HloOpcode::kParameter) {
-        if (k != begin) entry_[begin] = std::move(entry_[k]);  // hoisted: made once, before the loop
-        ++begin;
-      } else {
-        region.push_back(std::move(entry_[k]));
-      }
-    }
-    entry_.resize(begin);
-    std::unordered_map<std::string, size_t> defined;
-    for (size_t k = 0; k < region.size(); ++k) defined.emplace(region[k].name, k);
-    // The state: every value the region reads and does not make, in first-read order.
-    std::vector<T> state;
-    std::unordered_map<std::string, size_t> slot;
-    for (const HloInstruction& x : region)
-      for (const std::string& o : x.operands)
-        if (!defined.contains(o) && slot.emplace(o, state.size()).second) state.push_back(T{o, Shape{}});
-    for (const HloInstruction& x : entry_)
-      if (auto it = slot.find(x.name); it != slot.end()) state[it->second].shape = x.shape;
-    std::vector<std::string> next_of(state.size());  // the body's next value of each element
-    for (const auto& [out, in] : next) next_of[slot.at(in.name)] = out.name;
-    for (const T& r : results) {
-      std::string from = r.name;
-      while (defined.contains(from) && region[defined.at(from)].opcode == HloOpcode::kDynamicUpdateSlice)
-        from = region[defined.at(from)].operands.front();
-      if (defined.contains(r.name) && slot.contains(from) && next_of[slot.at(from)].empty())
-        next_of[slot.at(from)] = r.name;
-    }
-    Shape tuple;
-    for (const T& t : state) tuple.elements.push_back(t.shape);
-    const uint64_t id = loops_++;
-    HloComputation body;
-    body.name = fmt::format("scan_body_{}", id);
-    std::unordered_map<std::string, std::string> inside;  // state value -> its get-tuple-element
-    HloInstruction param;
-    param.name = "state";
-    param.set_opcode("parameter");
-    param.shape = tuple;
-    param.parameter_number = 0;
-    body.instructions.push_back(std::move(param));
-    for (size_t k = 0; k < state.size(); ++k) {
-      HloInstruction g;
-      g.name = fmt::format("state.{}", k);
-      g.set_opcode("get-tuple-element");
-      g.shape = state[k].shape;
-      g.operands = {"state"};
-      g.tuple_index = static_cast<int64_t>(k);
-      inside.emplace(state[k].name, g.name);
-      body.instructions.push_back(std::move(g));
-    }
-    for (HloInstruction& x : region) {
-      for (std::string& o : x.operands)
-        if (auto it = inside.find(o); it != inside.end()) o = it->second;
-      body.instructions.push_back(std::move(x));
-    }
-    HloInstruction root;
-    root.name = "next_state";
-    root.set_opcode("tuple");
-    root.shape = tuple;
-    for (size_t k = 0; k < state.size(); ++k)
-      root.operands.push_back(next_of[k].empty() ? fmt::format("state.{}", k) : next_of[k]);
-    root.is_root = true;
-    body.instructions.push_back(std::move(root));
-    // The condition compares the trip count; it holds no buffer of note.
-    HloComputation cond;
-    cond.name = fmt::format("scan_cond_{}", id);
-    HloInstruction cp;
-    cp.name = "state";
-    cp.set_opcode("parameter");
-    cp.shape = tuple;
-    cp.parameter_number = 0;
-    cond.instructions.push_back(std::move(cp));
-    HloInstruction trips;
-    trips.name = "trips";
-    trips.set_opcode("constant");
-    trips.shape = array(PrimitiveType::kS32, {});
-    cond.instructions.push_back(std::move(trips));
-    HloInstruction more;
-    more.name = "more";
-    more.set_opcode("compare");
-    more.shape = array(PrimitiveType::kPred, {});
-    more.operands = {"trips", "trips"};
-    more.is_root = true;
-    cond.instructions.push_back(std::move(more));
-    m_.computations.push_back(std::move(cond));
-    m_.computations.push_back(std::move(body));
-
-    const T init = op("tuple", state, tuple, op_name, "temporaries");
-    HloInstruction w = make(tuple, "while", op_name, "temporaries");
-    w.operands = {init.name};
-    w.called = {fmt::format("scan_cond_{}", id), fmt::format("scan_body_{}", id)};
-    const T loop_state = push(std::move(w));
-    std::map<std::string, T> after;
-    for (size_t k = 0; k < state.size(); ++k) {
-      if (next_of[k].empty()) continue;
-      HloInstruction g = make(state[k].shape, "get-tuple-element", op_name, "temporaries");
-      g.operands = {loop_state.name};
-      g.tuple_index = static_cast<int64_t>(k);
-      after.emplace(next_of[k], push(std::move(g)));
-    }
-    return after;
-  }
+                                const std::vector<T>& results, const std::string& op_name);
 
   HloModule finish() {
     HloComputation entry;
@@ -268,23 +176,13 @@ class Emitter {
     c.name = fmt::format("fused_{}", bodies_.size());
     int n = 0;
     auto add = [&](const Shape& s, const char* opcode, std::vector<std::string> operands) {
-      HloInstruction x;
-      x.name = fmt::format("b{}", n++);
-      x.set_opcode(opcode);
-      x.shape = s;
-      x.operands = std::move(operands);
-      c.instructions.push_back(std::move(x));
+      c.instructions.push_back(instruction(fmt::format("b{}", n++), opcode, s, std::move(operands)));
       return c.instructions.back().name;
     };
     std::vector<std::string> params;
     for (size_t k = 0; k < in.size(); ++k) {
-      HloInstruction p;
-      p.name = fmt::format("b{}", n++);
-      p.opcode = HloOpcode::kParameter;
-      p.shape = in[k].shape;
-      p.parameter_number = static_cast<int64_t>(k);
-      c.instructions.push_back(std::move(p));
-      params.push_back(c.instructions.back().name);
+      params.push_back(add(in[k].shape, "parameter", {}));
+      c.instructions.back().parameter_number = static_cast<int64_t>(k);
     }
     const std::vector<Shape> outs = out.is_tuple() ? out.elements : std::vector<Shape>{out};
     std::vector<std::string> results;

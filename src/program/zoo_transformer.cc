@@ -380,22 +380,22 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
     std::vector<Block> kept(emitted);
     std::map<std::string, T> stacked;
     T h = x;
+    // stacked[key] = dynamic-update-slice(stacked[key], t): XLA allocates each stack at the start.
+    auto put = [&](const std::string& key, const T& t) {
+      auto it = stacked.find(key);
+      if (it == stacked.end()) {
+        std::vector<uint64_t> d{L};
+        d.insert(d.end(), t.shape.dims.begin(), t.shape.dims.end());
+        it = stacked
+                 .emplace(key, e.loop({}, array(t.shape.type, d), "jit(step)/scan/broadcast_in_dim",
+                                      "activations"))
+                 .first;
+      }
+      it->second = e.op("dynamic-update-slice", {it->second, t}, it->second.shape,
+                        "jit(step)/scan/dynamic_update_slice", "activations");
+    };
     const size_t forward_begin = e.mark();
     for (uint64_t l = 0; l < emitted; ++l) {
-      // stacked[key] = dynamic-update-slice(stacked[key], t): XLA allocates each stack at the start.
-      auto put = [&](const std::string& key, const T& t) {
-        auto it = stacked.find(key);
-        if (it == stacked.end()) {
-          std::vector<uint64_t> d{L};
-          d.insert(d.end(), t.shape.dims.begin(), t.shape.dims.end());
-          it = stacked
-                   .emplace(key, e.loop({}, array(t.shape.type, d), "jit(step)/scan/broadcast_in_dim",
-                                        "activations"))
-                   .first;
-        }
-        it->second = e.op("dynamic-update-slice", {it->second, t}, it->second.shape,
-                          "jit(step)/scan/dynamic_update_slice", "activations");
-      };
       // The layer's input is stacked before the layer's output is made: the loop writes the output over it.
       if (scan && step.train()) put("x", h);
       Block b = forward(l, h, {}, false);
