@@ -292,8 +292,10 @@ void fold_add_of_scatter(HloComputation& comp, const Combiners& combiners) {
 // fewer than kMaxWavesForSplitK = 5 waves, up to split 16); approximated here by what the H200 picked in
 // every split GEMM of the captured programs (GPT, ViT, encoder and MLP weight gradients, small-batch MLP
 // layers): the power of two nearest SMs / tiles (128x128 tiles, 132 SMs: H100 and H200), at most 16, and at
-// least 128 of the contraction per split. Two of the split shapes seen differ, both transient: ViT's 768x2304
-// weight gradient (108 tiles: XLA split 2, this 1) and its 64x768 head gradient (XLA 8, this 4).
+// least 128 of the contraction per split (what bounds the small-batch MLP's layers, 512 -> 4 and 1024 -> 8,
+// and ViT's 64x1000 head, 768 -> 4, below the SM count's wish). Two of the split shapes seen differ, both
+// transient: ViT's 768x2304 weight gradient (108 tiles: XLA split 2, this 1) and its 64x768 head gradient
+// (XLA 8, this 4).
 constexpr uint64_t kGemmCores = 132;
 constexpr uint64_t kGemmTileElements = 128 * 128;
 constexpr uint64_t kMaxSplitK = 16;

@@ -30,9 +30,9 @@ const std::map<std::string, std::string> kNotHeld = {
     // that the zoo's packing does not: -8.1%.
     {"vit_b16_fp32_donate", "vit"},
     {"vit_b16_infer_b256", "vit"},
-    // Per-example gradients: XLA's peak is in the optimizer, where each weight's gradient, summed over the
-    // examples in a transposed layout, is copied back (five 4 MiB copies live at once); the zoo frees them
-    // sooner: -10%.
+    // Per-example gradients: XLA's peak is in the optimizer, with five 4 MiB buffers of the three 1024x1024
+    // weights' gradients live (sums written in one layout, copied to another); the zoo's peak holds one
+    // per weight: -10%.
     {"mlp_vmap_grads_b128", "vmap"},
 };
 
