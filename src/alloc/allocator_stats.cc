@@ -1,4 +1,5 @@
 #include "memfit/alloc/allocator_stats.h"
+#include "memfit/core/json.h"
 
 namespace memfit {
 

@@ -7,6 +7,7 @@
 
 #include "memfit/core/bytes.h"
 #include "memfit/core/checked.h"
+#include "memfit/core/json.h"
 
 namespace memfit {
 namespace {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "memfit/core/bytes.h"
+#include "memfit/core/json.h"
 #include "memfit/core/text.h"
 #include "memfit/core/xla_env.h"
 #include "memfit/diagnose/log_classifier.h"

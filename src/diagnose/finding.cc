@@ -1,4 +1,5 @@
 #include "memfit/diagnose/finding.h"
+#include "memfit/core/json.h"
 
 #include <algorithm>
 

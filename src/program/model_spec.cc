@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "memfit/core/json.h"
 #include "memfit/core/text.h"
 
 namespace memfit {

@@ -7,6 +7,7 @@
 
 #include "allocator_kinds.h"
 #include "memfit/alloc/oom_report.h"
+#include "memfit/core/json.h"
 
 namespace memfit::testing {
 namespace {

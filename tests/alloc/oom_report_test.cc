@@ -6,6 +6,7 @@
 
 #include "../cli/golden.h"
 #include "memfit/alloc/xla_allocator.h"
+#include "memfit/core/json.h"
 #include "memfit/device/simulated_device.h"
 
 namespace memfit {

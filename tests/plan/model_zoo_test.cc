@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "memfit/core/json.h"
 #include "memfit/plan/step_plan.h"
 #include "memfit/program/model_zoo.h"
 

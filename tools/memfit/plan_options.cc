@@ -8,6 +8,7 @@
 
 #include "memfit/core/device_catalog.h"
 #include "memfit/core/file_io.h"
+#include "memfit/core/json.h"
 #include "memfit/core/text.h"
 
 namespace memfit::cli {

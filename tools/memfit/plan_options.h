@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "memfit/core/json.h"
 #include "memfit/core/status.h"
 #include "memfit/program/model_zoo.h"
 

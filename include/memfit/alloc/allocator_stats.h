@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "memfit/core/json.h"
+#include "memfit/core/json_fwd.h"
 
 namespace memfit {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "memfit/core/json.h"
+#include "memfit/core/json_fwd.h"
 #include "memfit/core/status.h"
 
 namespace memfit {

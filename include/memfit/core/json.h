@@ -6,11 +6,10 @@
 #include <string>
 #include <string_view>
 
+#include "memfit/core/json_fwd.h"
 #include "memfit/core/status.h"
 
 namespace memfit {
-
-using Json = nlohmann::ordered_json;
 
 // Parses `text`; errors name `source` and the byte offset. Nesting deeper than 256 levels is refused.
 Expected<Json> parse_json(std::string_view text, std::string_view source);

@@ -7,7 +7,7 @@
 #pragma once
 
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // declared only: every file includes this header
 #include <string>
 #include <utility>
 #include <variant>

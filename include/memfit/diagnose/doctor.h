@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "memfit/core/json.h"
 #include "memfit/diagnose/finding.h"
 #include "memfit/diagnose/probes.h"
 

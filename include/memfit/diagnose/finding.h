@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "memfit/core/json.h"
+#include "memfit/core/json_fwd.h"
 
 namespace memfit {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "memfit/core/json.h"
+#include "memfit/core/json_fwd.h"
 #include "memfit/core/status.h"
 
 namespace memfit {
