@@ -7,10 +7,11 @@
 #pragma once
 
 #include <memory>
-#include <nlohmann/json_fwd.hpp>  // declared only: every file includes this header
 #include <string>
 #include <utility>
 #include <variant>
+
+#include "memfit/core/json_fwd.h"  // declared only: every file includes this header
 
 namespace memfit {
 
@@ -30,7 +31,7 @@ std::string_view error_code_name(ErrorCode code);
 class ErrorDetail {
  public:
   virtual ~ErrorDetail() = default;
-  virtual nlohmann::ordered_json to_json() const = 0;
+  virtual Json to_json() const = 0;
   virtual std::string to_text() const = 0;
 };
 
