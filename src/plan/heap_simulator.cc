@@ -73,135 +73,213 @@ class PlacedIndex {
   std::vector<uint64_t> max_end_;
 };
 
-// Placed chunks in offset order (a treap), each node also summing up its subtree: the offset range it
-// covers, the largest hole its chunks leave inside that range, and the extremes of their live ranges.
-// Walking it in offset order gives the occupied ranges for a time window, and a subtree whose chunks are all
-// live in the window and leave no hole the new chunk fits in is one occupied range, not a walk: where
-// thousands of buffers are live at once (activations saved for the backward pass, outputs gathered at the
-// end) they stack with holes too small to matter, and a query costs O(log n) instead of visiting every one
-// of them (the quadratic cost that made a 30000-buffer module take most of a minute). Chunks placed above
-// in the same walk can only narrow a hole, so the largest hole is a bound, and passing over holes smaller
-// than the chunk is what best fit would do with them: the placement is the walk's, chunk for chunk.
-class OffsetIndex {
+// Disjoint offset runs [begin, end) - the union of the chunks added - in a treap over one shared node pool,
+// each node also holding its subtree's offset range and the largest (aligned) hole its runs leave inside it.
+// Listing the runs for a chunk of `fits_bytes` passes over holes it could not use: a subtree whose holes are
+// all smaller is one range, so a dense union costs O(log n) per big hole, not a walk of every run.
+class RunSets {
  public:
-  // A hole below `alignment` bytes is no hole: a chunk never starts inside it.
-  OffsetIndex(size_t capacity, uint64_t alignment) : alignment_(alignment) { nodes_.reserve(capacity); }
+  static constexpr uint32_t kNil = std::numeric_limits<uint32_t>::max();
 
-  void insert(uint64_t offset, uint64_t end_offset, uint64_t start, uint64_t end) {
-    const auto id = static_cast<uint32_t>(nodes_.size());
-    Node n;
-    n.off = offset;
-    n.end = end_offset;
-    n.t0 = start;
-    n.t1 = end;
-    rng_ = rng_ * 6364136223846793005ull + 1442695040888963407ull;  // Knuth's LCG: priorities only
-    n.prio = static_cast<uint32_t>(rng_ >> 33);
-    nodes_.push_back(n);
-    pull(id);
-    uint32_t left = kNil, right = kNil;
-    split(root_, offset, left, right);
-    root_ = merge(merge(left, id), right);
+  explicit RunSets(uint64_t alignment) : alignment_(alignment) {}
+
+  // Adds [begin, end) to the set rooted at `root`, merging the runs it overlaps or touches.
+  void add(uint32_t& root, uint64_t begin, uint64_t end) {
+    uint32_t before = kNil, rest = kNil, merged = kNil, after = kNil;
+    split(
+        root, [&](const Node& n) { return n.end < begin; }, before, rest);
+    split(
+        rest, [&](const Node& n) { return n.begin <= end; }, merged, after);
+    if (merged != kNil) {
+      begin = std::min(begin, nodes_[merged].lo);
+      end = std::max(end, nodes_[merged].hi);
+      release(merged);
+    }
+    root = join(join(before, make(begin, end)), after);
   }
 
-  // Calls f(begin, end) for the occupied offset ranges of chunks live somewhere in [start, end], in offset
-  // order; touching or overlapping ranges may come merged, and so may ranges with holes of less than
-  // `fits_bytes` between them (0: only where there is no hole at all).
+  // Calls f(begin, end) for the runs in offset order; runs with holes of less than `fits_bytes` between them
+  // (and runs with no aligned hole between them) may come as one range.
   template <typename F>
-  void occupied(uint64_t start, uint64_t end, uint64_t fits_bytes, F&& f) const {
-    visit(root_, start, end, fits_bytes, f);
+  void runs(uint32_t root, uint64_t fits_bytes, F& f) const {
+    if (root == kNil) return;
+    const Node& n = nodes_[root];
+    if (n.max_hole == 0 || n.max_hole < fits_bytes) {
+      f(n.lo, n.hi);
+      return;
+    }
+    runs(n.left, fits_bytes, f);
+    f(n.begin, n.end);
+    runs(n.right, fits_bytes, f);
   }
 
  private:
-  static constexpr uint32_t kNil = std::numeric_limits<uint32_t>::max();
   struct Node {
-    uint64_t off = 0, end = 0, t0 = 0, t1 = 0;  // the chunk and its live range
+    uint64_t begin = 0, end = 0;  // the run
+    uint64_t lo = 0, hi = 0;      // the subtree's offset range
+    uint64_t max_hole = 0;        // the largest aligned hole between the subtree's runs
     uint32_t left = kNil, right = kNil, prio = 0;
-    uint64_t max_hole = 0;    // the largest hole the subtree's chunks leave in [lo, hi), aligned
-    uint64_t lo = 0, hi = 0;  // the subtree's offset range
-    uint64_t min_t0 = 0, max_t0 = 0, min_t1 = 0, max_t1 = 0;  // its live ranges' extremes
   };
 
-  void pull(uint32_t t) {
-    Node& n = nodes_[t];
-    n.lo = n.off;
-    n.hi = n.end;
-    n.max_hole = 0;
-    n.min_t0 = n.max_t0 = n.t0;
-    n.min_t1 = n.max_t1 = n.t1;
-    auto take_times = [&](const Node& c) {
-      n.min_t0 = std::min(n.min_t0, c.min_t0);
-      n.max_t0 = std::max(n.max_t0, c.max_t0);
-      n.min_t1 = std::min(n.min_t1, c.min_t1);
-      n.max_t1 = std::max(n.max_t1, c.max_t1);
-    };
-    if (n.left != kNil) {
-      const Node& l = nodes_[n.left];
-      n.lo = l.lo;
-      n.max_hole = std::max(l.max_hole, hole(l.hi, n.off));
-      n.hi = std::max(l.hi, n.end);
-      take_times(l);
-    }
-    if (n.right != kNil) {
-      const Node& r = nodes_[n.right];
-      n.max_hole = std::max({n.max_hole, r.max_hole, hole(n.hi, r.lo)});
-      n.hi = std::max(n.hi, r.hi);
-      take_times(r);
-    }
-  }
-
-  // left: the chunks at offsets <= `offset` (older first on ties), right: the rest.
-  void split(uint32_t t, uint64_t offset, uint32_t& left, uint32_t& right) {
-    if (t == kNil) {
-      left = right = kNil;
-      return;
-    }
-    if (nodes_[t].off <= offset) {
-      split(nodes_[t].right, offset, nodes_[t].right, right);
-      left = t;
+  uint32_t make(uint64_t begin, uint64_t end) {
+    uint32_t id;
+    if (!free_.empty()) {
+      id = free_.back();
+      free_.pop_back();
     } else {
-      split(nodes_[t].left, offset, left, nodes_[t].left);
-      right = t;
+      id = static_cast<uint32_t>(nodes_.size());
+      nodes_.emplace_back();
     }
-    pull(t);
+    Node& n = nodes_[id];
+    n = Node{};
+    n.begin = begin;
+    n.end = end;
+    rng_ = rng_ * 6364136223846793005ull + 1442695040888963407ull;  // Knuth's LCG: priorities only
+    n.prio = static_cast<uint32_t>(rng_ >> 33);
+    pull(id);
+    return id;
   }
 
-  uint32_t merge(uint32_t a, uint32_t b) {
-    if (a == kNil) return b;
-    if (b == kNil) return a;
-    if (nodes_[a].prio > nodes_[b].prio) {
-      nodes_[a].right = merge(nodes_[a].right, b);
-      pull(a);
-      return a;
-    }
-    nodes_[b].left = merge(a, nodes_[b].left);
-    pull(b);
-    return b;
+  void release(uint32_t t) {
+    if (t == kNil) return;
+    release(nodes_[t].left);
+    release(nodes_[t].right);
+    free_.push_back(t);
   }
 
-  // The hole between chunks ending at `top` and one starting at `off` (none below the alignment).
   uint64_t hole(uint64_t top, uint64_t off) const {
     const uint64_t from = align_up(top, alignment_);
     return off > from ? off - from : 0;
   }
 
-  template <typename F>
-  void visit(uint32_t t, uint64_t start, uint64_t end, uint64_t fits_bytes, F& f) const {
-    if (t == kNil) return;
-    const Node& n = nodes_[t];
-    if (n.min_t0 > end || n.max_t1 < start) return;  // nothing below is live in the window
-    if ((n.max_hole == 0 || n.max_hole < fits_bytes) && n.max_t0 <= end && n.min_t1 >= start) {
-      f(n.lo, n.hi);  // everything below is live in the window, and covers [lo, hi) but for small holes
+  void pull(uint32_t t) {
+    Node& n = nodes_[t];
+    n.lo = n.begin;
+    n.hi = n.end;
+    n.max_hole = 0;
+    if (n.left != kNil) {
+      const Node& l = nodes_[n.left];
+      n.lo = l.lo;
+      n.max_hole = std::max(l.max_hole, hole(l.hi, n.begin));
+    }
+    if (n.right != kNil) {
+      const Node& r = nodes_[n.right];
+      n.max_hole = std::max({n.max_hole, r.max_hole, hole(n.end, r.lo)});
+      n.hi = r.hi;
+    }
+  }
+
+  // left: the leading runs for which `in_left` holds (a prefix, as runs are disjoint and sorted), right: the
+  // rest.
+  template <typename P>
+  void split(uint32_t t, const P& in_left, uint32_t& left, uint32_t& right) {
+    if (t == kNil) {
+      left = right = kNil;
       return;
     }
-    visit(n.left, start, end, fits_bytes, f);
-    if (n.t0 <= end && n.t1 >= start) f(n.off, n.end);
-    visit(n.right, start, end, fits_bytes, f);
+    if (in_left(nodes_[t])) {
+      split(nodes_[t].right, in_left, nodes_[t].right, right);
+      left = t;
+    } else {
+      split(nodes_[t].left, in_left, left, nodes_[t].left);
+      right = t;
+    }
+    pull(t);
+  }
+
+  uint32_t join(uint32_t a, uint32_t b) {
+    if (a == kNil) return b;
+    if (b == kNil) return a;
+    if (nodes_[a].prio > nodes_[b].prio) {
+      nodes_[a].right = join(nodes_[a].right, b);
+      pull(a);
+      return a;
+    }
+    nodes_[b].left = join(a, nodes_[b].left);
+    pull(b);
+    return b;
   }
 
   uint64_t alignment_;
   std::vector<Node> nodes_;
-  uint32_t root_ = kNil;
+  std::vector<uint32_t> free_;
   uint64_t rng_ = 0x9E3779B97F4A7C15ull;
+};
+
+// The space placed chunks occupy over time: a segment tree over the clock (its points: every interval's start
+// and end), where a chunk is added to the O(log n) nodes whose time ranges tile its live range ("own": chunks
+// live through all of the node's range) and to the union of every node above them ("below": chunks live
+// somewhere in the node's range). The chunks live somewhere in a window are then the "below" unions of the
+// nodes tiling the window and the "own" unions of the nodes above those: O(log n) unions, each listed with
+// its holes too small for the chunk being placed passed over.
+//
+// Where thousands of buffers are live at once (activations saved for the backward pass, outputs gathered at
+// the end), a query then costs O(log^2 n) per hole big enough to matter, whatever lives between: an index
+// over offsets alone had to walk past every short-lived temporary sitting in the slot of an activation not
+// yet made (1024 unrolled layers: 3.4 s, 2048: 14 s, quadratic). Unions list the same free space as the
+// chunks one by one, but for holes smaller than the chunk, which best fit never takes: the placement is the
+// same, chunk for chunk (tests/plan/heap_simulator_test.cc checks it against the plain walk).
+class TimeOffsetIndex {
+ public:
+  TimeOffsetIndex(const std::vector<HeapInterval>& intervals, uint64_t alignment) : sets_(alignment) {
+    for (const HeapInterval& iv : intervals) {
+      times_.push_back(iv.start);
+      times_.push_back(iv.end);
+    }
+    std::sort(times_.begin(), times_.end());
+    times_.erase(std::unique(times_.begin(), times_.end()), times_.end());
+    leaves_ = std::max<size_t>(times_.size(), 1);
+    own_.assign(4 * leaves_, RunSets::kNil);
+    below_.assign(4 * leaves_, RunSets::kNil);
+  }
+
+  void insert(uint64_t offset, uint64_t end_offset, uint64_t start, uint64_t end) {
+    add(1, 0, leaves_ - 1, point(start), point(end), offset, end_offset);
+  }
+
+  // Appends to `used` the occupied offset ranges of chunks live somewhere in [start, end] (both clock points
+  // of an interval), unsorted; ranges may overlap, and ranges with holes of less than `fits_bytes` between
+  // them may come merged.
+  void occupied(uint64_t start, uint64_t end, uint64_t fits_bytes,
+                std::vector<std::pair<uint64_t, uint64_t>>& used) const {
+    auto report = [&](uint64_t b, uint64_t e) { used.emplace_back(b, e); };
+    collect(1, 0, leaves_ - 1, point(start), point(end), fits_bytes, report);
+  }
+
+ private:
+  size_t point(uint64_t t) const {
+    return static_cast<size_t>(std::lower_bound(times_.begin(), times_.end(), t) - times_.begin());
+  }
+
+  void add(size_t node, size_t lo, size_t hi, size_t l, size_t r, uint64_t b, uint64_t e) {
+    if (r < lo || hi < l) return;
+    sets_.add(below_[node], b, e);
+    if (l <= lo && hi <= r) {
+      sets_.add(own_[node], b, e);
+      return;
+    }
+    const size_t mid = (lo + hi) / 2;
+    add(2 * node, lo, mid, l, r, b, e);
+    add(2 * node + 1, mid + 1, hi, l, r, b, e);
+  }
+
+  template <typename F>
+  void collect(size_t node, size_t lo, size_t hi, size_t l, size_t r, uint64_t fits_bytes, F& f) const {
+    if (r < lo || hi < l || below_[node] == RunSets::kNil) return;
+    if (l <= lo && hi <= r) {
+      sets_.runs(below_[node], fits_bytes, f);
+      return;
+    }
+    sets_.runs(own_[node], fits_bytes, f);
+    const size_t mid = (lo + hi) / 2;
+    collect(2 * node, lo, mid, l, r, fits_bytes, f);
+    collect(2 * node + 1, mid + 1, hi, l, r, fits_bytes, f);
+  }
+
+  RunSets sets_;
+  std::vector<uint64_t> times_;
+  size_t leaves_ = 1;
+  std::vector<uint32_t> own_, below_;  // per segment-tree node: the roots of its two unions
 };
 
 // How many placed intervals overlap a window, in O(log n): those that start by its end, less those that
@@ -303,7 +381,7 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
   result.packing = packing;
   result.offsets.assign(n, 0);
   PlacedIndex placed(intervals);
-  OffsetIndex by_offset(n, alignment);
+  TimeOffsetIndex by_offset(intervals, alignment);
   OverlapCounter counter(intervals);
   // Below this many overlapping chunks, listing and sorting them is cheaper than walking the offset tree.
   constexpr uint64_t kListAtMost = 64;
@@ -333,8 +411,8 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
       // Thousands of chunks overlap (activations saved for the backward pass; for a group, a buffer written
       // in place across the step or a stack a scan writes layer by layer): the group's live ranges, merged
       // where they meet (the clock is whole numbers, so [a, b] and [b + 1, c] are [a, c]), are asked of the
-      // offset tree, which answers each in offset order with runs of chunks merged - the same occupied
-      // space as the chunks one by one. One window is walked as it comes; several are merged first.
+      // time-offset index, which answers with unions of chunks - the same free space as the chunks one by
+      // one, for any hole the group fits in.
       windows.clear();
       for (uint32_t m : group) windows.emplace_back(intervals[m].start, intervals[m].end);
       std::sort(windows.begin(), windows.end());
@@ -347,18 +425,10 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
         }
       }
       windows.resize(merged + 1);
-      if (windows.size() == 1) {
-        by_offset.occupied(windows[0].first, windows[0].second, size, occupied);
-      } else {
-        used.clear();
-        for (const auto& [start, end] : windows) {
-          const auto middle = static_cast<std::ptrdiff_t>(used.size());
-          by_offset.occupied(start, end, size,
-                             [&](uint64_t off, uint64_t off_end) { used.emplace_back(off, off_end); });
-          std::inplace_merge(used.begin(), used.begin() + middle, used.end());
-        }
-        for (const auto& [off, end] : used) occupied(off, end);
-      }
+      used.clear();
+      for (const auto& [start, end] : windows) by_offset.occupied(start, end, size, used);
+      std::sort(used.begin(), used.end());
+      for (const auto& [off, end] : used) occupied(off, end);
     } else {
       used.clear();
       for (uint32_t m : group) {
