@@ -77,6 +77,32 @@ TEST(HeapSimulator, RandomIntervalsPackValidlyAndNeverBelowTheBound) {
   }
 }
 
+TEST(HeapSimulator, BestHeapIsTheSmallerPackingAlsoWhenTheyRunOnTwoThreads) {
+  // 20700 intervals: past the size where best_heap packs the temporal heap on a second thread. Activations
+  // that nest (made in order, freed in reverse) under short-lived temporaries, as a training step's.
+  std::mt19937_64 rng(5);
+  std::vector<HeapInterval> iv;
+  const uint64_t layers = 2300;
+  for (uint64_t l = 0; l < layers; ++l) {
+    iv.push_back({10 * l, 20 * layers - 10 * l, 4096 * (1 + rng() % 8)});
+    for (int k = 0; k < 4; ++k) {
+      const uint64_t s = 10 * l + static_cast<uint64_t>(k);
+      iv.push_back({s, s + 2, 1 + rng() % 100000});
+      iv.push_back({20 * layers - s, 20 * layers - s + 1, 1 + rng() % 100000});
+    }
+  }
+  for (size_t i = 0; i < iv.size(); ++i) iv[i].tie_break = i;
+  ASSERT_GE(iv.size(), 20000u);
+  const HeapAssignment spatial = best_fit_heap(iv, 64, HeapPacking::kSpatial);
+  const HeapAssignment temporal = best_fit_heap(iv, 64, HeapPacking::kTemporal);
+  const HeapAssignment& smaller = temporal.heap_bytes < spatial.heap_bytes ? temporal : spatial;
+  const HeapAssignment best = best_heap(iv, 64);
+  EXPECT_EQ(best.packing, smaller.packing);
+  EXPECT_EQ(best.heap_bytes, smaller.heap_bytes);
+  EXPECT_EQ(best.offsets, smaller.offsets);
+  EXPECT_GE(best.heap_bytes, live_bytes_peak(iv).bytes);
+}
+
 }  // namespace
 }  // namespace memfit
 
