@@ -257,36 +257,48 @@ Status Builder::alias_donations() {
   const HloInstruction* root = entry.root();
   if (root == nullptr) return invalid_argument("the ENTRY computation is empty");
   const Positions& out = positions_[entry_][static_cast<size_t>(root - entry.instructions.data())];
+  // A step donating thousands of arrays has thousands of aliases into a root tuple of thousands of elements:
+  // the entry's parameters are indexed once, and each tuple's element offsets (element_nodes walks the
+  // elements before the one asked) summed once per tuple, or the aliases alone cost O(n^2).
+  std::unordered_map<int64_t, uint32_t> parameter_at;
+  for (uint32_t i = 0; i < entry.instructions.size(); ++i) {
+    if (entry.instructions[i].opcode == HloOpcode::kParameter)
+      parameter_at[entry.instructions[i].parameter_number] = i;  // the last, as the scan it replaces
+  }
+  std::unordered_map<const Shape*, std::vector<size_t>> element_starts;
+  auto element_node = [&](const Shape& tuple, size_t base, uint64_t k) {
+    std::vector<size_t>& starts = element_starts[&tuple];
+    if (starts.empty()) {
+      size_t at = 1;
+      for (const Shape& e : tuple.elements) {
+        starts.push_back(at);
+        at += node_count(e);
+      }
+    }
+    return base + starts[k];
+  };
   for (const HloAlias& a : m_.aliases) {
     size_t node = 0;
     const Shape* s = &root->shape;
     for (uint64_t k : a.output_index) {
       if (!s->is_tuple() || k >= s->elements.size())
         return invalid_argument("input_output_alias names an output index the root does not have");
-      node = element_nodes(*s, node, k).first;
+      node = element_node(*s, node, k);
       s = &s->elements[k];
     }
-    const HloInstruction* param = nullptr;
-    uint32_t param_i = 0;
-    for (uint32_t i = 0; i < entry.instructions.size(); ++i) {
-      if (entry.instructions[i].opcode == HloOpcode::kParameter &&
-          entry.instructions[i].parameter_number == a.parameter) {
-        param = &entry.instructions[i];
-        param_i = i;
-      }
-    }
-    if (param == nullptr)
+    const auto param = parameter_at.find(a.parameter);
+    if (param == parameter_at.end())
       return invalid_argument(
           fmt::format("input_output_alias names parameter {}, which the entry does not have", a.parameter));
     size_t pnode = 0;
-    const Shape* ps = &param->shape;
+    const Shape* ps = &entry.instructions[param->second].shape;
     for (uint64_t k : a.parameter_index) {
       if (!ps->is_tuple() || k >= ps->elements.size())
         return invalid_argument("input_output_alias names a parameter index that does not exist");
-      pnode = element_nodes(*ps, pnode, k).first;
+      pnode = element_node(*ps, pnode, k);
       ps = &ps->elements[k];
     }
-    unite(out[node], positions_[entry_][param_i][pnode]);
+    unite(out[node], positions_[entry_][param->second][pnode]);
   }
   return Status();
 }
