@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "memfit/core/file_io.h"
+#include "memfit/core/json.h"
 #include "memfit/plan/hlo_plan.h"
 #include "memfit/plan/step_plan.h"
 #include "memfit/program/stablehlo_module.h"
@@ -103,6 +104,19 @@ BENCHMARK_CAPTURE(BM_PlanLayers, unrolled, false)->Apply(at_two_sizes_once<256, 
 // A scan is one layer in a while loop: the program is the same at any count (target: 10^4 layers < 5 s).
 BENCHMARK_CAPTURE(BM_PlanLayers, scan, true)->Apply(at_two_sizes_once<10000, 100000>);
 
+// The flax encoder trained with optax's Adafactor, unrolled, as its layers grow: every parameter and
+// factored moment is donated, and aliasing that many arrays was once O(n^2) (512 layers: 9.8 s).
+void BM_PlanEncoderLayers(benchmark::State& state) {
+  auto spec = model_spec_from_json(Json{{"model", "flax_encoder"}, {"layers", state.range(0)}});
+  if (failed(state, spec)) return;
+  for (auto _ : state) {
+    auto plan = plan_step(*spec);
+    if (failed(state, plan)) return;
+    benchmark::DoNotOptimize(plan->peak_bytes);
+  }
+}
+BENCHMARK(BM_PlanEncoderLayers)->Apply(at_two_sizes_once<256, 512>);
+
 void BM_FitGpt300Layers(benchmark::State& state) {
   ModelSpec spec;
   spec.layers = 300;
@@ -137,10 +151,13 @@ class ScalingReporter : public TimingReporter {
     const auto ten = times.find("BM_PlanGpt/10");
     if (one != times.end() && ten != times.end() && one->second > 0)
       out << "\n10x module / 1x module time: " << ten->second / one->second << "x (10 = linear)\n";
-    for (const auto& [form, small, large, expect] : {std::tuple{"unrolled", 256, 512, "2 = linear"},
-                                                     std::tuple{"scan", 10000, 100000, "1 = one loop"}}) {
-      const auto a = times.find(fmt::format("BM_PlanLayers/{}/{}/iterations:1", form, small));
-      const auto b = times.find(fmt::format("BM_PlanLayers/{}/{}/iterations:1", form, large));
+    for (const auto& [form, small, large, expect] :
+         {std::tuple{"unrolled", 256, 512, "2 = linear"}, std::tuple{"scan", 10000, 100000, "1 = one loop"},
+          std::tuple{"encoder", 256, 512, "2 = linear"}}) {
+      const std::string name =
+          std::string(form) == "encoder" ? "BM_PlanEncoderLayers" : "BM_PlanLayers/" + std::string(form);
+      const auto a = times.find(fmt::format("{}/{}/iterations:1", name, small));
+      const auto b = times.find(fmt::format("{}/{}/iterations:1", name, large));
       if (a == times.end() || b == times.end() || a->second <= 0) continue;
       out << "plan " << form << ": " << large << " layers " << b->second / 1e3 << " s, "
           << b->second / a->second << "x the time of " << small << " (" << expect << ")\n";
