@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <future>
-#include <numeric>
 #include <thread>
 #include <tuple>
 
@@ -10,70 +9,6 @@ namespace memfit {
 namespace {
 
 uint64_t align_up(uint64_t v, uint64_t alignment) { return (v + alignment - 1) / alignment * alignment; }
-
-// Placed intervals, queried by time overlap. The intervals are all known up front (only the order of
-// placement varies), so a static tree over them sorted by start holds, per node, the latest end among the
-// placed intervals below it: a query walks only into subtrees that can overlap, O((k + 1) log n).
-class PlacedIndex {
- public:
-  explicit PlacedIndex(const std::vector<HeapInterval>& intervals) : intervals_(intervals) {
-    by_start_.resize(intervals.size());
-    std::iota(by_start_.begin(), by_start_.end(), 0u);
-    std::sort(by_start_.begin(), by_start_.end(), [&](uint32_t a, uint32_t b) {
-      return std::tie(intervals[a].start, a) < std::tie(intervals[b].start, b);
-    });
-    rank_.resize(intervals.size());
-    for (uint32_t r = 0; r < by_start_.size(); ++r) rank_[by_start_[r]] = r;
-    leaves_ = 1;
-    while (leaves_ < by_start_.size()) leaves_ *= 2;
-    max_end_.assign(2 * leaves_, kNone);
-  }
-
-  void place(uint32_t id) {
-    size_t node = leaves_ + rank_[id];
-    max_end_[node] = intervals_[id].end;
-    for (node /= 2; node >= 1; node /= 2)
-      max_end_[node] = combine(max_end_[2 * node], max_end_[2 * node + 1]);
-  }
-
-  // Calls f(id) for every placed interval overlapping [start, end].
-  template <typename F>
-  void overlapping(uint64_t start, uint64_t end, F&& f) const {
-    // Leaves with interval.start <= end form a prefix of the sorted order.
-    const size_t limit = static_cast<size_t>(
-        std::upper_bound(by_start_.begin(), by_start_.end(), end,
-                         [&](uint64_t t, uint32_t id) { return t < intervals_[id].start; }) -
-        by_start_.begin());
-    if (limit == 0) return;
-    visit(1, 0, leaves_, limit, start, f);
-  }
-
- private:
-  static constexpr uint64_t kNone = std::numeric_limits<uint64_t>::max();
-  static uint64_t combine(uint64_t a, uint64_t b) {
-    if (a == kNone) return b;
-    if (b == kNone) return a;
-    return std::max(a, b);
-  }
-
-  template <typename F>
-  void visit(size_t node, size_t lo, size_t hi, size_t limit, uint64_t start, F& f) const {
-    if (lo >= limit || max_end_[node] == kNone || max_end_[node] < start) return;
-    if (hi - lo == 1) {
-      f(by_start_[lo]);
-      return;
-    }
-    const size_t mid = (lo + hi) / 2;
-    visit(2 * node, lo, mid, limit, start, f);
-    visit(2 * node + 1, mid, hi, limit, start, f);
-  }
-
-  const std::vector<HeapInterval>& intervals_;
-  std::vector<uint32_t> by_start_;
-  std::vector<uint32_t> rank_;
-  size_t leaves_ = 1;
-  std::vector<uint64_t> max_end_;
-};
 
 // Disjoint offset runs [begin, end) - the union of the chunks added - in a treap over one shared node pool,
 // each node also holding its subtree's offset range and the largest (aligned) hole its runs leave inside it.
@@ -314,48 +249,6 @@ void merge_sorted_lists(std::vector<std::pair<uint64_t, uint64_t>>& used, std::v
   }
 }
 
-// How many placed intervals overlap a window, in O(log n): those that start by its end, less those that
-// ended before its start (Fenwick trees over the ranks of starts and of ends).
-class OverlapCounter {
- public:
-  explicit OverlapCounter(const std::vector<HeapInterval>& intervals) {
-    for (const HeapInterval& iv : intervals) {
-      starts_.push_back(iv.start);
-      ends_.push_back(iv.end);
-    }
-    std::sort(starts_.begin(), starts_.end());
-    std::sort(ends_.begin(), ends_.end());
-    by_start_.assign(starts_.size() + 1, 0);
-    by_end_.assign(ends_.size() + 1, 0);
-  }
-  void add(const HeapInterval& iv) {
-    bump(by_start_, rank(starts_, iv.start));
-    bump(by_end_, rank(ends_, iv.end));
-  }
-  uint64_t overlapping(uint64_t start, uint64_t end) const {
-    const size_t started =
-        static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), end) - starts_.begin());
-    const size_t ended =
-        static_cast<size_t>(std::lower_bound(ends_.begin(), ends_.end(), start) - ends_.begin());
-    return prefix(by_start_, started) - prefix(by_end_, ended);
-  }
-
- private:
-  static size_t rank(const std::vector<uint64_t>& sorted, uint64_t v) {
-    return static_cast<size_t>(std::lower_bound(sorted.begin(), sorted.end(), v) - sorted.begin()) + 1;
-  }
-  static void bump(std::vector<uint64_t>& tree, size_t i) {
-    for (; i < tree.size(); i += i & (~i + 1)) ++tree[i];
-  }
-  static uint64_t prefix(const std::vector<uint64_t>& tree, size_t i) {
-    uint64_t sum = 0;
-    for (; i > 0; i -= i & (~i + 1)) sum += tree[i];
-    return sum;
-  }
-  std::vector<uint64_t> starts_, ends_;
-  std::vector<uint64_t> by_start_, by_end_;
-};
-
 uint32_t leader_of(const std::vector<HeapInterval>& intervals, uint32_t id) {
   while (intervals[id].colocated_with != kNotColocated) id = intervals[id].colocated_with;
   return id;
@@ -412,11 +305,7 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
   HeapAssignment result;
   result.packing = packing;
   result.offsets.assign(n, 0);
-  PlacedIndex placed(intervals);
-  TimeOffsetIndex by_offset(intervals, alignment);
-  OverlapCounter counter(intervals);
-  // Below this many overlapping chunks, listing and sorting them is cheaper than walking the offset tree.
-  constexpr uint64_t kListAtMost = 64;
+  TimeOffsetIndex placed_space(intervals, alignment);
   std::vector<std::pair<uint64_t, uint64_t>> used;     // [offset, end) of chunks overlapping in time
   std::vector<std::pair<uint64_t, uint64_t>> windows;  // a group's live ranges, merged
   std::vector<std::pair<uint64_t, uint64_t>> scratch;
@@ -439,49 +328,31 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
       top = std::max(top, end);
     };
     const std::vector<uint32_t>& group = members[l];
-    uint64_t overlaps = 0;
-    for (uint32_t m : group) overlaps += counter.overlapping(intervals[m].start, intervals[m].end);
-    if (overlaps > kListAtMost) {
-      // Thousands of chunks overlap (activations saved for the backward pass; for a group, a buffer written
-      // in place across the step or a stack a scan writes layer by layer): the group's live ranges, merged
-      // where they meet (the clock is whole numbers, so [a, b] and [b + 1, c] are [a, c]), are asked of the
-      // time-offset index, which answers with unions of chunks - the same free space as the chunks one by
-      // one, for any hole the group fits in.
-      windows.clear();
-      for (uint32_t m : group) windows.emplace_back(intervals[m].start, intervals[m].end);
-      std::sort(windows.begin(), windows.end());
-      size_t merged = 0;
-      for (size_t w = 1; w < windows.size(); ++w) {
-        if (windows[w].first <= windows[merged].second + 1) {
-          windows[merged].second = std::max(windows[merged].second, windows[w].second);
-        } else {
-          windows[++merged] = windows[w];
-        }
+    // The group's live ranges, merged where they meet (the clock is whole numbers, so [a, b] and [b + 1, c]
+    // are [a, c]), asked of the time-offset index: unions of the chunks live in them - the same free space
+    // as the chunks one by one, for any hole the group fits in.
+    windows.clear();
+    for (uint32_t m : group) windows.emplace_back(intervals[m].start, intervals[m].end);
+    std::sort(windows.begin(), windows.end());
+    size_t merged = 0;
+    for (size_t w = 1; w < windows.size(); ++w) {
+      if (windows[w].first <= windows[merged].second + 1) {
+        windows[merged].second = std::max(windows[merged].second, windows[w].second);
+      } else {
+        windows[++merged] = windows[w];
       }
-      windows.resize(merged + 1);
-      used.clear();
-      list_ends.clear();
-      for (const auto& [start, end] : windows) by_offset.occupied(start, end, size, used, list_ends);
-      merge_sorted_lists(used, list_ends, scratch);
-      for (const auto& [off, end] : used) occupied(off, end);
-    } else {
-      used.clear();
-      for (uint32_t m : group) {
-        placed.overlapping(intervals[m].start, intervals[m].end, [&](uint32_t other) {
-          const uint64_t off = result.offsets[other];
-          used.emplace_back(off, off + intervals[other].size_bytes);
-        });
-      }
-      std::sort(used.begin(), used.end());
-      for (const auto& [off, end] : used) occupied(off, end);
     }
+    windows.resize(merged + 1);
+    used.clear();
+    list_ends.clear();
+    for (const auto& [start, end] : windows) placed_space.occupied(start, end, size, used, list_ends);
+    merge_sorted_lists(used, list_ends, scratch);
+    for (const auto& [off, end] : used) occupied(off, end);
     if (best_gap == std::numeric_limits<uint64_t>::max()) best_offset = align_up(top, alignment);
     for (uint32_t m : group) {
       result.offsets[m] = best_offset;
-      placed.place(m);
-      by_offset.insert(best_offset, best_offset + intervals[m].size_bytes, intervals[m].start,
-                       intervals[m].end);
-      counter.add(intervals[m]);
+      placed_space.insert(best_offset, best_offset + intervals[m].size_bytes, intervals[m].start,
+                          intervals[m].end);
       result.heap_bytes = std::max(result.heap_bytes, best_offset + intervals[m].size_bytes);
     }
   }

@@ -111,7 +111,7 @@ namespace {
 
 // The best fit written the plain way, as XLA writes it: list every placed chunk that overlaps in time any
 // interval of the group being placed, sort them by offset, take the smallest gap. O(n^2 log n); the heap's
-// offset tree must choose the same offsets.
+// time-offset index must choose the same offsets.
 std::vector<uint64_t> plain_best_fit(const std::vector<HeapInterval>& iv, uint64_t alignment) {
   std::vector<std::vector<uint32_t>> members(iv.size());
   std::vector<uint32_t> order;
@@ -162,10 +162,10 @@ std::vector<uint64_t> plain_best_fit(const std::vector<HeapInterval>& iv, uint64
   return offsets;
 }
 
-TEST(HeapSimulator, OffsetTreeChoosesWhatThePlainBestFitChooses) {
+TEST(HeapSimulator, TimeOffsetIndexChoosesWhatThePlainBestFitChooses) {
   std::mt19937_64 rng(7);
   for (int round = 0; round < 40; ++round) {
-    // Dense rounds: hundreds of buffers live at once (the offset tree's path); sparse rounds: short lives.
+    // Dense rounds: hundreds of buffers live at once (unions of many runs); sparse rounds: short lives.
     const bool dense = round % 2 == 0;
     const uint64_t alignment = round % 3 == 0 ? 1 : 64;
     std::vector<HeapInterval> iv(600);
@@ -179,10 +179,10 @@ TEST(HeapSimulator, OffsetTreeChoosesWhatThePlainBestFitChooses) {
   }
 }
 
-TEST(HeapSimulator, OffsetTreeChoosesWhatThePlainBestFitChoosesForColocatedGroups) {
+TEST(HeapSimulator, TimeOffsetIndexChoosesWhatThePlainBestFitChoosesForColocatedGroups) {
   // Groups as a scan's stacked buffer or an in-place update chain make them: members one after another
-  // (windows that meet or leave gaps), among hundreds of dense single chunks - the path where a group's
-  // windows are merged and asked of the offset tree.
+  // (windows that meet or leave gaps), among hundreds of dense single chunks - a group's windows are merged
+  // and each asked of the index.
   std::mt19937_64 rng(11);
   for (int round = 0; round < 30; ++round) {
     const uint64_t alignment = round % 3 == 0 ? 1 : 64;
