@@ -40,7 +40,6 @@ struct ShareMember::State {
   std::atomic<uint64_t> capacity{0};
   std::atomic<uint64_t> leased{0};  // the group's sum of leases when last seen
   std::atomic<uint64_t> operations{0};
-  std::chrono::steady_clock::time_point last_reap{};
 
   std::mutex hooks_mu;
   Hooks hooks;
@@ -81,10 +80,16 @@ struct ShareMember::State {
     std::memcpy(r.command, command.data(), std::min(command.size(), sizeof(r.command) - 1));
   }
 
+  // Under the lock. Paced for the whole group through the table's header (share_table.h): whichever member
+  // comes first after kReapEvery reaps for all of them.
   void maybe_reap(bool force) {
-    const auto now = std::chrono::steady_clock::now();
-    if (!force && now - last_reap < kReapEvery) return;
-    last_reap = now;
+    const auto now_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  std::chrono::steady_clock::now().time_since_epoch())
+                                                  .count());
+    uint64_t& last_ns = table().header.last_reap_ns;
+    const auto every_ns = static_cast<uint64_t>(std::chrono::nanoseconds(kReapEvery).count());
+    if (!force && last_ns <= now_ns && now_ns - last_ns < every_ns) return;
+    last_ns = now_ns;
     share_detail::reap_dead(table());
   }
 

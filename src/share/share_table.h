@@ -49,7 +49,11 @@ struct Header {
   uint64_t next_member_id;
   int32_t device;
   char device_name[84];
-  char reserved[128];
+  // CLOCK_MONOTONIC (one clock for every process on the machine) when a member last reaped dead rows: the
+  // group reaps a few times a second, not each member (64 members each reading 64 /proc entries ten times
+  // a second kept two cores busy). Zero in a table written by a member that predates it: reap then.
+  uint64_t last_reap_ns;
+  char reserved[120];
 };
 static_assert(sizeof(Header) == 256 && std::is_trivially_copyable_v<Header>);
 
