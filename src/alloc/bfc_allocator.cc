@@ -76,8 +76,8 @@ inline bool ChunkOrder::operator()(SizeKey k, uint32_t b) const { return k.size 
 // here instead of searching the bins and checking neighbours. Any other operation that changes the pool
 // first forgets it (State::forget_resplit), so the shortcut never differs from XLA's search.
 struct Resplit {
-  enum Stage : uint8_t { kNone, kAllocated, kMergedBack };
-  Stage stage = kNone;
+  enum Stage : uint8_t { kIdle, kAllocated, kMergedBack };
+  Stage stage = kIdle;
   // The bin entry's bin while merged back, and while split. Both follow from the chunks' sizes
   // (bin_for_size); kept because working them out again cost 19 instructions per 256-B pair (188 -> 207).
   int8_t whole_bin = kNoBin;
@@ -334,7 +334,7 @@ struct BfcAllocator::State {
   // Called before any other change to the pool: a merged-back remainder's handle returns to the free list.
   void forget_resplit() {
     if (resplit.stage == Resplit::kMergedBack) delete_chunk(resplit.rest);
-    resplit.stage = Resplit::kNone;
+    resplit.stage = Resplit::kIdle;
   }
 
   // The chunk leaves its bin, and a remainder worth splitting off goes to its own (out of line: the pool
