@@ -77,7 +77,7 @@ Status Builder::define(uint32_t c, uint32_t i, const std::vector<const Positions
     const Shape& s = m_.computations[c].instructions[o].shape;
     if (!s.is_tuple() || inst.tuple_index < 0 || static_cast<size_t>(inst.tuple_index) >= s.elements.size())
       return error_at(inst, "get-tuple-element of an index its operand does not have");
-    const auto [b, e] = element_nodes(s, 0, static_cast<size_t>(inst.tuple_index));
+    const auto [b, e] = element_range(s, 0, static_cast<size_t>(inst.tuple_index));
     out.assign(positions_[c][o].begin() + static_cast<ptrdiff_t>(b),
                positions_[c][o].begin() + static_cast<ptrdiff_t>(e));
     return Status();
@@ -151,10 +151,10 @@ Status Builder::define(uint32_t c, uint32_t i, const std::vector<const Positions
     const Shape& s = m_.computations[c].instructions[o].shape;
     const Positions& start = positions_[c][o];
     if (op == HloOpcode::kCopyDone && s.is_tuple() && !s.elements.empty()) {
-      const auto [b, e] = element_nodes(s, 0, 0);
+      const auto [b, e] = element_range(s, 0, 0);
       out.assign(start.begin() + static_cast<ptrdiff_t>(b), start.begin() + static_cast<ptrdiff_t>(e));
     } else if (s.is_tuple() && s.elements.size() >= 2) {
-      const auto [b, e] = element_nodes(s, 0, 1);
+      const auto [b, e] = element_range(s, 0, 1);
       out.assign(start.begin() + static_cast<ptrdiff_t>(b), start.begin() + static_cast<ptrdiff_t>(e));
     } else {
       out = start;
@@ -166,11 +166,11 @@ Status Builder::define(uint32_t c, uint32_t i, const std::vector<const Positions
     // (operands, results..., context): element 0 is what was passed in.
     out.assign(node_count(inst.shape), kUnset);
     const Shape& first = inst.shape.elements[0];
-    const auto [b, e] = element_nodes(inst.shape, 0, op == HloOpcode::kCopyStart ? 1 : 0);
+    const auto [b, e] = element_range(inst.shape, 0, op == HloOpcode::kCopyStart ? 1 : 0);
     if (op != HloOpcode::kCopyStart && first.is_tuple() && first.elements.size() == inst.operands.size()) {
       for (size_t k = 0; k < inst.operands.size(); ++k) {
         MEMFIT_ASSIGN_OR_RETURN(uint32_t o, operand(c, inst, k));
-        const auto [eb, ee] = element_nodes(first, b, k);
+        const auto [eb, ee] = element_range(first, b, k);
         if (positions_[c][o].size() == ee - eb)
           std::copy(positions_[c][o].begin(), positions_[c][o].end(),
                     out.begin() + static_cast<ptrdiff_t>(eb));
@@ -206,7 +206,7 @@ Status Builder::alias_in_place(uint32_t c, uint32_t i) {
     size_t node = 0;
     const Shape* walk = &inst.shape;
     for (uint64_t k : a.output_index) {
-      node = element_nodes(*walk, node, k).first;
+      node = element_range(*walk, node, k).first;
       walk = &walk->elements[k];
     }
     MEMFIT_ASSIGN_OR_RETURN(uint32_t o, operand(c, inst, a.operand));
@@ -216,7 +216,7 @@ Status Builder::alias_in_place(uint32_t c, uint32_t i) {
     for (uint64_t k : a.operand_index) {
       if (!ow->is_tuple() || k >= ow->elements.size())
         return error_at(inst, "output_to_operand_aliasing names an operand index that does not exist");
-      onode = element_nodes(*ow, onode, k).first;
+      onode = element_range(*ow, onode, k).first;
       ow = &ow->elements[k];
     }
     MEMFIT_RETURN_IF_ERROR(alias_operand(node, a.operand, onode));
@@ -243,7 +243,7 @@ Status Builder::alias_in_place(uint32_t c, uint32_t i) {
         const int64_t p = in_place_parameter(lookup(fused->second, root->operands[k]));
         if (p >= 0 && k < inst.shape.elements.size())
           MEMFIT_RETURN_IF_ERROR(
-              alias_operand(element_nodes(inst.shape, 0, k).first, static_cast<size_t>(p), 0));
+              alias_operand(element_range(inst.shape, 0, k).first, static_cast<size_t>(p), 0));
       }
     } else if (const int64_t p = in_place_parameter(root); p >= 0) {
       MEMFIT_RETURN_IF_ERROR(alias_operand(0, static_cast<size_t>(p), 0));
@@ -258,32 +258,20 @@ Status Builder::alias_donations() {
   if (root == nullptr) return invalid_argument("the ENTRY computation is empty");
   const Positions& out = positions_[entry_][static_cast<size_t>(root - entry.instructions.data())];
   // A step donating thousands of arrays has thousands of aliases into a root tuple of thousands of elements:
-  // the entry's parameters are indexed once, and each tuple's element offsets (element_nodes walks the
-  // elements before the one asked) summed once per tuple, or the aliases alone cost O(n^2).
+  // the entry's parameters are indexed once (and element_range sums each tuple's offsets once), or the
+  // aliases alone cost O(n^2).
   std::unordered_map<int64_t, uint32_t> parameter_at;
   for (uint32_t i = 0; i < entry.instructions.size(); ++i) {
     if (entry.instructions[i].opcode == HloOpcode::kParameter)
       parameter_at[entry.instructions[i].parameter_number] = i;  // the last, as the scan it replaces
   }
-  std::unordered_map<const Shape*, std::vector<size_t>> element_starts;
-  auto element_node = [&](const Shape& tuple, size_t base, uint64_t k) {
-    std::vector<size_t>& starts = element_starts[&tuple];
-    if (starts.empty()) {
-      size_t at = 1;
-      for (const Shape& e : tuple.elements) {
-        starts.push_back(at);
-        at += node_count(e);
-      }
-    }
-    return base + starts[k];
-  };
   for (const HloAlias& a : m_.aliases) {
     size_t node = 0;
     const Shape* s = &root->shape;
     for (uint64_t k : a.output_index) {
       if (!s->is_tuple() || k >= s->elements.size())
         return invalid_argument("input_output_alias names an output index the root does not have");
-      node = element_node(*s, node, k);
+      node = element_range(*s, node, k).first;
       s = &s->elements[k];
     }
     const auto param = parameter_at.find(a.parameter);
@@ -295,12 +283,26 @@ Status Builder::alias_donations() {
     for (uint64_t k : a.parameter_index) {
       if (!ps->is_tuple() || k >= ps->elements.size())
         return invalid_argument("input_output_alias names a parameter index that does not exist");
-      pnode = element_node(*ps, pnode, k);
+      pnode = element_range(*ps, pnode, k).first;
       ps = &ps->elements[k];
     }
     unite(out[node], positions_[entry_][param->second][pnode]);
   }
   return Status();
+}
+
+std::pair<size_t, size_t> Builder::element_range(const Shape& tuple, size_t base, size_t k) {
+  std::vector<size_t>& starts = element_starts_[&tuple];
+  if (starts.empty()) {
+    size_t at = 1;
+    starts.reserve(tuple.elements.size() + 1);
+    for (const Shape& e : tuple.elements) {
+      starts.push_back(at);
+      at += node_count(e);
+    }
+    starts.push_back(at);
+  }
+  return {base + starts[k], base + starts[k + 1]};
 }
 
 }  // namespace memfit::buffer_model_internal

@@ -29,13 +29,6 @@ inline size_t node_count(const Shape& s) {
   return n;
 }
 
-// Node range [begin, end) of element `i` of a tuple shape whose own node is `base`.
-inline std::pair<size_t, size_t> element_nodes(const Shape& s, size_t base, size_t i) {
-  size_t at = base + 1;
-  for (size_t j = 0; j < i; ++j) at += node_count(s.elements[j]);
-  return {at, at + node_count(s.elements[i])};
-}
-
 inline void for_each_node(const Shape& s, std::vector<uint64_t>& index,
                           const std::function<void(const Shape&, const std::vector<uint64_t>&)>& f) {
   f(s, index);
@@ -171,6 +164,12 @@ class Builder {
 
   const std::unordered_map<std::string_view, std::vector<uint32_t>>& users_of(uint32_t c);
 
+  // Node range [begin, end) of element `k` of tuple shape `tuple` (one of the module's, so its address is
+  // stable) whose own node is `base` (shapes are walked in pre-order), each tuple's element offsets summed
+  // once. A loop carrying thousands of arrays is read by thousands of get-tuple-elements, and each walk over
+  // the elements before the one asked made that O(n^2).
+  std::pair<size_t, size_t> element_range(const Shape& tuple, size_t base, size_t k);
+
   // HeapSimulator::RunComputation: per time step, the values defined then are allocated (sharing their
   // buffer's chunk, or a dying operand's), then the values that die then are freed; every event ticks.
   void simulate_heap();
@@ -199,6 +198,7 @@ class Builder {
   std::vector<bool> in_progress_;  // on the call stack now: a call to it is recursion
   std::vector<std::unordered_map<std::string_view, std::vector<uint32_t>>> users_;
   std::vector<bool> users_built_;
+  std::unordered_map<const Shape*, std::vector<size_t>> element_starts_;  // element_range's offsets
   std::vector<const Shape*> shape_of_;
   std::vector<uint32_t> parent_;
   std::vector<bool> live_out_;
