@@ -151,11 +151,10 @@ class ScalingReporter : public TimingReporter {
     const auto ten = times.find("BM_PlanGpt/10");
     if (one != times.end() && ten != times.end() && one->second > 0)
       out << "\n10x module / 1x module time: " << ten->second / one->second << "x (10 = linear)\n";
-    for (const auto& [form, small, large, expect] :
-         {std::tuple{"unrolled", 256, 512, "2 = linear"}, std::tuple{"scan", 10000, 100000, "1 = one loop"},
-          std::tuple{"encoder", 256, 512, "2 = linear"}}) {
-      const std::string name =
-          std::string(form) == "encoder" ? "BM_PlanEncoderLayers" : "BM_PlanLayers/" + std::string(form);
+    for (const auto& [form, name, small, large, expect] :
+         {std::tuple{"unrolled", "BM_PlanLayers/unrolled", 256, 512, "2 = linear"},
+          std::tuple{"scan", "BM_PlanLayers/scan", 10000, 100000, "1 = one loop"},
+          std::tuple{"encoder", "BM_PlanEncoderLayers", 256, 512, "2 = linear"}}) {
       const auto a = times.find(fmt::format("{}/{}/iterations:1", name, small));
       const auto b = times.find(fmt::format("{}/{}/iterations:1", name, large));
       if (a == times.end() || b == times.end() || a->second <= 0) continue;
