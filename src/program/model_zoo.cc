@@ -3,10 +3,26 @@
 #include <fmt/format.h>
 
 #include "memfit/core/checked.h"
+#include "zoo_lowered.h"
 #include "zoo_step.h"
 #include "zoo_transformer.h"
 
 namespace memfit {
+
+namespace {
+
+// Every shape is checked like a parsed one: a spec can ask for more than 64 bits of bytes. The entry (made
+// last) first: its instructions carry the op names a user knows.
+Status check_sizes(const HloModule& built) {
+  for (auto comp = built.computations.rbegin(); comp != built.computations.rend(); ++comp)
+    for (const HloInstruction& i : comp->instructions)
+      if (!i.shape.is_tuple() && !array_bytes(i.shape.type, i.shape.dims, 0).ok())
+        return invalid_argument(
+            fmt::format("the spec's {} tensor {} overflows 64 bits", i.op_name, i.shape.to_string()));
+  return Status();
+}
+
+}  // namespace
 
 Expected<HloModule> build_step_module(const ModelSpec& spec, StepArguments* arguments) {
   MEMFIT_RETURN_IF_ERROR(validate_model_spec(spec));
@@ -14,6 +30,14 @@ Expected<HloModule> build_step_module(const ModelSpec& spec, StepArguments* argu
   module.name = "jit_step";
   module.is_scheduled = true;
   module.platform = spec.backend == Backend::kCpu ? HloPlatform::kCpu : HloPlatform::kGpu;
+  if (zoo::mlp_lowers(spec)) {
+    // The program JAX traces, planned through the model of XLA:GPU (plan/xla_gpu_model.h).
+    StepArguments args;
+    zoo::build_mlp_lowered(spec, module, args);
+    if (arguments != nullptr) *arguments = args;
+    MEMFIT_RETURN_IF_ERROR(check_sizes(module));
+    return module;
+  }
   zoo::Emitter e(module);
   const PrimitiveType pdt = spec.precision == Precision::kBf16 ? PrimitiveType::kBF16 : PrimitiveType::kF32;
   const PrimitiveType cdt = spec.precision == Precision::kFp32 ? PrimitiveType::kF32 : PrimitiveType::kBF16;
@@ -39,13 +63,7 @@ Expected<HloModule> build_step_module(const ModelSpec& spec, StepArguments* argu
   }
   if (arguments != nullptr) *arguments = step.arguments();
   HloModule built = e.finish();
-  // Every shape is checked like a parsed one: a spec can ask for more than 64 bits of bytes.
-  // The entry (made last) first: its instructions carry the op names a user knows.
-  for (auto comp = built.computations.rbegin(); comp != built.computations.rend(); ++comp)
-    for (const HloInstruction& i : comp->instructions)
-      if (!i.shape.is_tuple() && !array_bytes(i.shape.type, i.shape.dims, 0).ok())
-        return invalid_argument(
-            fmt::format("the spec's {} tensor {} overflows 64 bits", i.op_name, i.shape.to_string()));
+  MEMFIT_RETURN_IF_ERROR(check_sizes(built));
   return built;
 }
 

@@ -1,0 +1,189 @@
+#include "zoo_lowered.h"
+
+#include <fmt/format.h>
+
+#include <string_view>
+#include <utility>
+
+namespace memfit::zoo {
+namespace {
+
+// The jax primitive an HLO opcode comes from, as the op_name metadata of a lowered program names it.
+std::string_view primitive_of(std::string_view opcode) {
+  static constexpr std::pair<std::string_view, std::string_view> kNames[] = {
+      {"dot", "dot_general"},
+      {"multiply", "mul"},
+      {"subtract", "sub"},
+      {"divide", "div"},
+      {"reduce", "reduce_sum"},
+      {"convert", "convert_element_type"},
+      {"power", "pow"},
+      {"broadcast", "broadcast_in_dim"},
+      {"opt-barrier", "optimization_barrier"}};
+  for (const auto& [hlo, jax] : kNames)
+    if (hlo == opcode) return jax;
+  return opcode;
+}
+
+}  // namespace
+
+HloInstruction LoweredEmitter::make(const Shape& shape, const char* opcode,
+                                    std::vector<std::string> operands) {
+  HloInstruction i;
+  i.name = fmt::format("{}.{}", opcode, counter_++);
+  i.set_opcode(opcode);
+  i.shape = shape;
+  i.operands = std::move(operands);
+  i.op_name = fmt::format("{}/{}", op_name_, primitive_of(opcode));
+  i.category = category_;
+  return i;
+}
+
+LoweredEmitter::V LoweredEmitter::push(HloInstruction i) {
+  V v{i.name, i.shape};
+  entry_.push_back(std::move(i));
+  return v;
+}
+
+LoweredEmitter::V LoweredEmitter::parameter(const Shape& shape, const std::string& op_name,
+                                            const std::string& category) {
+  HloInstruction i = make(shape, "parameter", {});
+  i.parameter_number = static_cast<int64_t>(parameters_++);
+  i.op_name = op_name;
+  i.category = category;
+  return push(std::move(i));
+}
+
+LoweredEmitter::V LoweredEmitter::scalar(PrimitiveType type) {
+  return push(make(LoweredEmitter::array(type, {}), "constant", {}));
+}
+
+LoweredEmitter::V LoweredEmitter::splat(PrimitiveType type, const std::vector<uint64_t>& dims) {
+  return broadcast(scalar(type), dims, {});
+}
+
+LoweredEmitter::V LoweredEmitter::broadcast(const V& x, const std::vector<uint64_t>& dims,
+                                            const std::vector<int64_t>& kept) {
+  HloInstruction i = make(LoweredEmitter::array(x.shape.type, dims), "broadcast", {x.name});
+  i.dimensions = kept;
+  return push(std::move(i));
+}
+
+LoweredEmitter::V LoweredEmitter::reshape(const V& x, const std::vector<uint64_t>& dims) {
+  return push(make(LoweredEmitter::array(x.shape.type, dims), "reshape", {x.name}));
+}
+
+LoweredEmitter::V LoweredEmitter::transpose(const V& x, const std::vector<int64_t>& permutation) {
+  std::vector<uint64_t> dims;
+  for (int64_t p : permutation) dims.push_back(x.shape.dims[static_cast<size_t>(p)]);
+  HloInstruction i = make(LoweredEmitter::array(x.shape.type, dims), "transpose", {x.name});
+  i.dimensions = permutation;
+  return push(std::move(i));
+}
+
+LoweredEmitter::V LoweredEmitter::convert(const V& x, PrimitiveType type) {
+  return push(make(LoweredEmitter::array(type, x.shape.dims), "convert", {x.name}));
+}
+
+LoweredEmitter::V LoweredEmitter::unary(const char* opcode, const V& x) {
+  return push(make(x.shape, opcode, {x.name}));
+}
+
+LoweredEmitter::V LoweredEmitter::binary(const char* opcode, const V& a, const V& b) {
+  return push(make(a.shape, opcode, {a.name, b.name}));
+}
+
+LoweredEmitter::V LoweredEmitter::dot(const V& a, const V& b, const std::vector<uint64_t>& dims,
+                                      PrimitiveType type, size_t batch_dims) {
+  HloInstruction i = make(LoweredEmitter::array(type, dims), "dot", {a.name, b.name});
+  for (size_t d = 0; d < batch_dims; ++d) i.lhs_batch_dims.push_back(static_cast<int64_t>(d));
+  return push(std::move(i));
+}
+
+const std::string& LoweredEmitter::add_region() {
+  if (add_region_.empty()) {
+    HloComputation region;
+    region.name = "region_add";
+    for (int64_t k = 0; k < 2; ++k) {
+      HloInstruction p;
+      p.name = fmt::format("region_add.p{}", k);
+      p.set_opcode("parameter");
+      p.shape = LoweredEmitter::array(PrimitiveType::kF32, {});
+      p.parameter_number = k;
+      region.instructions.push_back(std::move(p));
+    }
+    HloInstruction sum;
+    sum.name = "region_add.sum";
+    sum.set_opcode("add");
+    sum.shape = LoweredEmitter::array(PrimitiveType::kF32, {});
+    sum.operands = {"region_add.p0", "region_add.p1"};
+    sum.is_root = true;
+    region.instructions.push_back(std::move(sum));
+    m_.computations.push_back(std::move(region));
+    add_region_ = "region_add";
+  }
+  return add_region_;
+}
+
+LoweredEmitter::V LoweredEmitter::reduce_sum(const V& x, const std::vector<int64_t>& reduced) {
+  std::vector<uint64_t> dims;
+  for (size_t d = 0; d < x.shape.dims.size(); ++d) {
+    bool gone = false;
+    for (int64_t r : reduced) gone = gone || static_cast<size_t>(r) == d;
+    if (!gone) dims.push_back(x.shape.dims[d]);
+  }
+  const V zero = scalar(x.shape.type);
+  HloInstruction i = make(LoweredEmitter::array(x.shape.type, dims), "reduce", {x.name, zero.name});
+  i.dimensions = reduced;
+  i.called.push_back(add_region());
+  return push(std::move(i));
+}
+
+std::vector<LoweredEmitter::V> LoweredEmitter::barrier(const std::vector<V>& values) {
+  Shape tuple;
+  std::vector<std::string> names;
+  for (const V& v : values) {
+    tuple.elements.push_back(v.shape);
+    names.push_back(v.name);
+  }
+  const V t = push(make(tuple, "tuple", names));
+  const V b = push(make(tuple, "opt-barrier", {t.name}));
+  std::vector<V> out;
+  for (size_t k = 0; k < values.size(); ++k) {
+    HloInstruction g = make(values[k].shape, "get-tuple-element", {b.name});
+    g.tuple_index = static_cast<int64_t>(k);
+    out.push_back(push(std::move(g)));
+  }
+  return out;
+}
+
+void LoweredEmitter::root(const std::vector<V>& values) {
+  Shape tuple;
+  std::vector<std::string> names;
+  for (const V& v : values) {
+    tuple.elements.push_back(v.shape);
+    names.push_back(v.name);
+  }
+  HloInstruction r = make(tuple, "tuple", names);
+  r.is_root = true;
+  push(std::move(r));
+}
+
+void LoweredEmitter::root_array(const V& value) {
+  for (HloInstruction& i : entry_)
+    if (i.name == value.name) i.is_root = true;
+}
+
+void LoweredEmitter::finish() {
+  HloComputation entry;
+  entry.name = "main";
+  entry.is_entry = true;
+  entry.instructions = std::move(entry_);
+  std::vector<HloInstruction> ordered;
+  for (uint32_t k : instruction_post_order(entry)) ordered.push_back(std::move(entry.instructions[k]));
+  entry.instructions = std::move(ordered);
+  m_.computations.push_back(std::move(entry));
+  m_.is_scheduled = false;
+}
+
+}  // namespace memfit::zoo

@@ -1,0 +1,87 @@
+// src/program/zoo_lowered.h - the model zoo's writer of *lowered* programs, private to the program layer:
+// the op-by-op program jax.jit(step).lower() prints (dot_general, broadcasts, elementwise ops, reductions,
+// jax.checkpoint's optimization barriers), before XLA fuses or schedules anything. The plan then goes
+// through the same model of XLA:GPU as a user's own lowered program (plan/xla_gpu_model.h): the zoo says
+// what JAX traces, the GPU model what XLA materializes. zoo_mlp_lowered.cc writes the MLP this way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "memfit/program/hlo_module.h"
+#include "memfit/program/model_spec.h"
+#include "memfit/program/model_zoo.h"
+
+namespace memfit::zoo {
+
+class LoweredEmitter {
+ public:
+  struct V {
+    std::string name;
+    Shape shape;
+  };
+
+  explicit LoweredEmitter(HloModule& module) : m_(module) {}
+
+  static Shape array(PrimitiveType type, std::vector<uint64_t> dims) {
+    Shape s;
+    s.type = type;
+    s.dims = std::move(dims);
+    return s;
+  }
+
+  // What the next instructions are for (the plan's breakdown: activations, gradients, temporaries, ...)
+  // and the op name JAX's metadata would give them.
+  void set_category(std::string category) { category_ = std::move(category); }
+  void set_op_name(std::string op_name) { op_name_ = std::move(op_name); }
+
+  V parameter(const Shape& shape, const std::string& op_name, const std::string& category);
+  uint64_t parameter_count() const { return parameters_; }
+  // A scalar constant broadcast to `dims` (jnp's Python scalars in an expression).
+  V splat(PrimitiveType type, const std::vector<uint64_t>& dims);
+  V scalar(PrimitiveType type);
+  // broadcast_in_dim: `kept` names the output dimensions the operand's dimensions become.
+  V broadcast(const V& x, const std::vector<uint64_t>& dims, const std::vector<int64_t>& kept);
+  V reshape(const V& x, const std::vector<uint64_t>& dims);
+  V transpose(const V& x, const std::vector<int64_t>& permutation);
+  V convert(const V& x, PrimitiveType type);
+  V unary(const char* opcode, const V& x);
+  V binary(const char* opcode, const V& a, const V& b);  // elementwise, on equal shapes
+  // dot_general: `batch_dims` leading dimensions of both operands are batch dimensions.
+  V dot(const V& a, const V& b, const std::vector<uint64_t>& dims, PrimitiveType type, size_t batch_dims = 0);
+  // A sum over `reduced`; the result keeps the other dimensions in order.
+  V reduce_sum(const V& x, const std::vector<int64_t>& reduced);
+  // jax.checkpoint: what the recomputation reads goes through an optimization barrier (a tuple in, its
+  // elements out), so XLA cannot move the recomputation into the forward pass.
+  std::vector<V> barrier(const std::vector<V>& values);
+
+  // The step's results: a tuple, or (root_array) one array.
+  void root(const std::vector<V>& values);
+  void root_array(const V& value);
+  // Writes the entry into the module, in the order JAX prints a lowered program: XLA's post order from the
+  // root (HloComputation::MakeInstructionPostOrder), so that the GPU model plans what it would from JAX.
+  void finish();
+
+ private:
+  V push(HloInstruction i);
+  HloInstruction make(const Shape& shape, const char* opcode, std::vector<std::string> operands);
+  const std::string& add_region();
+
+  HloModule& m_;
+  std::vector<HloInstruction> entry_;
+  std::string category_;
+  std::string op_name_;
+  std::string add_region_;  // the reductions' combiner, made on first use
+  uint64_t counter_ = 0;
+  uint64_t parameters_ = 0;
+};
+
+// The MLP configurations written as lowered programs (zoo_mlp_lowered.cc): one GPU, no accumulation, no
+// remat policy but nothing_saveable, optimizers with elementwise updates. The others (sharded, XLA:CPU,
+// accumulation, saved-dot policies, adafactor) are still written as XLA's fused program (zoo_mlp.cc).
+bool mlp_lowers(const ModelSpec& spec);
+void build_mlp_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
+
+}  // namespace memfit::zoo

@@ -1,0 +1,322 @@
+// The MLP family written as JAX lowers its step (reference_programs.py's mlp; the shared
+// mlp_*.lowered.hlo.txt programs are what this follows, op for op where memory is concerned): dense layers
+// with the tanh GELU, a mean squared error, the backward pass as JAX's transpose rules write it, and the
+// optimizer's update - planned through the model of XLA:GPU like any user's lowered program.
+#include <fmt/format.h>
+
+#include "memfit/program/model_zoo.h"
+#include "zoo_lowered.h"
+
+namespace memfit::zoo {
+namespace {
+
+using V = LoweredEmitter::V;
+
+// A layer's values the backward pass reads: the weight as the GEMMs read it (its compute-dtype cast, one
+// value for the forward and the backward GEMM, as JAX writes it), and the GELU's (approximate=True,
+// jax.nn.gelu's default) pre-activation, tanh(...) and 0.5 * (1 + tanh(...)).
+struct Layer {
+  V wc, z, tanh, half;
+  V out;
+};
+
+class MlpStep {
+ public:
+  MlpStep(const ModelSpec& s, HloModule& m) : s_(s), e_(m) {
+    pdt_ = s.precision == Precision::kBf16 ? PrimitiveType::kBF16 : PrimitiveType::kF32;
+    cdt_ = s.precision == Precision::kFp32 ? PrimitiveType::kF32 : PrimitiveType::kBF16;
+    sizes_.push_back(s.din);
+    for (uint64_t i = 0; i < s.depth; ++i) sizes_.push_back(s.width);
+    sizes_.push_back(s.dout);
+    vmap_ = s.step == StepKind::kVmapGrads;
+    train_ = s.step != StepKind::kInfer;
+    moments_ = train_ && (s.optimizer == OptimizerKind::kAdam || s.optimizer == OptimizerKind::kAdamW);
+  }
+
+  void build(HloModule& module, StepArguments& args) {
+    const size_t n = sizes_.size() - 1;
+    declare(args, module);
+    // vmap(grad(loss_one)) sees one example at a time: [batch, 1, features] throughout.
+    const uint64_t B = s_.batch;
+    auto act = [&](uint64_t f) {
+      return vmap_ ? std::vector<uint64_t>{B, 1, f} : std::vector<uint64_t>{B, f};
+    };
+    e_.set_category("activations");
+    e_.set_op_name("jit(step)/jvp()");
+    V x = vmap_ ? e_.reshape(x_, act(s_.din)) : x_;
+    if (cdt_ != PrimitiveType::kF32) x = e_.convert(x, cdt_);
+    std::vector<V> inputs(n);
+    std::vector<Layer> saved(n);
+    for (size_t l = 0; l < n; ++l) {
+      inputs[l] = x;
+      saved[l] = layer(x, weight_[l], bias_[l], act(sizes_[l + 1]), l + 1 < n);
+      x = saved[l].out;
+    }
+    if (!train_) {
+      e_.root_array(cdt_ == PrimitiveType::kF32 ? x : e_.convert(x, PrimitiveType::kF32));
+      e_.finish();
+      return;
+    }
+    // loss = mean((forward(x) - y) ** 2): its cotangent is 2 (out - y) / count.
+    e_.set_category("temporaries");
+    e_.set_op_name("jit(step)/transpose(jvp())");
+    const V out = cdt_ == PrimitiveType::kF32 ? x : e_.convert(x, PrimitiveType::kF32);
+    const V y = vmap_ ? e_.reshape(y_, act(s_.dout)) : y_;
+    const V diff = e_.binary("subtract", out, y);
+    if (!vmap_) {
+      const V squares = e_.binary("multiply", diff, diff);
+      const V sum = e_.reduce_sum(squares, {0, 1});
+      loss_ = e_.binary("divide", sum, e_.scalar(PrimitiveType::kF32));
+    }
+    V d = e_.binary("multiply", e_.binary("multiply", diff, e_.splat(PrimitiveType::kF32, diff.shape.dims)),
+                    e_.splat(PrimitiveType::kF32, diff.shape.dims));
+    if (cdt_ != PrimitiveType::kF32) d = e_.convert(d, cdt_);
+    std::vector<V> dw(n), db(n);
+    for (size_t l = n; l-- > 0;) {
+      V dz = d;
+      V in = inputs[l];
+      V wc = saved[l].wc;
+      if (l + 1 < n) {
+        if (recomputed(l)) {
+          // jax.checkpoint: the layer's input, weights and the incoming cotangent through a barrier, the
+          // layer run again from them.
+          const std::vector<V> kept = e_.barrier({in, weight_[l], bias_[l], d});
+          in = kept[0];
+          e_.set_op_name("jit(step)/transpose(jvp())/checkpoint/rematted_computation");
+          const Layer again = layer(in, kept[1], kept[2], act(sizes_[l + 1]), true);
+          wc = again.wc;
+          e_.set_op_name("jit(step)/transpose(jvp())/checkpoint");
+          dz = gelu_transpose(again, kept[3]);
+          e_.set_op_name("jit(step)/transpose(jvp())");
+        } else {
+          dz = gelu_transpose(saved[l], d);
+        }
+      }
+      gradients(l, dz, in, dw[l], db[l]);
+      if (l > 0 || !vmap_) {
+        e_.set_category("temporaries");
+        d = e_.dot(dz, wc, act(sizes_[l]), cdt_);
+      }
+    }
+    update(dw, db, module);
+    e_.finish();
+  }
+
+ private:
+  // Every entry parameter in jax's order: params, then the optimizer's moments and count, then the batch.
+  void declare(StepArguments& args, HloModule& /*module*/) {
+    const size_t n = sizes_.size() - 1;
+    for (size_t l = 0; l < n; ++l) {
+      weight_.push_back(param(LoweredEmitter::array(pdt_, {sizes_[l], sizes_[l + 1]}),
+                              fmt::format("params[{}][0]", l), args));
+      bias_.push_back(
+          param(LoweredEmitter::array(pdt_, {sizes_[l + 1]}), fmt::format("params[{}][1]", l), args));
+    }
+    if (moments_) {
+      for (int k = 0; k < 2; ++k) {
+        std::vector<V>& moment = k == 0 ? m_ : v_;
+        for (size_t l = 0; l < n; ++l) {
+          moment.push_back(state(LoweredEmitter::array(PrimitiveType::kF32, weight_[l].shape.dims),
+                                 fmt::format("opt[{}][{}][0]", k, l), args));
+          moment.push_back(state(LoweredEmitter::array(PrimitiveType::kF32, bias_[l].shape.dims),
+                                 fmt::format("opt[{}][{}][1]", k, l), args));
+        }
+      }
+      count_ = state(LoweredEmitter::array(PrimitiveType::kS32, {}), "opt[2]", args);
+    }
+    x_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kF32, {s_.batch, s_.din}), "batch[0]",
+                      "activations");
+    args.batch_bytes += x_.shape.own_bytes();
+    if (train_) {  // inference never reads the targets: jax.jit drops them from the program
+      y_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kF32, {s_.batch, s_.dout}), "batch[1]",
+                        "activations");
+      args.batch_bytes += y_.shape.own_bytes();
+    }
+  }
+  V param(const Shape& shape, const std::string& name, StepArguments& args) {
+    uint64_t count = 1;
+    for (uint64_t d : shape.dims) count *= d;
+    args.parameter_count += count;
+    args.parameter_bytes += shape.own_bytes();
+    return e_.parameter(shape, name, "parameters");
+  }
+  V state(const Shape& shape, const std::string& name, StepArguments& args) {
+    args.optimizer_state_bytes += shape.own_bytes();
+    return e_.parameter(shape, name, "optimizer_state");
+  }
+
+  bool recomputed(size_t l) const {
+    if (s_.remat != RematPolicy::kFull) return false;
+    if (s_.remat_layers.empty()) return true;
+    for (uint64_t k : s_.remat_layers)
+      if (k == l) return true;
+    return false;
+  }
+
+  // x @ W.astype(cdt) + b.astype(cdt), then the GELU unless it is the last layer.
+  Layer layer(const V& x, const V& w, const V& b, const std::vector<uint64_t>& dims, bool gelu) {
+    Layer g;
+    g.wc = pdt_ == cdt_ ? w : e_.convert(w, cdt_);
+    const V h = e_.dot(x, g.wc, dims, cdt_);
+    const V bc = pdt_ == cdt_ ? b : e_.convert(b, cdt_);
+    const uint64_t f = dims.back();
+    // jnp's broadcasting of the bias: to rank, then to the batch.
+    const std::vector<uint64_t> ones(dims.size() - 1, 1);
+    std::vector<uint64_t> ranked = ones;
+    ranked.push_back(f);
+    std::vector<int64_t> all;
+    for (size_t d = 0; d < ranked.size(); ++d) all.push_back(static_cast<int64_t>(d));
+    const V b1 = e_.broadcast(e_.reshape(bc, ranked), ranked, all);
+    std::vector<uint64_t> tail(dims.begin() + 1, dims.end());
+    std::vector<int64_t> kept;
+    for (size_t d = 1; d < dims.size(); ++d) kept.push_back(static_cast<int64_t>(d));
+    const V bias = e_.broadcast(e_.reshape(b1, tail), dims, kept);
+    g.z = e_.binary("add", h, bias);
+    g.out = g.z;
+    if (!gelu) return g;
+    const V z = g.z;
+    const V cube = e_.binary("multiply", e_.binary("multiply", z, z), z);
+    const V inner = e_.binary("add", z, e_.binary("multiply", cube, splat(z)));
+    g.tanh = e_.unary("tanh", e_.binary("multiply", inner, splat(z)));
+    g.half = e_.binary("multiply", e_.binary("add", g.tanh, splat(z)), splat(z));
+    g.out = e_.binary("multiply", z, g.half);
+    return g;
+  }
+  V splat(const V& like) { return e_.splat(like.shape.type, like.shape.dims); }
+
+  // The GELU's transpose as JAX writes it: the product rule over z * half, tanh' = (1 + t)(1 - t), and
+  // the cube's derivative 3 z^2.
+  V gelu_transpose(const Layer& g, const V& d) {
+    e_.set_category("temporaries");
+    const V through_half = e_.binary("multiply", d, g.half);
+    const V dhalf = e_.binary("multiply", e_.binary("multiply", g.z, d), splat(d));
+    const V dtanh =
+        e_.binary("multiply", e_.binary("add", g.tanh, splat(d)), e_.binary("subtract", splat(d), g.tanh));
+    const V dinner = e_.binary("multiply", e_.binary("multiply", dhalf, dtanh), splat(d));
+    const V sum = e_.binary("add", through_half, dinner);
+    const V dcube = e_.binary("multiply", e_.binary("multiply", dinner, splat(d)),
+                              e_.binary("multiply", e_.binary("multiply", g.z, g.z), splat(d)));
+    return e_.binary("add", sum, dcube);
+  }
+
+  // The weight's and bias's gradients, in the parameter's dtype (vmap: their mean over the examples).
+  void gradients(size_t l, const V& dz, const V& in, V& dw, V& db) {
+    e_.set_category("gradients");
+    const uint64_t fin = sizes_[l], fout = sizes_[l + 1];
+    if (vmap_) {
+      const V per = e_.dot(dz, in, {s_.batch, fout, fin}, cdt_, /*batch_dims=*/1);
+      const V sum = e_.reduce_sum(e_.transpose(per, {0, 2, 1}), {0});
+      dw = e_.binary("divide", sum, splat(sum));
+      const V rows = e_.reduce_sum(dz, {1});
+      const V bsum = e_.reduce_sum(rows, {0});
+      db = e_.binary("divide", bsum, splat(bsum));
+    } else {
+      dw = e_.transpose(e_.dot(dz, in, {fout, fin}, cdt_), {1, 0});
+      db = e_.reduce_sum(e_.reshape(e_.reduce_sum(dz, {0}), {1, fout}), {0});
+    }
+    if (cdt_ != pdt_) {
+      dw = e_.convert(dw, pdt_);
+      db = e_.convert(db, pdt_);
+    }
+  }
+
+  // adam (reference_programs.py's own), adamw (optax's: the decay on the parameter) or sgd, parameter by
+  // parameter; the outputs in jax's order, each donated argument written over by its new value.
+  void update(const std::vector<V>& dw, const std::vector<V>& db, HloModule& module) {
+    e_.set_op_name("jit(step)/update");
+    std::vector<V> grads;
+    std::vector<V> params;
+    for (size_t l = 0; l < dw.size(); ++l) {
+      grads.push_back(dw[l]);
+      grads.push_back(db[l]);
+      params.push_back(weight_[l]);
+      params.push_back(bias_[l]);
+    }
+    std::vector<V> new_p, new_m, new_v;
+    V step_f32;
+    if (moments_) {
+      e_.set_category("optimizer_state");
+      const V t = e_.binary("add", count_, e_.scalar(PrimitiveType::kS32));
+      step_f32 = e_.convert(t, PrimitiveType::kF32);
+      new_count_ = t;
+    }
+    for (size_t k = 0; k < params.size(); ++k) {
+      const V g =
+          grads[k].shape.type == PrimitiveType::kF32 ? grads[k] : e_.convert(grads[k], PrimitiveType::kF32);
+      const V p = params[k].shape.type == PrimitiveType::kF32 ? params[k]
+                                                              : e_.convert(params[k], PrimitiveType::kF32);
+      V step;
+      if (moments_) {
+        e_.set_category("optimizer_state");
+        const V m =
+            e_.binary("add", e_.binary("multiply", m_[k], splat(g)), e_.binary("multiply", g, splat(g)));
+        const V v = e_.binary("add", e_.binary("multiply", v_[k], splat(g)),
+                              e_.binary("multiply", e_.binary("multiply", g, g), splat(g)));
+        new_m.push_back(m);
+        new_v.push_back(v);
+        e_.set_category("parameters");
+        const V c1 = e_.broadcast(bias_correction(step_f32), g.shape.dims, {});
+        const V c2 = e_.broadcast(bias_correction(step_f32), g.shape.dims, {});
+        const V lr_m = e_.binary("multiply", e_.binary("divide", m, c1), splat(g));
+        const V denom = e_.binary("add", e_.unary("sqrt", e_.binary("divide", v, c2)), splat(g));
+        step = e_.binary("divide", lr_m, denom);
+        if (s_.optimizer == OptimizerKind::kAdamW)
+          step = e_.binary("add", step, e_.binary("multiply", e_.binary("multiply", p, splat(p)), splat(p)));
+      } else {
+        e_.set_category("parameters");
+        step = e_.binary("multiply", g, splat(g));
+      }
+      V out = e_.binary("subtract", p, step);
+      if (pdt_ != PrimitiveType::kF32) out = e_.convert(out, pdt_);
+      new_p.push_back(out);
+    }
+    std::vector<V> outs = new_p;
+    if (moments_) {
+      outs.insert(outs.end(), new_m.begin(), new_m.end());
+      outs.insert(outs.end(), new_v.begin(), new_v.end());
+      outs.push_back(new_count_);
+    }
+    std::vector<V> results = outs;
+    if (!vmap_) results.push_back(loss_);
+    e_.root(results);
+    if (!s_.donate) return;
+    // donate_argnums=(0, 1): each new parameter, moment and the count over the argument it replaces -
+    // output k is argument k, as both follow jax's flattening of (params, opt).
+    for (size_t k = 0; k < outs.size(); ++k) {
+      HloAlias alias;
+      alias.output_index = {k};
+      alias.parameter = static_cast<int64_t>(k);
+      module.aliases.push_back(alias);
+    }
+  }
+  // 1 - b ** t
+  V bias_correction(const V& t) {
+    return e_.binary("subtract", e_.scalar(PrimitiveType::kF32),
+                     e_.binary("power", e_.scalar(PrimitiveType::kF32), t));
+  }
+
+  const ModelSpec& s_;
+  LoweredEmitter e_;
+  PrimitiveType pdt_, cdt_;
+  std::vector<uint64_t> sizes_;
+  bool vmap_ = false, train_ = true, moments_ = false;
+  std::vector<V> weight_, bias_, m_, v_;
+  V count_, new_count_, x_, y_, loss_;
+};
+
+}  // namespace
+
+bool mlp_lowers(const ModelSpec& s) {
+  return s.model == ModelFamily::kMlp && s.backend == Backend::kGpu && s.devices() == 1 &&
+         s.sharding == ShardingKind::kReplicated && s.accum == 1 &&
+         (s.remat == RematPolicy::kNone || s.remat == RematPolicy::kFull) &&
+         s.optimizer != OptimizerKind::kAdafactor &&
+         (s.step == StepKind::kTrain || s.step == StepKind::kInfer || s.step == StepKind::kVmapGrads);
+}
+
+void build_mlp_lowered(const ModelSpec& s, HloModule& module, StepArguments& args) {
+  MlpStep step(s, module);
+  step.build(module, args);
+}
+
+}  // namespace memfit::zoo
