@@ -260,8 +260,12 @@ std::string render_html(const MemoryChart& chart, const ChartOptions& options) {
                      {"name", name},   {"shape", shape}, {"op", op}};
   std::string page = kPage;
   const std::string json = script_safe(json_text(data));
-  page.replace(page.find("@TITLE@"), 7, html_escape(valid_utf8(chart.title)));
-  page.replace(page.find("@DATA@"), 6, json);
+  // Both places are found in the template before either is filled, the later one filled first: a title
+  // holding "@DATA@" (a file name can) must stay text, not receive the data (found by the writers fuzzer).
+  const size_t title_at = page.find("@TITLE@");
+  const size_t data_at = page.find("@DATA@");
+  page.replace(data_at, 6, json);
+  page.replace(title_at, 7, html_escape(valid_utf8(chart.title)));
   return page;
 }
 

@@ -65,6 +65,17 @@ TEST(MemoryChart, NamesCannotBreakOutOfThePage) {
   EXPECT_EQ(data_of(page)["buffers"]["name"][0], "</script><script>alert(1)</script>");
 }
 
+// A title is text wherever it came from: one holding the page template's own placeholders (a file named
+// so, found by the writers fuzzer) stays in the title, and the data goes where the data goes.
+TEST(MemoryChart, ATitleHoldingThePlaceholdersStaysText) {
+  MemoryChart chart;
+  chart.title = "run @DATA@ @TITLE@.hlo";
+  chart.buffers = {{"a", "f32[4]", "jit(f)/mul", 0, 100, 0, 9}};
+  const std::string page = render_html(chart);
+  EXPECT_NE(page.find("<title>run @DATA@ @TITLE@.hlo</title>"), std::string::npos);
+  EXPECT_EQ(data_of(page)["buffers"]["name"][0], "a");
+}
+
 TEST(MemoryChart, TimelineChartFollowsAllocsAndFrees) {
   TimelineBuilder b("memfit");
   ASSERT_TRUE(b.alloc(0x1000, 100, 0, 0, 1).ok());
