@@ -35,6 +35,7 @@ class LoweredEmitter {
   // What the next instructions are for (the plan's breakdown: activations, gradients, temporaries, ...)
   // and the op name JAX's metadata would give them.
   void set_category(std::string category) { category_ = std::move(category); }
+  const std::string& category() const { return category_; }
   void set_op_name(std::string op_name) { op_name_ = std::move(op_name); }
 
   V parameter(const Shape& shape, const std::string& op_name, const std::string& category);

@@ -35,7 +35,7 @@ class MlpStep {
 
   void build(HloModule& module, StepArguments& args) {
     const size_t n = sizes_.size() - 1;
-    declare(args, module);
+    declare(args);
     // vmap(grad(loss_one)) sees one example at a time: [batch, 1, features] throughout.
     const uint64_t B = s_.batch;
     auto act = [&](uint64_t f) {
@@ -104,7 +104,7 @@ class MlpStep {
 
  private:
   // Every entry parameter in jax's order: params, then the optimizer's moments and count, then the batch.
-  void declare(StepArguments& args, HloModule& /*module*/) {
+  void declare(StepArguments& args) {
     const size_t n = sizes_.size() - 1;
     for (size_t l = 0; l < n; ++l) {
       weight_.push_back(param(LoweredEmitter::array(pdt_, {sizes_[l], sizes_[l + 1]}),
@@ -156,7 +156,13 @@ class MlpStep {
   // x @ W.astype(cdt) + b.astype(cdt), then the GELU unless it is the last layer.
   Layer layer(const V& x, const V& w, const V& b, const std::vector<uint64_t>& dims, bool gelu) {
     Layer g;
-    g.wc = pdt_ == cdt_ ? w : e_.convert(w, cdt_);
+    g.wc = w;
+    if (pdt_ != cdt_) {  // a copy of the parameter, counted with them
+      const std::string category = e_.category();
+      e_.set_category("parameters");
+      g.wc = e_.convert(w, cdt_);
+      e_.set_category(category);
+    }
     const V h = e_.dot(x, g.wc, dims, cdt_);
     const V bc = pdt_ == cdt_ ? b : e_.convert(b, cdt_);
     const uint64_t f = dims.back();
