@@ -93,7 +93,7 @@ class MlpStep {
         }
       }
       gradients(l, dz, in, dw[l], db[l]);
-      if (l > 0 || !vmap_) {
+      if (l > 0) {  // the batch is not differentiated: no cotangent for the first layer's input
         e_.set_category("temporaries");
         d = e_.dot(dz, wc, act(sizes_[l]), cdt_);
       }
