@@ -79,9 +79,9 @@ class LoweredEmitter {
   uint64_t parameters_ = 0;
 };
 
-// The MLP configurations written as lowered programs (zoo_mlp_lowered.cc): one GPU, no accumulation, no
-// remat policy but nothing_saveable, optimizers with elementwise updates. The others (sharded, XLA:CPU,
-// accumulation, saved-dot policies, adafactor) are still written as XLA's fused program (zoo_mlp.cc).
+// The MLP configurations written as lowered programs (zoo_mlp_lowered.cc): one GPU, no accumulation, the
+// remat policies that keep values on the device, optimizers with elementwise updates. The others (sharded,
+// XLA:CPU, accumulation, host offload, adafactor) are still written as XLA's fused program (zoo_mlp.cc).
 bool mlp_lowers(const ModelSpec& spec);
 void build_mlp_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 

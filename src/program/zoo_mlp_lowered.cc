@@ -16,7 +16,7 @@ using V = LoweredEmitter::V;
 // value for the forward and the backward GEMM, as JAX writes it), and the GELU's (approximate=True,
 // jax.nn.gelu's default) pre-activation, tanh(...) and 0.5 * (1 + tanh(...)).
 struct Layer {
-  V wc, z, tanh, half;
+  V wc, h, z, tanh, half;  // h: the GEMM's result, what a dots policy saves
   V out;
 };
 
@@ -77,13 +77,28 @@ class MlpStep {
       V in = inputs[l];
       V wc = saved[l].wc;
       if (l + 1 < n) {
-        if (recomputed(l)) {
-          // jax.checkpoint: the layer's input, weights and the incoming cotangent through a barrier, the
-          // layer run again from them.
-          const std::vector<V> kept = e_.barrier({in, weight_[l], bias_[l], d});
+        if (checkpointed(l)) {
+          // jax.checkpoint: what the policy saved (dots_saveable and dots_with_no_batch_dims_saveable
+          // both keep an MLP's GEMM results: they have no batch dimensions), the layer's input, weights
+          // and the incoming cotangent go through a barrier; the rest of the layer runs again from them.
+          const bool saves_dot = s_.remat != RematPolicy::kFull;
+          std::vector<V> through = {in, weight_[l], bias_[l], d};
+          if (saves_dot) through.insert(through.begin(), saved[l].h);
+          std::vector<V> kept = e_.barrier(through);
+          V h;
+          if (saves_dot) {
+            h = kept.front();
+            kept.erase(kept.begin());
+          }
           in = kept[0];
           e_.set_op_name("jit(step)/transpose(jvp())/checkpoint/rematted_computation");
-          const Layer again = layer(in, kept[1], kept[2], act(sizes_[l + 1]), true);
+          Layer again;
+          if (saves_dot) {
+            again.wc = cast(kept[1]);
+            activate(again, h, kept[2], act(sizes_[l + 1]), true);
+          } else {
+            again = layer(in, kept[1], kept[2], act(sizes_[l + 1]), true);
+          }
           wc = again.wc;
           e_.set_op_name("jit(step)/transpose(jvp())/checkpoint");
           dz = gelu_transpose(again, kept[3]);
@@ -145,8 +160,10 @@ class MlpStep {
     return e_.parameter(shape, name, "optimizer_state");
   }
 
-  bool recomputed(size_t l) const {
-    if (s_.remat != RematPolicy::kFull) return false;
+  // Whether hidden layer l runs under jax.checkpoint (reference_programs.py's rlayer; spec.remat_layers
+  // narrows it to some layers).
+  bool checkpointed(size_t l) const {
+    if (s_.remat == RematPolicy::kNone || l + 2 > sizes_.size() - 1) return false;
     if (s_.remat_layers.empty()) return true;
     for (uint64_t k : s_.remat_layers)
       if (k == l) return true;
@@ -156,14 +173,22 @@ class MlpStep {
   // x @ W.astype(cdt) + b.astype(cdt), then the GELU unless it is the last layer.
   Layer layer(const V& x, const V& w, const V& b, const std::vector<uint64_t>& dims, bool gelu) {
     Layer g;
-    g.wc = w;
-    if (pdt_ != cdt_) {  // a copy of the parameter, counted with them
-      const std::string category = e_.category();
-      e_.set_category("parameters");
-      g.wc = e_.convert(w, cdt_);
-      e_.set_category(category);
-    }
-    const V h = e_.dot(x, g.wc, dims, cdt_);
+    g.wc = cast(w);
+    g.h = e_.dot(x, g.wc, dims, cdt_);
+    activate(g, g.h, b, dims, gelu);
+    return g;
+  }
+  // The weight as the GEMMs read it: in mixed precision a copy of the parameter, counted with them.
+  V cast(const V& w) {
+    if (pdt_ == cdt_) return w;
+    const std::string category = e_.category();
+    e_.set_category("parameters");
+    const V wc = e_.convert(w, cdt_);
+    e_.set_category(category);
+    return wc;
+  }
+  // The bias and the GELU over the GEMM's result `h`.
+  void activate(Layer& g, const V& h, const V& b, const std::vector<uint64_t>& dims, bool gelu) {
     const V bc = pdt_ == cdt_ ? b : e_.convert(b, cdt_);
     const uint64_t f = dims.back();
     // jnp's broadcasting of the bias: to rank, then to the batch.
@@ -179,14 +204,13 @@ class MlpStep {
     const V bias = e_.broadcast(e_.reshape(b1, tail), dims, kept);
     g.z = e_.binary("add", h, bias);
     g.out = g.z;
-    if (!gelu) return g;
+    if (!gelu) return;
     const V z = g.z;
     const V cube = e_.binary("multiply", e_.binary("multiply", z, z), z);
     const V inner = e_.binary("add", z, e_.binary("multiply", cube, splat(z)));
     g.tanh = e_.unary("tanh", e_.binary("multiply", inner, splat(z)));
     g.half = e_.binary("multiply", e_.binary("add", g.tanh, splat(z)), splat(z));
     g.out = e_.binary("multiply", z, g.half);
-    return g;
   }
   V splat(const V& like) { return e_.splat(like.shape.type, like.shape.dims); }
 
@@ -315,8 +339,7 @@ class MlpStep {
 bool mlp_lowers(const ModelSpec& s) {
   return s.model == ModelFamily::kMlp && s.backend == Backend::kGpu && s.devices() == 1 &&
          s.sharding == ShardingKind::kReplicated && s.accum == 1 &&
-         (s.remat == RematPolicy::kNone || s.remat == RematPolicy::kFull) &&
-         s.optimizer != OptimizerKind::kAdafactor &&
+         s.remat != RematPolicy::kOffloadDotsNoBatch && s.optimizer != OptimizerKind::kAdafactor &&
          (s.step == StepKind::kTrain || s.step == StepKind::kInfer || s.step == StepKind::kVmapGrads);
 }
 

@@ -112,6 +112,53 @@ TEST(ModelZoo, VitAndMlpFamiliesPlan) {
   EXPECT_LT(vmap.hlo.temp_bytes, 2 * mean.hlo.temp_bytes);
 }
 
+// The MLP is written as JAX lowers it, jax.checkpoint included: each checkpointed layer's backward reads
+// its input, weights and cotangent through an optimization barrier (nothing_saveable), and the dots
+// policies put the layer's GEMM result through it too - saved, not run again. Donated, both policies keep
+// less than no remat (the GELU's values are not held from the forward to the backward pass).
+TEST(ModelZoo, MlpRematPoliciesAreJaxsBarriers) {
+  auto barriers = [](const char* remat) {
+    Json config = {{"model", "mlp"}, {"depth", 4},   {"width", 1024},  {"din", 512},
+                   {"dout", 512},    {"batch", 256}, {"donate", true}, {"remat", remat}};
+    auto spec = model_spec_from_json(config);
+    EXPECT_TRUE(spec.ok());
+    auto built = build_step_module(*spec);
+    EXPECT_TRUE(built.ok());
+    EXPECT_FALSE(built->is_scheduled);  // the lowered program
+    std::vector<size_t> widths;         // elements through each barrier
+    std::vector<bool> first_is_a_dot;
+    const HloComputation& entry = *built->entry();
+    for (const HloInstruction& i : entry.instructions) {
+      if (i.opcode != HloOpcode::kOptimizationBarrier) continue;
+      widths.push_back(i.shape.elements.size());
+      const HloInstruction* tuple = nullptr;
+      for (const HloInstruction& t : entry.instructions)
+        if (t.name == i.operands[0]) tuple = &t;
+      bool dot = false;
+      for (const HloInstruction& t : entry.instructions)
+        if (tuple != nullptr && t.name == tuple->operands[0]) dot = t.opcode == HloOpcode::kDot;
+      first_is_a_dot.push_back(dot);
+    }
+    return std::make_pair(widths, first_is_a_dot);
+  };
+  EXPECT_TRUE(barriers("none").first.empty());
+  const auto full = barriers("full");
+  EXPECT_EQ(full.first, std::vector<size_t>(4, 4));  // the 4 hidden layers: input, W, b, cotangent
+  EXPECT_EQ(full.second, std::vector<bool>(4, false));
+  for (const char* policy : {"dots", "dots_no_batch"}) {
+    const auto dots = barriers(policy);
+    EXPECT_EQ(dots.first, std::vector<size_t>(4, 5)) << policy;  // and the GEMM's result, first
+    EXPECT_EQ(dots.second, std::vector<bool>(4, true)) << policy;
+  }
+  const char* mlp = R"({"model": "mlp", "depth": 4, "width": 1024, "din": 512, "dout": 512, "batch": 256,
+                        "donate": true, "remat": ")";
+  const StepPlan none = plan(std::string(mlp) + "none\"}");
+  const StepPlan dots = plan(std::string(mlp) + "dots\"}");
+  const StepPlan full_plan = plan(std::string(mlp) + "full\"}");
+  EXPECT_LT(dots.peak_bytes, none.peak_bytes);
+  EXPECT_LE(full_plan.peak_bytes, dots.peak_bytes);
+}
+
 // optax.adafactor: a matrix whose two dimensions are both at least 128 keeps a row and a column statistic,
 // anything else a full second moment (program/adafactor.h, checked on the flax encoder's real arguments).
 TEST(ModelZoo, AdafactorKeepsFactoredStatistics) {
