@@ -174,15 +174,78 @@ void LoweredEmitter::root_array(const V& value) {
     if (i.name == value.name) i.is_root = true;
 }
 
-void LoweredEmitter::finish() {
-  HloComputation entry;
-  entry.name = "main";
-  entry.is_entry = true;
-  entry.instructions = std::move(entry_);
+LoweredEmitter::V LoweredEmitter::dynamic_slice(const V& x, const std::vector<V>& starts,
+                                                const std::vector<uint64_t>& sizes) {
+  std::vector<std::string> operands = {x.name};
+  for (const V& v : starts) operands.push_back(v.name);
+  return push(make(array(x.shape.type, sizes), "dynamic-slice", std::move(operands)));
+}
+
+std::vector<LoweredEmitter::V> LoweredEmitter::unpack_parameter(const Shape& tuple) {
+  HloInstruction p = make(tuple, "parameter", {});
+  p.parameter_number = 0;
+  const V whole = push(std::move(p));
+  std::vector<V> elements;
+  for (size_t k = 0; k < tuple.elements.size(); ++k) {
+    HloInstruction g = make(tuple.elements[k], "get-tuple-element", {whole.name});
+    g.tuple_index = static_cast<int64_t>(k);
+    elements.push_back(push(std::move(g)));
+  }
+  return elements;
+}
+
+std::vector<LoweredEmitter::V> LoweredEmitter::loop(
+    const std::vector<V>& carried, uint64_t trips,
+    const std::function<std::vector<V>(const std::vector<V>&)>& body) {
+  Shape tuple;
+  for (const V& v : carried) tuple.elements.push_back(v.shape);
+  const uint64_t id = loops_++;
+  const std::string body_name = fmt::format("scan_body.{}", id);
+  const std::string condition_name = fmt::format("scan_condition.{}", id);
+  std::vector<HloInstruction> outer = std::move(entry_);
+  entry_.clear();
+  const std::vector<V> next = body(unpack_parameter(tuple));
+  root(next);
+  seal(body_name, false);
+  // i < trips
+  const std::vector<V> looked = unpack_parameter(tuple);
+  HloInstruction limit = make(array(PrimitiveType::kS32, {}), "constant", {});
+  limit.op_name = fmt::format("{} trips", trips);
+  const V bound = push(std::move(limit));
+  HloInstruction less = make(array(PrimitiveType::kPred, {}), "compare", {looked[0].name, bound.name});
+  less.is_root = true;
+  push(std::move(less));
+  seal(condition_name, false);
+  entry_ = std::move(outer);
+  std::vector<std::string> names;
+  for (const V& v : carried) names.push_back(v.name);
+  const V init = push(make(tuple, "tuple", names));
+  HloInstruction w = make(tuple, "while", {init.name});
+  w.called = {condition_name, body_name};  // as XLA prints them: condition=, body=
+  const V looped = push(std::move(w));
+  std::vector<V> results;
+  for (size_t k = 0; k < carried.size(); ++k) {
+    HloInstruction g = make(carried[k].shape, "get-tuple-element", {looped.name});
+    g.tuple_index = static_cast<int64_t>(k);
+    results.push_back(push(std::move(g)));
+  }
+  return results;
+}
+
+void LoweredEmitter::seal(std::string name, bool is_entry) {
+  HloComputation c;
+  c.name = std::move(name);
+  c.is_entry = is_entry;
+  c.instructions = std::move(entry_);
+  entry_.clear();
   std::vector<HloInstruction> ordered;
-  for (uint32_t k : instruction_post_order(entry)) ordered.push_back(std::move(entry.instructions[k]));
-  entry.instructions = std::move(ordered);
-  m_.computations.push_back(std::move(entry));
+  for (uint32_t k : instruction_post_order(c)) ordered.push_back(std::move(c.instructions[k]));
+  c.instructions = std::move(ordered);
+  m_.computations.push_back(std::move(c));
+}
+
+void LoweredEmitter::finish() {
+  seal("main", true);
   m_.is_scheduled = false;
 }
 

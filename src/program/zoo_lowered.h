@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +58,13 @@ class LoweredEmitter {
   // jax.checkpoint: what the recomputation reads goes through an optimization barrier (a tuple in, its
   // elements out), so XLA cannot move the recomputation into the forward pass.
   std::vector<V> barrier(const std::vector<V>& values);
+  // lax.dynamic_index_in_dim's slice: `sizes` of `x` from the scalar `starts`.
+  V dynamic_slice(const V& x, const std::vector<V>& starts, const std::vector<uint64_t>& sizes);
+  // jax.lax.scan as JAX lowers it: a while loop over a tuple of carried values whose element 0 is the
+  // s32 counter, run `trips` times. `body` writes the body's instructions (into their own computation)
+  // from the carried values and returns their next values; the loop's results are returned.
+  std::vector<V> loop(const std::vector<V>& carried, uint64_t trips,
+                      const std::function<std::vector<V>(const std::vector<V>&)>& body);
 
   // The step's results: a tuple, or (root_array) one array.
   void root(const std::vector<V>& values);
@@ -69,6 +77,10 @@ class LoweredEmitter {
   V push(HloInstruction i);
   HloInstruction make(const Shape& shape, const char* opcode, std::vector<std::string> operands);
   const std::string& add_region();
+  // A computation of the instructions written since `entry_` was emptied, in XLA's post order.
+  void seal(std::string name, bool is_entry);
+  // A computation's tuple parameter and its elements.
+  std::vector<V> unpack_parameter(const Shape& tuple);
 
   HloModule& m_;
   std::vector<HloInstruction> entry_;
@@ -77,11 +89,12 @@ class LoweredEmitter {
   std::string add_region_;  // the reductions' combiner, made on first use
   uint64_t counter_ = 0;
   uint64_t parameters_ = 0;
+  uint64_t loops_ = 0;
 };
 
-// The MLP configurations written as lowered programs (zoo_mlp_lowered.cc): one GPU, no accumulation, the
-// remat policies that keep values on the device, optimizers with elementwise updates. The others (sharded,
-// XLA:CPU, accumulation, host offload, adafactor) are still written as XLA's fused program (zoo_mlp.cc).
+// The MLP configurations written as lowered programs (zoo_mlp_lowered.cc): one GPU, gradient accumulation
+// as a scan, the remat policies that keep values on the device, optimizers with elementwise updates. The
+// others (sharded, XLA:CPU, host offload, adafactor) are still written as XLA's fused program (zoo_mlp.cc).
 bool mlp_lowers(const ModelSpec& spec);
 void build_mlp_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 

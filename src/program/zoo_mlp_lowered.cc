@@ -16,7 +16,7 @@ using V = LoweredEmitter::V;
 // value for the forward and the backward GEMM, as JAX writes it), and the GELU's (approximate=True,
 // jax.nn.gelu's default) pre-activation, tanh(...) and 0.5 * (1 + tanh(...)).
 struct Layer {
-  V wc, h, z, tanh, half;  // h: the GEMM's result, what a dots policy saves
+  V in, wc, h, z, tanh, half;  // h: the GEMM's result, what a dots policy saves
   V out;
 };
 
@@ -36,45 +36,70 @@ class MlpStep {
   void build(HloModule& module, StepArguments& args) {
     const size_t n = sizes_.size() - 1;
     declare(args);
-    // vmap(grad(loss_one)) sees one example at a time: [batch, 1, features] throughout.
-    const uint64_t B = s_.batch;
-    auto act = [&](uint64_t f) {
-      return vmap_ ? std::vector<uint64_t>{B, 1, f} : std::vector<uint64_t>{B, f};
-    };
-    e_.set_category("activations");
-    e_.set_op_name("jit(step)/jvp()");
-    V x = vmap_ ? e_.reshape(x_, act(s_.din)) : x_;
-    if (cdt_ != PrimitiveType::kF32) x = e_.convert(x, cdt_);
-    std::vector<V> inputs(n);
-    std::vector<Layer> saved(n);
-    for (size_t l = 0; l < n; ++l) {
-      inputs[l] = x;
-      saved[l] = layer(x, weight_[l], bias_[l], act(sizes_[l + 1]), l + 1 < n);
-      x = saved[l].out;
-    }
     if (!train_) {
-      e_.root_array(cdt_ == PrimitiveType::kF32 ? x : e_.convert(x, PrimitiveType::kF32));
+      const V out = forward(x_, weight_, bias_).back().out;
+      e_.root_array(cdt_ == PrimitiveType::kF32 ? out : e_.convert(out, PrimitiveType::kF32));
       e_.finish();
       return;
     }
+    std::vector<V> dw(n), db(n);
+    if (s_.accum == 1) {
+      loss_ = value_and_grad(x_, y_, weight_, bias_, dw, db);
+    } else {
+      accumulate(dw, db);
+    }
+    update(dw, db, module);
+    e_.finish();
+  }
+
+ private:
+  // vmap(grad(loss_one)) sees one example at a time: [batch, 1, features] throughout.
+  std::vector<uint64_t> act(uint64_t batch, uint64_t features) const {
+    return vmap_ ? std::vector<uint64_t>{batch, 1, features} : std::vector<uint64_t>{batch, features};
+  }
+
+  // The layers over the batch `x_in` ([batch, din], f32), with the parameters as the program has them here.
+  std::vector<Layer> forward(const V& x_in, const std::vector<V>& w, const std::vector<V>& b) {
+    const size_t n = sizes_.size() - 1;
+    const uint64_t batch = x_in.shape.dims[0];
+    e_.set_category("activations");
+    e_.set_op_name("jit(step)/jvp()");
+    V x = vmap_ ? e_.reshape(x_in, act(batch, s_.din)) : x_in;
+    if (cdt_ != PrimitiveType::kF32) x = e_.convert(x, cdt_);
+    std::vector<Layer> layers(n);
+    for (size_t l = 0; l < n; ++l) {
+      layers[l] = layer(x, w[l], b[l], act(batch, sizes_[l + 1]), l + 1 < n);
+      layers[l].in = x;
+      x = layers[l].out;
+    }
+    return layers;
+  }
+
+  // jax.value_and_grad(loss_fn) over one batch: the loss (none under vmap) and each parameter's gradient.
+  V value_and_grad(const V& x_in, const V& y_in, const std::vector<V>& w, const std::vector<V>& b,
+                   std::vector<V>& dw, std::vector<V>& db) {
+    const size_t n = sizes_.size() - 1;
+    const uint64_t batch = x_in.shape.dims[0];
+    const std::vector<Layer> saved = forward(x_in, w, b);
     // loss = mean((forward(x) - y) ** 2): its cotangent is 2 (out - y) / count.
     e_.set_category("temporaries");
     e_.set_op_name("jit(step)/transpose(jvp())");
+    const V x = saved.back().out;
     const V out = cdt_ == PrimitiveType::kF32 ? x : e_.convert(x, PrimitiveType::kF32);
-    const V y = vmap_ ? e_.reshape(y_, act(s_.dout)) : y_;
+    const V y = vmap_ ? e_.reshape(y_in, act(batch, s_.dout)) : y_in;
     const V diff = e_.binary("subtract", out, y);
+    V loss;
     if (!vmap_) {
       const V squares = e_.binary("multiply", diff, diff);
       const V sum = e_.reduce_sum(squares, {0, 1});
-      loss_ = e_.binary("divide", sum, e_.scalar(PrimitiveType::kF32));
+      loss = e_.binary("divide", sum, e_.scalar(PrimitiveType::kF32));
     }
     V d = e_.binary("multiply", e_.binary("multiply", diff, e_.splat(PrimitiveType::kF32, diff.shape.dims)),
                     e_.splat(PrimitiveType::kF32, diff.shape.dims));
     if (cdt_ != PrimitiveType::kF32) d = e_.convert(d, cdt_);
-    std::vector<V> dw(n), db(n);
     for (size_t l = n; l-- > 0;) {
       V dz = d;
-      V in = inputs[l];
+      V in = saved[l].in;
       V wc = saved[l].wc;
       if (l + 1 < n) {
         if (checkpointed(l)) {
@@ -82,7 +107,7 @@ class MlpStep {
           // both keep an MLP's GEMM results: they have no batch dimensions), the layer's input, weights
           // and the incoming cotangent go through a barrier; the rest of the layer runs again from them.
           const bool saves_dot = s_.remat != RematPolicy::kFull;
-          std::vector<V> through = {in, weight_[l], bias_[l], d};
+          std::vector<V> through = {in, w[l], b[l], d};
           if (saves_dot) through.insert(through.begin(), saved[l].h);
           std::vector<V> kept = e_.barrier(through);
           V h;
@@ -95,9 +120,9 @@ class MlpStep {
           Layer again;
           if (saves_dot) {
             again.wc = cast(kept[1]);
-            activate(again, h, kept[2], act(sizes_[l + 1]), true);
+            activate(again, h, kept[2], act(batch, sizes_[l + 1]), true);
           } else {
-            again = layer(in, kept[1], kept[2], act(sizes_[l + 1]), true);
+            again = layer(in, kept[1], kept[2], act(batch, sizes_[l + 1]), true);
           }
           wc = again.wc;
           e_.set_op_name("jit(step)/transpose(jvp())/checkpoint");
@@ -107,17 +132,72 @@ class MlpStep {
           dz = gelu_transpose(saved[l], d);
         }
       }
-      gradients(l, dz, in, dw[l], db[l]);
+      gradients(l, batch, dz, in, dw[l], db[l]);
       if (l > 0) {  // the batch is not differentiated: no cotangent for the first layer's input
         e_.set_category("temporaries");
-        d = e_.dot(dz, wc, act(sizes_[l]), cdt_);
+        d = e_.dot(dz, wc, act(batch, sizes_[l]), cdt_);
       }
     }
-    update(dw, db, module);
-    e_.finish();
+    return loss;
   }
 
- private:
+  // Gradient accumulation as reference_programs.py writes it: jax.lax.scan over the batch reshaped into
+  // `accum` microbatches, carrying f32 sums of the gradients and of the loss (and the parameters and
+  // batches it reads), then each divided by `accum`.
+  void accumulate(std::vector<V>& dw, std::vector<V>& db) {
+    const size_t n = sizes_.size() - 1;
+    const uint64_t k = s_.accum, micro = s_.batch / k;
+    e_.set_category("gradients");
+    e_.set_op_name("jit(step)/scan");
+    std::vector<V> carried = {e_.scalar(PrimitiveType::kS32)};
+    for (size_t l = 0; l < n; ++l) {
+      carried.push_back(e_.splat(PrimitiveType::kF32, weight_[l].shape.dims));
+      carried.push_back(e_.splat(PrimitiveType::kF32, bias_[l].shape.dims));
+    }
+    carried.push_back(e_.scalar(PrimitiveType::kF32));
+    carried.push_back(e_.reshape(x_, {k, micro, s_.din}));
+    carried.push_back(e_.reshape(y_, {k, micro, s_.dout}));
+    for (size_t l = 0; l < n; ++l) {
+      carried.push_back(weight_[l]);
+      carried.push_back(bias_[l]);
+    }
+    const size_t loss_at = 1 + 2 * n, xs_at = loss_at + 1, params_at = xs_at + 2;
+    const std::vector<V> done = e_.loop(carried, k, [&](const std::vector<V>& c) {
+      const V i = c[0];
+      const V zero = e_.scalar(PrimitiveType::kS32);
+      const V x =
+          e_.reshape(e_.dynamic_slice(c[xs_at], {i, zero, zero}, {1, micro, s_.din}), {micro, s_.din});
+      const V y =
+          e_.reshape(e_.dynamic_slice(c[xs_at + 1], {i, zero, zero}, {1, micro, s_.dout}), {micro, s_.dout});
+      std::vector<V> w, b;
+      for (size_t l = 0; l < n; ++l) {
+        w.push_back(c[params_at + 2 * l]);
+        b.push_back(c[params_at + 2 * l + 1]);
+      }
+      std::vector<V> gw(n), gb(n);
+      const V loss = value_and_grad(x, y, w, b, gw, gb);
+      e_.set_category("gradients");
+      e_.set_op_name("jit(step)/scan/add_any");
+      std::vector<V> next = {e_.binary("add", i, e_.scalar(PrimitiveType::kS32))};
+      auto widen = [&](const V& g) {
+        return g.shape.type == PrimitiveType::kF32 ? g : e_.convert(g, PrimitiveType::kF32);
+      };
+      for (size_t l = 0; l < n; ++l) {
+        next.push_back(e_.binary("add", c[1 + 2 * l], widen(gw[l])));
+        next.push_back(e_.binary("add", c[2 + 2 * l], widen(gb[l])));
+      }
+      next.push_back(e_.binary("add", c[loss_at], loss));
+      for (size_t j = xs_at; j < c.size(); ++j) next.push_back(c[j]);  // the batches and parameters, as read
+      return next;
+    });
+    e_.set_op_name("jit(step)/div");
+    for (size_t l = 0; l < n; ++l) {
+      dw[l] = e_.binary("divide", done[1 + 2 * l], splat(done[1 + 2 * l]));
+      db[l] = e_.binary("divide", done[2 + 2 * l], splat(done[2 + 2 * l]));
+    }
+    loss_ = e_.binary("divide", done[loss_at], e_.scalar(PrimitiveType::kF32));
+  }
+
   // Every entry parameter in jax's order: params, then the optimizer's moments and count, then the batch.
   void declare(StepArguments& args) {
     const size_t n = sizes_.size() - 1;
@@ -230,11 +310,11 @@ class MlpStep {
   }
 
   // The weight's and bias's gradients, in the parameter's dtype (vmap: their mean over the examples).
-  void gradients(size_t l, const V& dz, const V& in, V& dw, V& db) {
+  void gradients(size_t l, uint64_t batch, const V& dz, const V& in, V& dw, V& db) {
     e_.set_category("gradients");
     const uint64_t fin = sizes_[l], fout = sizes_[l + 1];
     if (vmap_) {
-      const V per = e_.dot(dz, in, {s_.batch, fout, fin}, cdt_, /*batch_dims=*/1);
+      const V per = e_.dot(dz, in, {batch, fout, fin}, cdt_, /*batch_dims=*/1);
       const V sum = e_.reduce_sum(e_.transpose(per, {0, 2, 1}), {0});
       dw = e_.binary("divide", sum, splat(sum));
       const V rows = e_.reduce_sum(dz, {1});
@@ -338,7 +418,7 @@ class MlpStep {
 
 bool mlp_lowers(const ModelSpec& s) {
   return s.model == ModelFamily::kMlp && s.backend == Backend::kGpu && s.devices() == 1 &&
-         s.sharding == ShardingKind::kReplicated && s.accum == 1 &&
+         s.sharding == ShardingKind::kReplicated && (s.accum == 1 || s.step == StepKind::kTrain) &&
          s.remat != RematPolicy::kOffloadDotsNoBatch && s.optimizer != OptimizerKind::kAdafactor &&
          (s.step == StepKind::kTrain || s.step == StepKind::kInfer || s.step == StepKind::kVmapGrads);
 }

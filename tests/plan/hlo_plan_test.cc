@@ -255,14 +255,16 @@ TEST(HloPlan, MoreLoweredProgramsPlannedThroughTheGpuModel) {
       ".lowered.hlo.txt.gz", "lowered HLO",
       {"gpt_mixed_donate", "gpt_bf16_donate", "gpt_fp32_infer_b32", "gpt_fp32_donate_remat_full",
        "gpt_fp32_donate_remat_dots", "flax_encoder_adafactor_b32", "vit_b16_fp32_donate", "mlp_mixed_donate",
-       "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32", "mlp_mean_grads_b128"},
-      "lowered_programs.json", 13);
+       "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32", "mlp_mean_grads_b128",
+       "mlp_fp32_donate_accum4"},
+      "lowered_programs.json", 14);
   expect_lowered_plans(
       ".stablehlo.mlir.gz", "StableHLO",
       {"gpt_mixed_donate", "gpt_bf16_donate", "gpt_fp32_infer_b32", "gpt_fp32_donate_remat_full",
        "gpt_fp32_donate_remat_dots", "flax_encoder_adafactor_b32", "vit_b16_fp32_donate", "mlp_mixed_donate",
-       "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32", "mlp_mean_grads_b128"},
-      "lowered_programs.json", 13);
+       "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32", "mlp_mean_grads_b128",
+       "mlp_fp32_donate_accum4"},
+      "lowered_programs.json", 14);
 }
 
 // jax.checkpoint's offload_dot_with_no_batch_dims from the lowered program: each layer's three GEMM results
