@@ -55,7 +55,7 @@ LoweredEmitter::V LoweredEmitter::parameter(const Shape& shape, const std::strin
 }
 
 LoweredEmitter::V LoweredEmitter::scalar(PrimitiveType type) {
-  return push(make(LoweredEmitter::array(type, {}), "constant", {}));
+  return push(make(array(type, {}), "constant", {}));
 }
 
 LoweredEmitter::V LoweredEmitter::splat(PrimitiveType type, const std::vector<uint64_t>& dims) {
@@ -64,25 +64,25 @@ LoweredEmitter::V LoweredEmitter::splat(PrimitiveType type, const std::vector<ui
 
 LoweredEmitter::V LoweredEmitter::broadcast(const V& x, const std::vector<uint64_t>& dims,
                                             const std::vector<int64_t>& kept) {
-  HloInstruction i = make(LoweredEmitter::array(x.shape.type, dims), "broadcast", {x.name});
+  HloInstruction i = make(array(x.shape.type, dims), "broadcast", {x.name});
   i.dimensions = kept;
   return push(std::move(i));
 }
 
 LoweredEmitter::V LoweredEmitter::reshape(const V& x, const std::vector<uint64_t>& dims) {
-  return push(make(LoweredEmitter::array(x.shape.type, dims), "reshape", {x.name}));
+  return push(make(array(x.shape.type, dims), "reshape", {x.name}));
 }
 
 LoweredEmitter::V LoweredEmitter::transpose(const V& x, const std::vector<int64_t>& permutation) {
   std::vector<uint64_t> dims;
   for (int64_t p : permutation) dims.push_back(x.shape.dims[static_cast<size_t>(p)]);
-  HloInstruction i = make(LoweredEmitter::array(x.shape.type, dims), "transpose", {x.name});
+  HloInstruction i = make(array(x.shape.type, dims), "transpose", {x.name});
   i.dimensions = permutation;
   return push(std::move(i));
 }
 
 LoweredEmitter::V LoweredEmitter::convert(const V& x, PrimitiveType type) {
-  return push(make(LoweredEmitter::array(type, x.shape.dims), "convert", {x.name}));
+  return push(make(array(type, x.shape.dims), "convert", {x.name}));
 }
 
 LoweredEmitter::V LoweredEmitter::unary(const char* opcode, const V& x) {
@@ -95,7 +95,7 @@ LoweredEmitter::V LoweredEmitter::binary(const char* opcode, const V& a, const V
 
 LoweredEmitter::V LoweredEmitter::dot(const V& a, const V& b, const std::vector<uint64_t>& dims,
                                       PrimitiveType type, size_t batch_dims) {
-  HloInstruction i = make(LoweredEmitter::array(type, dims), "dot", {a.name, b.name});
+  HloInstruction i = make(array(type, dims), "dot", {a.name, b.name});
   for (size_t d = 0; d < batch_dims; ++d) i.lhs_batch_dims.push_back(static_cast<int64_t>(d));
   return push(std::move(i));
 }
@@ -108,14 +108,14 @@ const std::string& LoweredEmitter::add_region() {
       HloInstruction p;
       p.name = fmt::format("region_add.p{}", k);
       p.set_opcode("parameter");
-      p.shape = LoweredEmitter::array(PrimitiveType::kF32, {});
+      p.shape = array(PrimitiveType::kF32, {});
       p.parameter_number = k;
       region.instructions.push_back(std::move(p));
     }
     HloInstruction sum;
     sum.name = "region_add.sum";
     sum.set_opcode("add");
-    sum.shape = LoweredEmitter::array(PrimitiveType::kF32, {});
+    sum.shape = array(PrimitiveType::kF32, {});
     sum.operands = {"region_add.p0", "region_add.p1"};
     sum.is_root = true;
     region.instructions.push_back(std::move(sum));
@@ -133,7 +133,7 @@ LoweredEmitter::V LoweredEmitter::reduce_sum(const V& x, const std::vector<int64
     if (!gone) dims.push_back(x.shape.dims[d]);
   }
   const V zero = scalar(x.shape.type);
-  HloInstruction i = make(LoweredEmitter::array(x.shape.type, dims), "reduce", {x.name, zero.name});
+  HloInstruction i = make(array(x.shape.type, dims), "reduce", {x.name, zero.name});
   i.dimensions = reduced;
   i.called.push_back(add_region());
   return push(std::move(i));
@@ -210,7 +210,7 @@ std::vector<LoweredEmitter::V> LoweredEmitter::loop(
   // i < trips
   const std::vector<V> looked = unpack_parameter(tuple);
   HloInstruction limit = make(array(PrimitiveType::kS32, {}), "constant", {});
-  limit.op_name = fmt::format("{} trips", trips);
+  limit.op_name = fmt::format("{} trips", trips);  // the count itself: an HloInstruction holds no literal
   const V bound = push(std::move(limit));
   HloInstruction less = make(array(PrimitiveType::kPred, {}), "compare", {looked[0].name, bound.name});
   less.is_root = true;
