@@ -139,39 +139,46 @@ LoweredEmitter::V LoweredEmitter::reduce_sum(const V& x, const std::vector<int64
   return push(std::move(i));
 }
 
-std::vector<LoweredEmitter::V> LoweredEmitter::barrier(const std::vector<V>& values) {
-  Shape tuple;
+LoweredEmitter::V LoweredEmitter::tuple(const std::vector<V>& values) {
+  Shape shape;
   std::vector<std::string> names;
   for (const V& v : values) {
-    tuple.elements.push_back(v.shape);
+    shape.elements.push_back(v.shape);
     names.push_back(v.name);
   }
-  const V t = push(make(tuple, "tuple", names));
-  const V b = push(make(tuple, "opt-barrier", {t.name}));
+  return push(make(shape, "tuple", std::move(names)));
+}
+
+std::vector<LoweredEmitter::V> LoweredEmitter::elements(const V& tuple) {
   std::vector<V> out;
-  for (size_t k = 0; k < values.size(); ++k) {
-    HloInstruction g = make(values[k].shape, "get-tuple-element", {b.name});
+  for (size_t k = 0; k < tuple.shape.elements.size(); ++k) {
+    HloInstruction g = make(tuple.shape.elements[k], "get-tuple-element", {tuple.name});
     g.tuple_index = static_cast<int64_t>(k);
     out.push_back(push(std::move(g)));
   }
   return out;
 }
 
-void LoweredEmitter::root(const std::vector<V>& values) {
-  Shape tuple;
-  std::vector<std::string> names;
-  for (const V& v : values) {
-    tuple.elements.push_back(v.shape);
-    names.push_back(v.name);
-  }
-  HloInstruction r = make(tuple, "tuple", names);
-  r.is_root = true;
-  push(std::move(r));
+std::vector<LoweredEmitter::V> LoweredEmitter::barrier(const std::vector<V>& values) {
+  const V t = tuple(values);
+  return elements(push(make(t.shape, "opt-barrier", {t.name})));
 }
 
-void LoweredEmitter::root_array(const V& value) {
-  for (HloInstruction& i : entry_)
-    if (i.name == value.name) i.is_root = true;
+void LoweredEmitter::root(const std::vector<V>& values) { entry_[index_of(tuple(values))].is_root = true; }
+
+void LoweredEmitter::alias(uint64_t output, int64_t parameter) {
+  HloAlias a;
+  a.output_index = {output};
+  a.parameter = parameter;
+  m_.aliases.push_back(a);
+}
+
+void LoweredEmitter::root_array(const V& value) { entry_[index_of(value)].is_root = true; }
+
+size_t LoweredEmitter::index_of(const V& value) const {
+  for (size_t i = entry_.size(); i-- > 0;)
+    if (entry_[i].name == value.name) return i;
+  return entry_.size() - 1;  // unreachable: every V names an instruction written here
 }
 
 LoweredEmitter::V LoweredEmitter::dynamic_slice(const V& x, const std::vector<V>& starts,
@@ -181,34 +188,27 @@ LoweredEmitter::V LoweredEmitter::dynamic_slice(const V& x, const std::vector<V>
   return push(make(array(x.shape.type, sizes), "dynamic-slice", std::move(operands)));
 }
 
-std::vector<LoweredEmitter::V> LoweredEmitter::unpack_parameter(const Shape& tuple) {
-  HloInstruction p = make(tuple, "parameter", {});
+std::vector<LoweredEmitter::V> LoweredEmitter::unpack_parameter(const Shape& tuple_shape) {
+  HloInstruction p = make(tuple_shape, "parameter", {});
   p.parameter_number = 0;
-  const V whole = push(std::move(p));
-  std::vector<V> elements;
-  for (size_t k = 0; k < tuple.elements.size(); ++k) {
-    HloInstruction g = make(tuple.elements[k], "get-tuple-element", {whole.name});
-    g.tuple_index = static_cast<int64_t>(k);
-    elements.push_back(push(std::move(g)));
-  }
-  return elements;
+  return elements(push(std::move(p)));
 }
 
 std::vector<LoweredEmitter::V> LoweredEmitter::loop(
     const std::vector<V>& carried, uint64_t trips,
     const std::function<std::vector<V>(const std::vector<V>&)>& body) {
-  Shape tuple;
-  for (const V& v : carried) tuple.elements.push_back(v.shape);
+  Shape shape;
+  for (const V& v : carried) shape.elements.push_back(v.shape);
   const uint64_t id = loops_++;
   const std::string body_name = fmt::format("scan_body.{}", id);
   const std::string condition_name = fmt::format("scan_condition.{}", id);
   std::vector<HloInstruction> outer = std::move(entry_);
   entry_.clear();
-  const std::vector<V> next = body(unpack_parameter(tuple));
+  const std::vector<V> next = body(unpack_parameter(shape));
   root(next);
   seal(body_name, false);
   // i < trips
-  const std::vector<V> looked = unpack_parameter(tuple);
+  const std::vector<V> looked = unpack_parameter(shape);
   HloInstruction limit = make(array(PrimitiveType::kS32, {}), "constant", {});
   limit.op_name = fmt::format("{} trips", trips);  // the count itself: an HloInstruction holds no literal
   const V bound = push(std::move(limit));
@@ -217,19 +217,10 @@ std::vector<LoweredEmitter::V> LoweredEmitter::loop(
   push(std::move(less));
   seal(condition_name, false);
   entry_ = std::move(outer);
-  std::vector<std::string> names;
-  for (const V& v : carried) names.push_back(v.name);
-  const V init = push(make(tuple, "tuple", names));
-  HloInstruction w = make(tuple, "while", {init.name});
+  const V init = tuple(carried);
+  HloInstruction w = make(init.shape, "while", {init.name});
   w.called = {condition_name, body_name};  // as XLA prints them: condition=, body=
-  const V looped = push(std::move(w));
-  std::vector<V> results;
-  for (size_t k = 0; k < carried.size(); ++k) {
-    HloInstruction g = make(carried[k].shape, "get-tuple-element", {looped.name});
-    g.tuple_index = static_cast<int64_t>(k);
-    results.push_back(push(std::move(g)));
-  }
-  return results;
+  return elements(push(std::move(w)));
 }
 
 void LoweredEmitter::seal(std::string name, bool is_entry) {

@@ -69,6 +69,8 @@ class LoweredEmitter {
   // The step's results: a tuple, or (root_array) one array.
   void root(const std::vector<V>& values);
   void root_array(const V& value);
+  // input_output_alias: result `output` of the root tuple written over entry parameter `parameter`.
+  void alias(uint64_t output, int64_t parameter);
   // Writes the entry into the module, in the order JAX prints a lowered program: XLA's post order from the
   // root (HloComputation::MakeInstructionPostOrder), so that the GPU model plans what it would from JAX.
   void finish();
@@ -79,8 +81,13 @@ class LoweredEmitter {
   const std::string& add_region();
   // A computation of the instructions written since `entry_` was emptied, in XLA's post order.
   void seal(std::string name, bool is_entry);
+  // A tuple of `values`, and get-tuple-element of each of a tuple's elements.
+  V tuple(const std::vector<V>& values);
+  std::vector<V> elements(const V& tuple);
   // A computation's tuple parameter and its elements.
-  std::vector<V> unpack_parameter(const Shape& tuple);
+  std::vector<V> unpack_parameter(const Shape& tuple_shape);
+  // Where `value` sits among the instructions written so far.
+  size_t index_of(const V& value) const;
 
   HloModule& m_;
   std::vector<HloInstruction> entry_;

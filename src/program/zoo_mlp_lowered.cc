@@ -33,7 +33,7 @@ class MlpStep {
     moments_ = train_ && (s.optimizer == OptimizerKind::kAdam || s.optimizer == OptimizerKind::kAdamW);
   }
 
-  void build(HloModule& module, StepArguments& args) {
+  void build(StepArguments& args) {
     const size_t n = sizes_.size() - 1;
     declare(args);
     if (!train_) {
@@ -43,12 +43,8 @@ class MlpStep {
       return;
     }
     std::vector<V> dw(n), db(n);
-    if (s_.accum == 1) {
-      loss_ = value_and_grad(x_, y_, weight_, bias_, dw, db);
-    } else {
-      accumulate(dw, db);
-    }
-    update(dw, db, module);
+    const V loss = s_.accum == 1 ? value_and_grad(x_, y_, weight_, bias_, dw, db) : accumulate(dw, db);
+    update(dw, db, loss);
     e_.finish();
   }
 
@@ -143,8 +139,8 @@ class MlpStep {
 
   // Gradient accumulation as reference_programs.py writes it: jax.lax.scan over the batch reshaped into
   // `accum` microbatches, carrying f32 sums of the gradients and of the loss (and the parameters and
-  // batches it reads), then each divided by `accum`.
-  void accumulate(std::vector<V>& dw, std::vector<V>& db) {
+  // batches it reads), then each divided by `accum`. Returns the mean loss.
+  V accumulate(std::vector<V>& dw, std::vector<V>& db) {
     const size_t n = sizes_.size() - 1;
     const uint64_t k = s_.accum, micro = s_.batch / k;
     e_.set_category("gradients");
@@ -195,7 +191,7 @@ class MlpStep {
       dw[l] = e_.binary("divide", done[1 + 2 * l], splat(done[1 + 2 * l]));
       db[l] = e_.binary("divide", done[2 + 2 * l], splat(done[2 + 2 * l]));
     }
-    loss_ = e_.binary("divide", done[loss_at], e_.scalar(PrimitiveType::kF32));
+    return e_.binary("divide", done[loss_at], e_.scalar(PrimitiveType::kF32));
   }
 
   // Every entry parameter in jax's order: params, then the optimizer's moments and count, then the batch.
@@ -332,7 +328,7 @@ class MlpStep {
 
   // adam (reference_programs.py's own), adamw (optax's: the decay on the parameter) or sgd, parameter by
   // parameter; the outputs in jax's order, each donated argument written over by its new value.
-  void update(const std::vector<V>& dw, const std::vector<V>& db, HloModule& module) {
+  void update(const std::vector<V>& dw, const std::vector<V>& db, const V& loss) {
     e_.set_op_name("jit(step)/update");
     std::vector<V> grads;
     std::vector<V> params;
@@ -343,12 +339,11 @@ class MlpStep {
       params.push_back(bias_[l]);
     }
     std::vector<V> new_p, new_m, new_v;
-    V step_f32;
+    V new_count, step_f32;
     if (moments_) {
       e_.set_category("optimizer_state");
-      const V t = e_.binary("add", count_, e_.scalar(PrimitiveType::kS32));
-      step_f32 = e_.convert(t, PrimitiveType::kF32);
-      new_count_ = t;
+      new_count = e_.binary("add", count_, e_.scalar(PrimitiveType::kS32));
+      step_f32 = e_.convert(new_count, PrimitiveType::kF32);
     }
     for (size_t k = 0; k < params.size(); ++k) {
       const V g =
@@ -384,20 +379,15 @@ class MlpStep {
     if (moments_) {
       outs.insert(outs.end(), new_m.begin(), new_m.end());
       outs.insert(outs.end(), new_v.begin(), new_v.end());
-      outs.push_back(new_count_);
+      outs.push_back(new_count);
     }
     std::vector<V> results = outs;
-    if (!vmap_) results.push_back(loss_);
+    if (!vmap_) results.push_back(loss);
     e_.root(results);
     if (!s_.donate) return;
     // donate_argnums=(0, 1): each new parameter, moment and the count over the argument it replaces -
     // output k is argument k, as both follow jax's flattening of (params, opt).
-    for (size_t k = 0; k < outs.size(); ++k) {
-      HloAlias alias;
-      alias.output_index = {k};
-      alias.parameter = static_cast<int64_t>(k);
-      module.aliases.push_back(alias);
-    }
+    for (size_t k = 0; k < outs.size(); ++k) e_.alias(k, static_cast<int64_t>(k));
   }
   // 1 - b ** t
   V bias_correction(const V& t) {
@@ -411,7 +401,7 @@ class MlpStep {
   std::vector<uint64_t> sizes_;
   bool vmap_ = false, train_ = true, moments_ = false;
   std::vector<V> weight_, bias_, m_, v_;
-  V count_, new_count_, x_, y_, loss_;
+  V count_, x_, y_;
 };
 
 }  // namespace
@@ -425,7 +415,7 @@ bool mlp_lowers(const ModelSpec& s) {
 
 void build_mlp_lowered(const ModelSpec& s, HloModule& module, StepArguments& args) {
   MlpStep step(s, module);
-  step.build(module, args);
+  step.build(args);
 }
 
 }  // namespace memfit::zoo
