@@ -100,43 +100,75 @@ LoweredEmitter::V LoweredEmitter::dot(const V& a, const V& b, const std::vector<
   return push(std::move(i));
 }
 
-const std::string& LoweredEmitter::add_region() {
-  if (add_region_.empty()) {
-    HloComputation region;
-    region.name = "region_add";
-    for (int64_t k = 0; k < 2; ++k) {
-      HloInstruction p;
-      p.name = fmt::format("region_add.p{}", k);
-      p.set_opcode("parameter");
-      p.shape = array(PrimitiveType::kF32, {});
-      p.parameter_number = k;
-      region.instructions.push_back(std::move(p));
-    }
-    HloInstruction sum;
-    sum.name = "region_add.sum";
-    sum.set_opcode("add");
-    sum.shape = array(PrimitiveType::kF32, {});
-    sum.operands = {"region_add.p0", "region_add.p1"};
-    sum.is_root = true;
-    region.instructions.push_back(std::move(sum));
-    m_.computations.push_back(std::move(region));
-    add_region_ = "region_add";
+const std::string& LoweredEmitter::region(const char* opcode) {
+  for (const auto& [op, name] : regions_)
+    if (op == opcode) return name;
+  HloComputation region;
+  region.name = fmt::format("region_{}", opcode);
+  for (int64_t k = 0; k < 2; ++k) {
+    HloInstruction p;
+    p.name = fmt::format("{}.p{}", region.name, k);
+    p.set_opcode("parameter");
+    p.shape = array(PrimitiveType::kF32, {});
+    p.parameter_number = k;
+    region.instructions.push_back(std::move(p));
   }
-  return add_region_;
+  HloInstruction combine;
+  combine.name = fmt::format("{}.combine", region.name);
+  combine.set_opcode(opcode);
+  combine.shape = array(PrimitiveType::kF32, {});
+  combine.operands = {region.instructions[0].name, region.instructions[1].name};
+  combine.is_root = true;
+  region.instructions.push_back(std::move(combine));
+  regions_.emplace_back(opcode, region.name);
+  m_.computations.push_back(std::move(region));
+  return regions_.back().second;
 }
 
-LoweredEmitter::V LoweredEmitter::reduce_sum(const V& x, const std::vector<int64_t>& reduced) {
+LoweredEmitter::V LoweredEmitter::reduce(const char* combiner, const V& x,
+                                         const std::vector<int64_t>& reduced) {
   std::vector<uint64_t> dims;
   for (size_t d = 0; d < x.shape.dims.size(); ++d) {
     bool gone = false;
     for (int64_t r : reduced) gone = gone || static_cast<size_t>(r) == d;
     if (!gone) dims.push_back(x.shape.dims[d]);
   }
-  const V zero = scalar(x.shape.type);
-  HloInstruction i = make(array(x.shape.type, dims), "reduce", {x.name, zero.name});
+  const V init = scalar(x.shape.type);
+  HloInstruction i = make(array(x.shape.type, dims), "reduce", {x.name, init.name});
   i.dimensions = reduced;
-  i.called.push_back(add_region());
+  i.called.push_back(region(combiner));
+  if (std::string_view(combiner) == "maximum") i.op_name = fmt::format("{}/reduce_max", op_name_);
   return push(std::move(i));
+}
+
+LoweredEmitter::V LoweredEmitter::reduce_sum(const V& x, const std::vector<int64_t>& reduced) {
+  return reduce("add", x, reduced);
+}
+
+LoweredEmitter::V LoweredEmitter::reduce_max(const V& x, const std::vector<int64_t>& reduced) {
+  return reduce("maximum", x, reduced);
+}
+
+LoweredEmitter::V LoweredEmitter::compare(const V& a, const V& b) {
+  return push(make(array(PrimitiveType::kPred, a.shape.dims), "compare", {a.name, b.name}));
+}
+
+LoweredEmitter::V LoweredEmitter::select(const V& predicate, const V& on_true, const V& on_false) {
+  return push(make(on_true.shape, "select", {predicate.name, on_true.name, on_false.name}));
+}
+
+LoweredEmitter::V LoweredEmitter::constant(const Shape& shape) { return push(make(shape, "constant", {})); }
+
+LoweredEmitter::V LoweredEmitter::slice(const V& x, size_t dim, uint64_t size) {
+  Shape shape = x.shape;
+  shape.dims[dim] = size;
+  return push(make(shape, "slice", {x.name}));
+}
+
+LoweredEmitter::V LoweredEmitter::gather(const V& table, const V& indices) {
+  std::vector<uint64_t> dims(indices.shape.dims.begin(), indices.shape.dims.end() - 1);
+  dims.push_back(table.shape.dims.back());
+  return push(make(array(table.shape.type, dims), "gather", {table.name, indices.name}));
 }
 
 LoweredEmitter::V LoweredEmitter::tuple(const std::vector<V>& values) {

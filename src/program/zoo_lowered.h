@@ -51,10 +51,19 @@ class LoweredEmitter {
   V convert(const V& x, PrimitiveType type);
   V unary(const char* opcode, const V& x);
   V binary(const char* opcode, const V& a, const V& b);  // elementwise, on equal shapes
+  V compare(const V& a, const V& b);                     // pred of a's dims
+  V select(const V& predicate, const V& on_true, const V& on_false);
+  // An array constant JAX folded (jnp.tril's mask): its bytes, not its literal.
+  V constant(const Shape& shape);
+  // One of jnp.split's pieces: `size` of `x` along `dim` (where it starts moves no bytes).
+  V slice(const V& x, size_t dim, uint64_t size);
+  // table[indices]: rows of `table` ([rows, width]) at `indices` ([..., 1]), shaped [..., width].
+  V gather(const V& table, const V& indices);
   // dot_general: `batch_dims` leading dimensions of both operands are batch dimensions.
   V dot(const V& a, const V& b, const std::vector<uint64_t>& dims, PrimitiveType type, size_t batch_dims = 0);
   // A sum over `reduced`; the result keeps the other dimensions in order.
   V reduce_sum(const V& x, const std::vector<int64_t>& reduced);
+  V reduce_max(const V& x, const std::vector<int64_t>& reduced);
   // jax.checkpoint: what the recomputation reads goes through an optimization barrier (a tuple in, its
   // elements out), so XLA cannot move the recomputation into the forward pass.
   std::vector<V> barrier(const std::vector<V>& values);
@@ -78,7 +87,9 @@ class LoweredEmitter {
  private:
   V push(HloInstruction i);
   HloInstruction make(const Shape& shape, const char* opcode, std::vector<std::string> operands);
-  const std::string& add_region();
+  // A reduction's combiner computation (one per opcode: "add", "maximum"), made on first use.
+  const std::string& region(const char* opcode);
+  V reduce(const char* combiner, const V& x, const std::vector<int64_t>& reduced);
   // A computation of the instructions written since `entry_` was emptied, in XLA's post order.
   void seal(std::string name, bool is_entry);
   // A tuple of `values`, and get-tuple-element of each of a tuple's elements.
@@ -93,11 +104,17 @@ class LoweredEmitter {
   std::vector<HloInstruction> entry_;
   std::string category_;
   std::string op_name_;
-  std::string add_region_;  // the reductions' combiner, made on first use
+  std::vector<std::pair<std::string, std::string>> regions_;  // combiner opcode -> its computation
   uint64_t counter_ = 0;
   uint64_t parameters_ = 0;
   uint64_t loops_ = 0;
 };
+
+// The GPT configurations written as lowered programs (zoo_gpt_lowered.cc): inference on one GPU, the
+// forward pass JAX traces for reference_programs.py's step "infer". Training is still written as XLA's
+// fused program (zoo_gpt.cc, zoo_transformer.cc).
+bool gpt_lowers(const ModelSpec& spec);
+void build_gpt_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 
 // The MLP configurations written as lowered programs (zoo_mlp_lowered.cc): one GPU, gradient accumulation
 // as a scan, the remat policies that keep values on the device, optimizers with elementwise updates. The
