@@ -171,6 +171,17 @@ LoweredEmitter::V LoweredEmitter::gather(const V& table, const V& indices) {
   return push(make(array(table.shape.type, dims), "gather", {table.name, indices.name}));
 }
 
+LoweredEmitter::V LoweredEmitter::concatenate(const std::vector<V>& values, size_t dim) {
+  Shape shape = values.front().shape;
+  shape.dims[dim] = 0;
+  std::vector<std::string> names;
+  for (const V& v : values) {
+    shape.dims[dim] += v.shape.dims[dim];
+    names.push_back(v.name);
+  }
+  return push(make(shape, "concatenate", std::move(names)));
+}
+
 LoweredEmitter::V LoweredEmitter::tuple(const std::vector<V>& values) {
   Shape shape;
   std::vector<std::string> names;

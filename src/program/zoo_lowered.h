@@ -59,6 +59,7 @@ class LoweredEmitter {
   V slice(const V& x, size_t dim, uint64_t size);
   // table[indices]: rows of `table` ([rows, width]) at `indices` ([..., 1]), shaped [..., width].
   V gather(const V& table, const V& indices);
+  V concatenate(const std::vector<V>& values, size_t dim);
   // dot_general: `batch_dims` leading dimensions of both operands are batch dimensions.
   V dot(const V& a, const V& b, const std::vector<uint64_t>& dims, PrimitiveType type, size_t batch_dims = 0);
   // A sum over `reduced`; the result keeps the other dimensions in order.
@@ -110,11 +111,11 @@ class LoweredEmitter {
   uint64_t loops_ = 0;
 };
 
-// The GPT configurations written as lowered programs (zoo_gpt_lowered.cc): inference on one GPU, the
-// forward pass JAX traces for reference_programs.py's step "infer". Training is still written as XLA's
-// fused program (zoo_gpt.cc, zoo_transformer.cc).
-bool gpt_lowers(const ModelSpec& spec);
-void build_gpt_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
+// The transformer configurations written as lowered programs (zoo_transformer_lowered.cc): GPT and ViT
+// inference on one GPU, the forward pass JAX traces for reference_programs.py's step "infer". Training is
+// still written as XLA's fused program (zoo_gpt.cc, zoo_vit.cc, zoo_transformer.cc).
+bool transformer_lowers(const ModelSpec& spec);
+void build_transformer_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 
 // The MLP configurations written as lowered programs (zoo_mlp_lowered.cc): one GPU, gradient accumulation
 // as a scan, the remat policies that keep values on the device, optimizers with elementwise updates. The

@@ -130,8 +130,10 @@ TEST(StepPlan, OffloadSendsTheDotsJaxMarksForTheHost) {
   EXPECT_EQ(kept->offloaded_bytes, 0u);
 }
 
-// ViT inference: GELU written over its GEMM's output as XLA's fusion does, the zoo's peak is the live set of
-// XLA's compiled module at its peak, to the byte (plan_hlo's no-fragmentation bound of the bundled module).
+// ViT inference, written as the program JAX lowers and planned through the model of XLA:GPU: the zoo's
+// peak is the live set of XLA's compiled module at its peak (plan_hlo's no-fragmentation bound of the
+// bundled module) within 0.5%. The difference, 4.8 MB, is the softmax's row maximum and sum
+// ([256,12,197] f32 each), which the model keeps as buffers and XLA inside its Triton softmax fusion.
 TEST(StepPlan, VitInferenceHoldsWhatXlaHolds) {
   auto spec = model_spec_from_json(Json::parse(
       R"({"model": "vit", "d_model": 768, "heads": 12, "layers": 12, "batch": 256, "step": "infer"})"));
@@ -144,7 +146,8 @@ TEST(StepPlan, VitInferenceHoldsWhatXlaHolds) {
   ASSERT_TRUE(compiled.ok());
   auto xla = plan_hlo(*compiled);
   ASSERT_TRUE(xla.ok());
-  EXPECT_EQ(plan->peak_bytes, xla->lower_bound_bytes);
+  EXPECT_NEAR(static_cast<double>(plan->peak_bytes), static_cast<double>(xla->lower_bound_bytes),
+              0.005 * static_cast<double>(xla->lower_bound_bytes));
 }
 
 // The zoo's program takes the arguments JAX passed: the entry parameters of its module are, shape for
@@ -244,10 +247,10 @@ TEST(StepPlan, TheZoosMlpIsTheProgramJaxLowers) {
   EXPECT_EQ(expect_zoo_writes_jaxs_program("mlp_", [](const Json&) { return true; }), 7);
 }
 
-TEST(StepPlan, TheZoosGptInferenceIsTheProgramJaxLowers) {
-  EXPECT_EQ(expect_zoo_writes_jaxs_program(
-                "gpt_", [](const Json& c) { return c.contains("step") && c["step"] == "infer"; }),
-            1);  // gpt_fp32_infer_b32
+TEST(StepPlan, TheZoosTransformerInferenceIsTheProgramJaxLowers) {
+  auto infer = [](const Json& c) { return c.contains("step") && c["step"] == "infer"; };
+  EXPECT_EQ(expect_zoo_writes_jaxs_program("gpt_", infer), 1);  // gpt_fp32_infer_b32
+  EXPECT_EQ(expect_zoo_writes_jaxs_program("vit_", infer), 1);  // vit_b16_infer_b256
 }
 
 }  // namespace
