@@ -222,12 +222,15 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
     if (trials.size() > before) offload_trial = before;
   }
   // 3. shapes: precision, rematerialization, accumulation, batch.
+  const bool serving = spec.step == StepKind::kInfer || spec.step == StepKind::kDecode;
   if (spec.precision == Precision::kFp32) {
     ModelSpec s = spec;
     s.precision = Precision::kMixed;
     add("shapes", "mixed precision (fp32 parameters, bf16 compute)",
         "x @ W.astype(jnp.bfloat16)  # compute in bfloat16, keep fp32 parameters", 0.02,
-        "faster on tensor cores; check the loss curve", s, memory_fraction);
+        serving ? "faster on tensor cores; check the outputs against fp32"
+                : "faster on tensor cores; check the loss curve",
+        s, memory_fraction);
   }
   if (spec.step == StepKind::kTrain) {
     const struct {
@@ -272,7 +275,10 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
     s.batch /= div;
     add("shapes", fmt::format("batch {} instead of {}", s.batch, spec.batch),
         fmt::format("batch_size = {}", s.batch), 0.5 * static_cast<double>(div),
-        "changes the optimization: retune the learning rate", s, memory_fraction, true);
+        // Only training learns from the batch; an inference or decode step serves fewer sequences at once.
+        serving ? "fewer sequences per step: the same requests take more steps"
+                : "changes the optimization: retune the learning rate",
+        s, memory_fraction, true);
   }
   // 4. sharding: FSDP over more devices (parameters, gradients and optimizer state split; batch split).
   if (spec.sharding == ShardingKind::kReplicated && spec.devices() <= 1 && spec.step == StepKind::kTrain) {

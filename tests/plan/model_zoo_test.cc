@@ -425,6 +425,30 @@ TEST(ModelZoo, FitRanksTheChangesThatFit) {
   EXPECT_EQ(fit->candidates.back().step, "sharding");
 }
 
+// An inference step is not trained: fit offers no remat, accumulation or sharding for it, and says what a
+// smaller batch or bf16 compute costs a server, not a training run.
+TEST(ModelZoo, FitSpeaksOfServingForAnInferenceStep) {
+  auto spec = model_spec_from_json(Json::parse(R"({"model": "gpt", "step": "infer", "batch": 64})"));
+  ASSERT_TRUE(spec.ok());
+  auto fit = fit_step(*spec, 16ull << 30);
+  ASSERT_TRUE(fit.ok()) << fit.error().message();
+  bool batch = false, mixed = false;
+  for (const FitCandidate& c : fit->candidates) {
+    EXPECT_EQ(c.change.find("remat"), std::string::npos) << c.change;
+    EXPECT_EQ(c.change.find("accumulation"), std::string::npos) << c.change;
+    EXPECT_NE(c.step, "sharding") << c.change;
+    EXPECT_EQ(c.cost_note.find("learning rate"), std::string::npos) << c.cost_note;
+    EXPECT_EQ(c.cost_note.find("loss curve"), std::string::npos) << c.cost_note;
+    if (c.change.rfind("batch ", 0) == 0) {
+      batch = true;
+      EXPECT_NE(c.cost_note.find("fewer sequences per step"), std::string::npos) << c.cost_note;
+    }
+    if (c.change.rfind("mixed precision", 0) == 0) mixed = true;
+  }
+  EXPECT_TRUE(batch);
+  EXPECT_TRUE(mixed);
+}
+
 // The location step: offloading the saved activations is tried, with what it moves over PCIe, and - since
 // XLA:GPU copies each to the host only just before the backward pass reads it - it is reported as only
 // moving memory to the host and not offered, though it "fits" wherever remat dots_no_batch does.
