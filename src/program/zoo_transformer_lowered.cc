@@ -205,11 +205,12 @@ class TransformerForward {
 
 }  // namespace
 
+// Any remat policy: jax.checkpoint adds its optimization barrier only to a differentiated function, and an
+// inference step evaluates the block as written (jax/_src/ad_checkpoint.py, remat_lowering).
 bool transformer_lowers(const ModelSpec& spec) {
   return (spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit) &&
          spec.backend == Backend::kGpu && spec.devices() == 1 && spec.sharding == ShardingKind::kReplicated &&
-         spec.step == StepKind::kInfer && !spec.scan && spec.attn == AttentionKind::kXla &&
-         spec.remat == RematPolicy::kNone;
+         spec.step == StepKind::kInfer && !spec.scan && spec.attn == AttentionKind::kXla;
 }
 
 void build_transformer_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments) {

@@ -425,6 +425,29 @@ TEST(ModelZoo, FitRanksTheChangesThatFit) {
   EXPECT_EQ(fit->candidates.back().step, "sharding");
 }
 
+// jax.checkpoint leaves a function nobody differentiates as it is (no optimization barrier), so a remat
+// policy changes nothing in an inference step: the zoo writes the same lowered program for each.
+TEST(ModelZoo, RematLeavesAnInferenceStepAsItIs) {
+  for (const std::string model : {"gpt", "vit"}) {
+    SCOPED_TRACE(model);
+    const std::string base = R"({"model": ")" + model + R"(", "step": "infer", "layers": 2)";
+    const StepPlan none = plan(base + "}");
+    for (const char* policy : {"full", "dots", "dots_no_batch", "offload_dots_no_batch"}) {
+      SCOPED_TRACE(policy);
+      const std::string spec = base + R"(, "remat": ")" + policy + R"("})";
+      auto parsed = model_spec_from_json(Json::parse(spec));
+      ASSERT_TRUE(parsed.ok());
+      auto built = build_step_module(*parsed);
+      ASSERT_TRUE(built.ok()) << built.error().message();
+      EXPECT_FALSE(built->is_scheduled);  // the lowered program JAX traces
+      const StepPlan with = plan(spec);
+      EXPECT_EQ(with.peak_bytes, none.peak_bytes);
+      EXPECT_EQ(with.hlo.temp_bytes, none.hlo.temp_bytes);
+      EXPECT_EQ(with.host_peak_bytes, 0u);
+    }
+  }
+}
+
 // An inference step is not trained: fit offers no remat, accumulation or sharding for it, and says what a
 // smaller batch or bf16 compute costs a server, not a training run.
 TEST(ModelZoo, FitSpeaksOfServingForAnInferenceStep) {
