@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <limits>
 #include <set>
 #include <utility>
 
+#include "memfit/core/checked.h"
 #include "memfit/core/json.h"
 #include "memfit/core/text.h"
 
@@ -217,6 +219,18 @@ Status validate_model_spec(const ModelSpec& s) {
     return invalid_argument(fmt::format("heads: {} heads do not divide d_model {}", s.heads, s.d_model));
   if (s.model == ModelFamily::kVit && s.image % s.patch != 0)
     return invalid_argument(fmt::format("patch: {} does not divide the image side {}", s.patch, s.image));
+  if (s.model == ModelFamily::kVit) {
+    // The writers take the token count ((image / patch)^2 patches and the class token) and a patch's
+    // values (patch^2 x channels) as plain products: a spec whose products wrap would plan a wrong model.
+    const uint64_t side = s.image / s.patch;
+    const auto patches = checked_mul(side, side);
+    const auto patch_values = checked_mul(s.patch, s.patch);
+    if (!patches || *patches == std::numeric_limits<uint64_t>::max())
+      return invalid_argument(fmt::format("image: ({} / {})^2 patches overflow 64 bits", s.image, s.patch));
+    if (!patch_values || !checked_mul(*patch_values, s.channels))
+      return invalid_argument(
+          fmt::format("patch: a {}x{} patch of {} channels overflows 64 bits", s.patch, s.patch, s.channels));
+  }
   if (s.batch % s.accum != 0)
     return invalid_argument(
         fmt::format("accum: batch {} does not split into {} microbatches", s.batch, s.accum));

@@ -385,6 +385,9 @@ TEST(ModelZoo, NonsenseSpecsAreRefusedWithAReason) {
       {R"({"model": "gpt", "colour": "red"})", "colour"},
       {R"({"model": "gpt", "layers": "eight"})", "layers"},
       {R"({"model": "mlp", "remat_layers": [12]})", "remat_layers"},
+      // (image / patch)^2 wraps to 0 (2^40 squared): it planned a ViT of one token.
+      {R"({"model": "vit", "image": 1099511627776, "patch": 1, "step": "infer"})", "image"},
+      {R"({"model": "vit", "image": 4294967296, "patch": 4294967296, "channels": 3})", "patch"},
   };
   for (const auto& [json, key] : cases) {
     auto spec = model_spec_from_json(Json::parse(json));
