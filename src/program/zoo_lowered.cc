@@ -266,6 +266,75 @@ std::vector<LoweredEmitter::V> LoweredEmitter::loop(
   return elements(push(std::move(w)));
 }
 
+namespace {
+
+// 1 - b ** t
+LoweredEmitter::V bias_correction(LoweredEmitter& e, const LoweredEmitter::V& t) {
+  return e.binary("subtract", e.scalar(PrimitiveType::kF32),
+                  e.binary("power", e.scalar(PrimitiveType::kF32), t));
+}
+
+}  // namespace
+
+void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<LoweredEmitter::V>& params,
+                  const std::vector<LoweredEmitter::V>& grads, const OptimizerState* state,
+                  const std::vector<LoweredEmitter::V>& extra) {
+  using V = LoweredEmitter::V;
+  auto splat = [&](const V& like) { return e.splat(like.shape.type, like.shape.dims); };
+  auto f32 = [&](const V& x) {
+    return x.shape.type == PrimitiveType::kF32 ? x : e.convert(x, PrimitiveType::kF32);
+  };
+  e.set_op_name("jit(step)/update");
+  std::vector<V> new_p, new_m, new_v;
+  V new_count, step_f32;
+  if (state) {
+    e.set_category("optimizer_state");
+    new_count = e.binary("add", state->count, e.scalar(PrimitiveType::kS32));
+    step_f32 = e.convert(new_count, PrimitiveType::kF32);
+  }
+  for (size_t k = 0; k < params.size(); ++k) {
+    const V g = f32(grads[k]);
+    const V p = f32(params[k]);
+    V step;
+    if (state) {
+      e.set_category("optimizer_state");
+      const V m =
+          e.binary("add", e.binary("multiply", state->m[k], splat(g)), e.binary("multiply", g, splat(g)));
+      const V v = e.binary("add", e.binary("multiply", state->v[k], splat(g)),
+                           e.binary("multiply", e.binary("multiply", g, g), splat(g)));
+      new_m.push_back(m);
+      new_v.push_back(v);
+      e.set_category("parameters");
+      const V c1 = e.broadcast(bias_correction(e, step_f32), g.shape.dims, {});
+      const V c2 = e.broadcast(bias_correction(e, step_f32), g.shape.dims, {});
+      const V lr_m = e.binary("multiply", e.binary("divide", m, c1), splat(g));
+      const V denom = e.binary("add", e.unary("sqrt", e.binary("divide", v, c2)), splat(g));
+      step = e.binary("divide", lr_m, denom);
+      if (spec.optimizer == OptimizerKind::kAdamW)
+        step = e.binary("add", step, e.binary("multiply", e.binary("multiply", p, splat(p)), splat(p)));
+    } else {
+      e.set_category("parameters");
+      step = e.binary("multiply", g, splat(g));
+    }
+    V out = e.binary("subtract", p, step);
+    if (params[k].shape.type != PrimitiveType::kF32) out = e.convert(out, params[k].shape.type);
+    new_p.push_back(out);
+  }
+  std::vector<V> outs = new_p;
+  if (state) {
+    outs.insert(outs.end(), new_m.begin(), new_m.end());
+    outs.insert(outs.end(), new_v.begin(), new_v.end());
+    outs.push_back(new_count);
+  }
+  std::vector<V> results = outs;
+  results.insert(results.end(), extra.begin(), extra.end());
+  e.root(results);
+  if (!spec.donate) return;
+  // donate_argnums=(0, 1): each new parameter, moment and the count over the argument it replaces - output
+  // k is argument k, as both follow jax's flattening of (params, opt).
+  for (size_t k = 0; k < outs.size(); ++k) e.alias(k, static_cast<int64_t>(k));
+}
+
 void LoweredEmitter::seal(std::string name, bool is_entry) {
   HloComputation c;
   c.name = std::move(name);

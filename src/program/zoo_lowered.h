@@ -111,6 +111,21 @@ class LoweredEmitter {
   uint64_t loops_ = 0;
 };
 
+// An optimizer's state as the step's arguments hold it: adam's and adamw's moments (one per parameter, in
+// the parameters' order) and step count.
+struct OptimizerState {
+  std::vector<LoweredEmitter::V> m, v;
+  LoweredEmitter::V count;
+};
+
+// The optimizer's update as reference_programs.py writes it (its own adam; optax's adamw, the decay on the
+// parameter; sgd), parameter by parameter in f32, and the step's results in jax's order: the new parameters,
+// (adam, adamw: `state` given) the new moments and count, then `extra` (the loss); with spec.donate each new
+// parameter, moment and count is written over the argument it replaces.
+void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<LoweredEmitter::V>& params,
+                  const std::vector<LoweredEmitter::V>& grads, const OptimizerState* state,
+                  const std::vector<LoweredEmitter::V>& extra);
+
 // The transformer configurations written as lowered programs (zoo_transformer_lowered.cc): GPT and ViT
 // inference on one GPU, the forward pass JAX traces for reference_programs.py's step "infer". Training is
 // still written as XLA's fused program (zoo_gpt.cc, zoo_vit.cc, zoo_transformer.cc).

@@ -205,7 +205,7 @@ class MlpStep {
     }
     if (moments_) {
       for (int k = 0; k < 2; ++k) {
-        std::vector<V>& moment = k == 0 ? m_ : v_;
+        std::vector<V>& moment = k == 0 ? state_.m : state_.v;
         for (size_t l = 0; l < n; ++l) {
           moment.push_back(state(LoweredEmitter::array(PrimitiveType::kF32, weight_[l].shape.dims),
                                  fmt::format("opt[{}][{}][0]", k, l), args));
@@ -213,7 +213,7 @@ class MlpStep {
                                  fmt::format("opt[{}][{}][1]", k, l), args));
         }
       }
-      count_ = state(LoweredEmitter::array(PrimitiveType::kS32, {}), "opt[2]", args);
+      state_.count = state(LoweredEmitter::array(PrimitiveType::kS32, {}), "opt[2]", args);
     }
     x_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kF32, {s_.batch, s_.din}), "batch[0]",
                       "activations");
@@ -326,73 +326,17 @@ class MlpStep {
     }
   }
 
-  // adam (reference_programs.py's own), adamw (optax's: the decay on the parameter) or sgd, parameter by
-  // parameter; the outputs in jax's order, each donated argument written over by its new value.
+  // The optimizer's update of every parameter, the loss beside it (none under vmap).
   void update(const std::vector<V>& dw, const std::vector<V>& db, const V& loss) {
-    e_.set_op_name("jit(step)/update");
-    std::vector<V> grads;
-    std::vector<V> params;
+    std::vector<V> grads, params;
     for (size_t l = 0; l < dw.size(); ++l) {
       grads.push_back(dw[l]);
       grads.push_back(db[l]);
       params.push_back(weight_[l]);
       params.push_back(bias_[l]);
     }
-    std::vector<V> new_p, new_m, new_v;
-    V new_count, step_f32;
-    if (moments_) {
-      e_.set_category("optimizer_state");
-      new_count = e_.binary("add", count_, e_.scalar(PrimitiveType::kS32));
-      step_f32 = e_.convert(new_count, PrimitiveType::kF32);
-    }
-    for (size_t k = 0; k < params.size(); ++k) {
-      const V g =
-          grads[k].shape.type == PrimitiveType::kF32 ? grads[k] : e_.convert(grads[k], PrimitiveType::kF32);
-      const V p = params[k].shape.type == PrimitiveType::kF32 ? params[k]
-                                                              : e_.convert(params[k], PrimitiveType::kF32);
-      V step;
-      if (moments_) {
-        e_.set_category("optimizer_state");
-        const V m =
-            e_.binary("add", e_.binary("multiply", m_[k], splat(g)), e_.binary("multiply", g, splat(g)));
-        const V v = e_.binary("add", e_.binary("multiply", v_[k], splat(g)),
-                              e_.binary("multiply", e_.binary("multiply", g, g), splat(g)));
-        new_m.push_back(m);
-        new_v.push_back(v);
-        e_.set_category("parameters");
-        const V c1 = e_.broadcast(bias_correction(step_f32), g.shape.dims, {});
-        const V c2 = e_.broadcast(bias_correction(step_f32), g.shape.dims, {});
-        const V lr_m = e_.binary("multiply", e_.binary("divide", m, c1), splat(g));
-        const V denom = e_.binary("add", e_.unary("sqrt", e_.binary("divide", v, c2)), splat(g));
-        step = e_.binary("divide", lr_m, denom);
-        if (s_.optimizer == OptimizerKind::kAdamW)
-          step = e_.binary("add", step, e_.binary("multiply", e_.binary("multiply", p, splat(p)), splat(p)));
-      } else {
-        e_.set_category("parameters");
-        step = e_.binary("multiply", g, splat(g));
-      }
-      V out = e_.binary("subtract", p, step);
-      if (pdt_ != PrimitiveType::kF32) out = e_.convert(out, pdt_);
-      new_p.push_back(out);
-    }
-    std::vector<V> outs = new_p;
-    if (moments_) {
-      outs.insert(outs.end(), new_m.begin(), new_m.end());
-      outs.insert(outs.end(), new_v.begin(), new_v.end());
-      outs.push_back(new_count);
-    }
-    std::vector<V> results = outs;
-    if (!vmap_) results.push_back(loss);
-    e_.root(results);
-    if (!s_.donate) return;
-    // donate_argnums=(0, 1): each new parameter, moment and the count over the argument it replaces -
-    // output k is argument k, as both follow jax's flattening of (params, opt).
-    for (size_t k = 0; k < outs.size(); ++k) e_.alias(k, static_cast<int64_t>(k));
-  }
-  // 1 - b ** t
-  V bias_correction(const V& t) {
-    return e_.binary("subtract", e_.scalar(PrimitiveType::kF32),
-                     e_.binary("power", e_.scalar(PrimitiveType::kF32), t));
+    write_update(e_, s_, params, grads, moments_ ? &state_ : nullptr,
+                 vmap_ ? std::vector<V>{} : std::vector<V>{loss});
   }
 
   const ModelSpec& s_;
@@ -400,8 +344,9 @@ class MlpStep {
   PrimitiveType pdt_, cdt_;
   std::vector<uint64_t> sizes_;
   bool vmap_ = false, train_ = true, moments_ = false;
-  std::vector<V> weight_, bias_, m_, v_;
-  V count_, x_, y_;
+  std::vector<V> weight_, bias_;
+  OptimizerState state_;
+  V x_, y_;
 };
 
 }  // namespace
