@@ -1,10 +1,11 @@
-// The transformer families' inference step written as JAX lowers it (reference_programs.py's gpt and vit
-// with step "infer"; the shared gpt_fp32_infer_b32 and vit_b16_infer_b256 lowered programs are what this
+// The transformer families' steps written as JAX lowers them (reference_programs.py's gpt and vit; the
+// shared gpt_fp32_infer_b32, vit_b16_infer_b256 and vit_b16_fp32_donate lowered programs are what this
 // follows, op for op where memory is concerned): the embedding (GPT's token lookup; ViT's patch projection
 // beside the class token), the blocks (layer norms as jnp writes them, attention with an f32 softmax -
 // GPT's scores masked causally - and the tanh GELU MLP), the final norm and the head (GPT's logits against
-// the tied embedding; ViT's mean over tokens and its classifier) - planned through the model of XLA:GPU
-// like any user's lowered program.
+// the tied embedding; ViT's mean over tokens and its classifier); for ViT training also the loss, the
+// transposes JAX's rules write (the data gradient through every block, then each parameter's gradient) and
+// the optimizer's update - planned through the model of XLA:GPU like any user's lowered program.
 #include <fmt/format.h>
 
 #include "memfit/program/model_zoo.h"
@@ -19,9 +20,25 @@ struct LayerParams {
   V b1, b2, ln1_b, ln1_g, ln2_b, ln2_g, w1, w2, wo, wqkv;
 };
 
-class TransformerForward {
+// A layer norm's values its transpose reads: the two centred copies jnp writes, var + eps, its rsqrt, the
+// normalized value (before the scale) and the output.
+struct Norm {
+  V xm, d, var_eps, inv, normalized, y;
+};
+
+// What a block's backward pass reads of its forward pass.
+struct BlockSaved {
+  Norm ln1, ln2;
+  V q, kt, v;          // [B,H,S,hd], [B,H,hd,S], [B,H,S,hd]
+  V ex, sum, probs;    // the softmax's exp, its row sums ([B,H,S,1]) and the probabilities
+  V merged;            // the heads' output, [B,S,D], before the projection
+  V z, tanh, half, h;  // the GELU's pre-activation, tanh, 0.5 (1 + tanh) and output
+};
+
+class TransformerStep {
  public:
-  TransformerForward(const ModelSpec& s, HloModule& m) : s_(s), e_(m) {
+  TransformerStep(const ModelSpec& s, HloModule& m) : s_(s), e_(m) {
+    train_ = s.step == StepKind::kTrain;
     vit_ = s.model == ModelFamily::kVit;
     seq_ = vit_ ? (s.image / s.patch) * (s.image / s.patch) + 1 : s.seq;
     pdt_ = s.precision == Precision::kBf16 ? PrimitiveType::kBF16 : PrimitiveType::kF32;
@@ -34,8 +51,13 @@ class TransformerForward {
     e_.set_op_name("jit(step)");
     V x = vit_ ? patches() : embed();
     if (!vit_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
-    for (const LayerParams& p : blocks_) x = block(x, p);
-    x = layer_norm(x, lnf_g_, lnf_b_);
+    if (train_) {
+      train(x);
+      e_.finish();
+      return;
+    }
+    for (const LayerParams& p : blocks_) x = block(x, p, nullptr);
+    x = layer_norm(x, lnf_g_, lnf_b_, nullptr);
     V logits;
     if (vit_) {
       // jnp.mean(x, axis=1) @ head.astype(cdt)
@@ -81,6 +103,7 @@ class TransformerForward {
     lnf_b_ = param({d}, "params['lnf_b']", args);
     lnf_g_ = param({d}, "params['lnf_g']", args);
     pos_ = param({seq_, d}, "params['pos']", args);
+    if (train_) declare_state(args);
     tokens_ =
         vit_ ? e_.parameter(LoweredEmitter::array(PrimitiveType::kF32,
                                                   {s_.batch, seq_ - 1, s_.patch * s_.patch * s_.channels}),
@@ -88,6 +111,25 @@ class TransformerForward {
              : e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {s_.batch, seq_}), "batch[0]",
                             "activations");
     args.batch_bytes += tokens_.shape.own_bytes();
+    if (!train_) return;
+    labels_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {s_.batch}), "batch[1]", "activations");
+    args.batch_bytes += labels_.shape.own_bytes();
+  }
+  // adam's moments and count, declared between the parameters and the batch (jax's order: params, opt).
+  void declare_state(StepArguments& args) {
+    if (s_.optimizer != OptimizerKind::kAdam && s_.optimizer != OptimizerKind::kAdamW) return;
+    for (int k = 0; k < 2; ++k) {
+      std::vector<V>& moment = k == 0 ? state_.m : state_.v;
+      for (const V& p : params_) {
+        const Shape shape = LoweredEmitter::array(PrimitiveType::kF32, p.shape.dims);
+        args.optimizer_state_bytes += shape.own_bytes();
+        moment.push_back(e_.parameter(shape, fmt::format("opt[{}]", k), "optimizer_state"));
+      }
+    }
+    const Shape count = LoweredEmitter::array(PrimitiveType::kS32, {});
+    args.optimizer_state_bytes += count.own_bytes();
+    state_.count = e_.parameter(count, "opt[2]", "optimizer_state");
+    moments_ = true;
   }
   V param(std::vector<uint64_t> dims, const std::string& name, StepArguments& args) {
     const Shape shape = LoweredEmitter::array(pdt_, std::move(dims));
@@ -95,7 +137,8 @@ class TransformerForward {
     for (uint64_t n : shape.dims) count *= n;
     args.parameter_count += count;
     args.parameter_bytes += shape.own_bytes();
-    return e_.parameter(shape, name, "parameters");
+    params_.push_back(e_.parameter(shape, name, "parameters"));
+    return params_.back();
   }
 
   V cast(const V& x, PrimitiveType type) { return x.shape.type == type ? x : e_.convert(x, type); }
@@ -116,6 +159,152 @@ class TransformerForward {
     return cast(x, cdt_);
   }
 
+  // jax.value_and_grad of the loss over the forward pass from `x` (the embedded tokens), then the
+  // optimizer's update: the transposes of reference_programs.py's ops as JAX writes them, the data gradient
+  // through every block first, each parameter's gradient beside its update.
+  void train(V x) {
+    const uint64_t batch = s_.batch, seq = seq_, d = s_.d_model;
+    std::vector<BlockSaved> saved(blocks_.size());
+    for (size_t l = 0; l < blocks_.size(); ++l) x = block(x, blocks_[l], &saved[l]);
+    Norm lnf;
+    const V y = layer_norm(x, lnf_g_, lnf_b_, &lnf);
+    // loss = -mean(take_along_axis(log_softmax(mean(y, 1) @ head), labels))
+    const V pooled = e_.binary("divide", e_.reduce_sum(y, {1}), splat(PrimitiveType::kF32, {batch, d}));
+    const V logits = e_.dot(pooled, head_, {batch, s_.classes}, cdt_);
+    const std::vector<uint64_t> bc = {batch, s_.classes};
+    const V mx = e_.binary("maximum", e_.reduce_max(logits, {1}), splat(PrimitiveType::kF32, {batch}));
+    const V shifted = with("subtract", logits, mx, {0});
+    const V ex = e_.unary("exponential", shifted);
+    const V se = e_.reduce_sum(ex, {1});
+    const V logp = with("subtract", shifted, e_.unary("log", se), {0});
+    const V picked = e_.select(e_.compare(e_.broadcast(labels_, bc, {0}), splat(PrimitiveType::kS32, bc)),
+                               logp, splat(PrimitiveType::kF32, bc));
+    const V loss = e_.unary(
+        "negate", e_.binary("divide", e_.reduce_sum(picked, {0, 1}), e_.scalar(PrimitiveType::kF32)));
+    e_.set_category("temporaries");
+    e_.set_op_name("jit(step)/transpose(jvp())");
+    // The cotangent of log_softmax's output (-1/B at each label), through log_softmax and the head.
+    const V dlogp = e_.select(e_.compare(e_.broadcast(labels_, bc, {0}), splat(PrimitiveType::kS32, bc)),
+                              splat(PrimitiveType::kF32, bc), splat(PrimitiveType::kF32, bc));
+    const V dlogits = e_.binary(
+        "subtract", dlogp,
+        e_.binary("multiply", with("divide", ex, se, {0}), e_.broadcast(e_.reduce_sum(dlogp, {1}), bc, {0})));
+    const V dpooled = e_.dot(dlogits, head_, {batch, d}, cdt_);
+    const V dhead = e_.transpose(e_.dot(dlogits, pooled, {s_.classes, d}, cdt_), {1, 0});
+    const V dy = e_.broadcast(e_.binary("divide", dpooled, splat(PrimitiveType::kF32, {batch, d})),
+                              {batch, seq, d}, {0, 2});
+    V g = norm_transpose(lnf, lnf_g_, dy, nullptr);
+    std::vector<std::vector<V>> layer_grads(blocks_.size());
+    for (size_t l = blocks_.size(); l-- > 0;) g = block_transpose(blocks_[l], saved[l], g, layer_grads[l]);
+    // The embedding: the class token's row, the patches' projection, the positions.
+    e_.set_category("gradients");
+    const V dcls = e_.reduce_sum(e_.slice(g, 1, 1), {0, 1});
+    const V dembed = e_.transpose(
+        e_.dot(e_.slice(g, 1, seq - 1), tokens_, {d, s_.patch * s_.patch * s_.channels}, cdt_), {1, 0});
+    const V dpos = e_.reduce_sum(g, {0});
+    std::vector<V> grads = {dcls, dembed, dhead};
+    for (const std::vector<V>& lg : layer_grads) grads.insert(grads.end(), lg.begin(), lg.end());
+    grads.push_back(vector_grad(dy));                                         // lnf_b
+    grads.push_back(vector_grad(e_.binary("multiply", lnf.normalized, dy)));  // lnf_g
+    grads.push_back(dpos);
+    write_update(e_, s_, params_, grads, moments_ ? &state_ : nullptr, {loss});
+  }
+
+  // The gradient of a [D] parameter broadcast over [B,S,D]: the sum over the batch and the tokens, through
+  // the broadcast's [1,1,D] reshape as jnp writes it.
+  V vector_grad(const V& per_token) {
+    const uint64_t n = per_token.shape.dims.back();
+    return e_.reduce_sum(e_.reshape(e_.reduce_sum(per_token, {0, 1}), {1, 1, n}), {0, 1});
+  }
+
+  // The transpose of a layer norm: `dy` (the output's cotangent) back to its input, added to `r` (the
+  // residual stream's cotangent) when there is one - the sums over the row as JAX's transpose rules write
+  // them. The scale's and shift's gradients come from vector_grad.
+  V norm_transpose(const Norm& n, const V& gamma, const V& dy, const V* r) {
+    const std::vector<uint64_t> row = {s_.batch, seq_}, kept = {s_.batch, seq_, 1};
+    const std::vector<uint64_t>& dims = dy.shape.dims;
+    e_.set_category("temporaries");
+    const V a = with("multiply", dy, gamma, {2});
+    const V t1 = with("multiply", a, e_.reshape(n.inv, row), {0, 1});
+    const V r1 = r ? e_.binary("add", *r, t1) : t1;
+    const V s1 = e_.reshape(e_.reduce_sum(e_.binary("multiply", n.xm, a), {2}), kept);
+    const V k =
+        e_.binary("multiply", e_.binary("divide", n.inv, n.var_eps), splat(PrimitiveType::kF32, kept));
+    const V s2 = e_.binary("divide", e_.binary("multiply", s1, k), splat(PrimitiveType::kF32, kept));
+    const V s3 = e_.broadcast(e_.reduce_sum(s2, {2}), dims, {0, 1});
+    const V t2 = e_.binary("multiply", s3, e_.binary("multiply", n.d, splat(PrimitiveType::kF32, dims)));
+    const V r2 = r ? e_.binary("add", r1, t2) : e_.binary("add", t1, t2);
+    const V n1 = e_.reshape(e_.reduce_sum(e_.unary("negate", t1), {2}), kept);
+    const V n2 = e_.reshape(e_.reduce_sum(e_.unary("negate", t2), {2}), kept);
+    const V s4 = e_.binary("divide", e_.binary("add", n1, n2), splat(PrimitiveType::kF32, kept));
+    return e_.binary("add", r2, e_.broadcast(e_.reduce_sum(s4, {2}), dims, {0, 1}));
+  }
+
+  // A block's transpose: `g` (the cotangent of its output) back to its input; its parameters' gradients in
+  // jax's order (b1, b2, ln1_b, ln1_g, ln2_b, ln2_g, w1, w2, wo, wqkv) into `grads`.
+  V block_transpose(const LayerParams& p, const BlockSaved& k, const V& g, std::vector<V>& grads) {
+    const uint64_t batch = s_.batch, seq = seq_, d = s_.d_model, heads = s_.heads, hd = d / heads, f = 4 * d;
+    e_.set_category("temporaries");
+    // x2 = x1 + h @ w2 + b2, h = gelu(z), z = ln2(x1) @ w1 + b1
+    const V dh = e_.dot(g, p.w2, {batch, seq, f}, cdt_);
+    const V dz = gelu_transpose(k, dh);
+    const V dln2 = e_.dot(dz, p.w1, {batch, seq, d}, cdt_);
+    const V dx1 = norm_transpose(k.ln2, p.ln2_g, dln2, &g);
+    // x1 = x + merged @ wo, merged = the heads of softmax(q k^T / sqrt(hd)) v
+    const V dmerged = e_.dot(dx1, p.wo, {batch, seq, d}, cdt_);
+    const V dout = e_.transpose(e_.reshape(dmerged, {batch, seq, heads, hd}), {0, 2, 1, 3});
+    const V dprobs = e_.dot(dout, k.v, {batch, heads, seq, seq}, cdt_, 2);
+    const std::vector<uint64_t>& sq = dprobs.shape.dims;
+    const std::vector<uint64_t> rows = {batch, heads, seq}, kept = {batch, heads, seq, 1};
+    const V a1 = with("divide", dprobs, e_.reshape(k.sum, rows), {0, 1, 2});
+    const V inv2 = e_.binary("divide", splat(PrimitiveType::kF32, kept), e_.binary("multiply", k.sum, k.sum));
+    const V a3 = e_.binary("multiply", with("multiply", dprobs, e_.reshape(inv2, rows), {0, 1, 2}), k.ex);
+    const V s = e_.reduce_sum(e_.unary("negate", e_.reshape(e_.reduce_sum(a3, {3}), kept)), {3});
+    const V a5 = e_.binary("multiply", e_.binary("add", a1, e_.broadcast(s, sq, {0, 1, 2})), k.ex);
+    const V dscores = e_.binary("divide", a5, splat(PrimitiveType::kF32, sq));
+    auto merge = [&](const V& per_head, const std::vector<int64_t>& permutation) {
+      return e_.reshape(e_.transpose(per_head, permutation), {batch, seq, d});
+    };
+    const V dq = merge(e_.dot(dscores, k.kt, {batch, heads, seq, hd}, cdt_, 2), {0, 2, 1, 3});
+    const V dk = merge(e_.dot(dscores, k.q, {batch, heads, seq, hd}, cdt_, 2), {0, 2, 1, 3});
+    const V dv = merge(e_.dot(dout, k.probs, {batch, heads, hd, seq}, cdt_, 2), {0, 3, 1, 2});
+    const V dqkv = e_.concatenate({dq, dk, dv}, 2);
+    const V dln1 = e_.dot(dqkv, p.wqkv, {batch, seq, d}, cdt_);
+    const V dx = norm_transpose(k.ln1, p.ln1_g, dln1, &dx1);
+    e_.set_category("gradients");
+    auto weight_grad = [&](const V& dy, const V& in, uint64_t rows_out, uint64_t cols_out) {
+      // dot(dy, in) over the batch and the tokens, then transposed to the weight's [in, out]
+      return e_.transpose(e_.dot(dy, in, {rows_out, cols_out}, cdt_), {1, 0});
+    };
+    grads = {vector_grad(dz),
+             vector_grad(g),
+             vector_grad(dln1),
+             vector_grad(e_.binary("multiply", k.ln1.normalized, dln1)),
+             vector_grad(dln2),
+             vector_grad(e_.binary("multiply", k.ln2.normalized, dln2)),
+             weight_grad(dz, k.ln2.y, f, d),
+             weight_grad(g, k.h, d, f),
+             weight_grad(dx1, k.merged, d, d),
+             weight_grad(dqkv, k.ln1.y, 3 * d, d)};
+    return dx;
+  }
+
+  // The GELU's transpose as JAX writes it: the product rule over z * half, tanh' = (1 + t)(1 - t), and the
+  // cube's derivative 3 z^2.
+  V gelu_transpose(const BlockSaved& k, const V& dh) {
+    const PrimitiveType t = dh.shape.type;
+    const std::vector<uint64_t>& dims = dh.shape.dims;
+    const V through_half = e_.binary("multiply", dh, k.half);
+    const V dhalf = e_.binary("multiply", e_.binary("multiply", k.z, dh), splat(t, dims));
+    const V dtanh = e_.binary("multiply", e_.binary("add", k.tanh, splat(t, dims)),
+                              e_.binary("subtract", splat(t, dims), k.tanh));
+    const V dinner = e_.binary("multiply", e_.binary("multiply", dhalf, dtanh), splat(t, dims));
+    const V sum = e_.binary("add", through_half, dinner);
+    const V dcube = e_.binary("multiply", e_.binary("multiply", dinner, splat(t, dims)),
+                              e_.binary("multiply", e_.binary("multiply", k.z, k.z), splat(t, dims)));
+    return e_.binary("add", sum, dcube);
+  }
+
   // ViT: concatenate([cls, patches.astype(cdt) @ embed.astype(cdt)], axis=1) + pos.astype(cdt).
   V patches() {
     const uint64_t d = s_.d_model;
@@ -132,46 +321,51 @@ class TransformerForward {
     return cast(mean, x.shape.type);
   }
   // (x - m) * rsqrt(mean((x - m) ** 2) + 1e-5) * g + b, as reference_programs.py's ln writes it.
-  V layer_norm(const V& x, const V& g, const V& b) {
+  V layer_norm(const V& x, const V& g, const V& b, Norm* saved) {
     const std::vector<uint64_t> row = {s_.batch, seq_};
     const V m = mean_last(x);
     auto centered = [&] { return with("subtract", x, e_.reshape(m, row), {0, 1}); };
     const V xm = centered();
     const V d = centered();
     const V var = mean_last(e_.binary("multiply", d, d));
-    const V inv = e_.unary("rsqrt", e_.binary("add", var, splat(x.shape.type, var.shape.dims)));
-    V y = with("multiply", xm, e_.reshape(inv, row), {0, 1});
-    y = with("multiply", y, cast(g, x.shape.type), {2});
-    return with("add", y, cast(b, x.shape.type), {2});
+    const V var_eps = e_.binary("add", var, splat(x.shape.type, var.shape.dims));
+    const V inv = e_.unary("rsqrt", var_eps);
+    const V normalized = with("multiply", xm, e_.reshape(inv, row), {0, 1});
+    const V y =
+        with("add", with("multiply", normalized, cast(g, x.shape.type), {2}), cast(b, x.shape.type), {2});
+    if (saved) *saved = Norm{xm, d, var_eps, inv, normalized, y};
+    return y;
   }
 
-  V block(const V& x, const LayerParams& p) {
+  V block(const V& x, const LayerParams& p, BlockSaved* saved) {
     const uint64_t batch = s_.batch, seq = seq_, d = s_.d_model, heads = s_.heads, hd = d / heads;
-    V h = layer_norm(x, p.ln1_g, p.ln1_b);
+    BlockSaved local;
+    BlockSaved& k = saved ? *saved : local;
+    V h = layer_norm(x, p.ln1_g, p.ln1_b, &k.ln1);
     const V qkv = e_.dot(h, cast(p.wqkv, cdt_), {batch, seq, 3 * d}, cdt_);
     auto head_split = [&](const std::vector<int64_t>& permutation) {
       return e_.transpose(e_.reshape(e_.slice(qkv, 2, d), {batch, seq, heads, hd}), permutation);
     };
-    const V q = head_split({0, 2, 1, 3});
-    const V kt = head_split({0, 2, 3, 1});  // k.transpose(0, 1, 3, 2), folded into the head split
-    V att = e_.dot(q, kt, {batch, heads, seq, seq}, cdt_, 2);
+    k.q = head_split({0, 2, 1, 3});
+    k.kt = head_split({0, 2, 3, 1});  // k.transpose(0, 1, 3, 2), folded into the head split
+    V att = e_.dot(k.q, k.kt, {batch, heads, seq, seq}, cdt_, 2);
     att = e_.binary("divide", att, splat(cdt_, att.shape.dims));
     // GPT: jnp.where(mask, att, -1e4)
     if (!vit_) att = e_.select(e_.broadcast(mask_, att.shape.dims, {2, 3}), att, splat(cdt_, att.shape.dims));
-    const V probs = cast(softmax(cast(att, PrimitiveType::kF32)), cdt_);
-    const V v = head_split({0, 2, 1, 3});
-    const V o = e_.dot(probs, v, {batch, heads, seq, hd}, cdt_, 2);
-    const V merged = e_.reshape(e_.transpose(o, {0, 2, 1, 3}), {batch, seq, d});
-    const V x1 = e_.binary("add", x, e_.dot(merged, cast(p.wo, cdt_), {batch, seq, d}, cdt_));
-    h = layer_norm(x1, p.ln2_g, p.ln2_b);
-    h = with("add", e_.dot(h, cast(p.w1, cdt_), {batch, seq, 4 * d}, cdt_), cast(p.b1, cdt_), {2});
-    h = gelu(h);
-    const V x2 = e_.binary("add", x1, e_.dot(h, cast(p.w2, cdt_), {batch, seq, d}, cdt_));
+    k.probs = cast(softmax(cast(att, PrimitiveType::kF32), &k.ex, &k.sum), cdt_);
+    k.v = head_split({0, 2, 1, 3});
+    const V o = e_.dot(k.probs, k.v, {batch, heads, seq, hd}, cdt_, 2);
+    k.merged = e_.reshape(e_.transpose(o, {0, 2, 1, 3}), {batch, seq, d});
+    const V x1 = e_.binary("add", x, e_.dot(k.merged, cast(p.wo, cdt_), {batch, seq, d}, cdt_));
+    h = layer_norm(x1, p.ln2_g, p.ln2_b, &k.ln2);
+    k.z = with("add", e_.dot(h, cast(p.w1, cdt_), {batch, seq, 4 * d}, cdt_), cast(p.b1, cdt_), {2});
+    k.h = gelu(k.z, &k.tanh, &k.half);
+    const V x2 = e_.binary("add", x1, e_.dot(k.h, cast(p.w2, cdt_), {batch, seq, d}, cdt_));
     return with("add", x2, cast(p.b2, cdt_), {2});
   }
 
   // jax.nn.softmax over the last axis: exp(x - max) / sum, the max floored at -inf.
-  V softmax(const V& x) {
+  V softmax(const V& x, V* ex_out, V* sum_out) {
     const std::vector<uint64_t> rows(x.shape.dims.begin(), x.shape.dims.end() - 1);
     std::vector<uint64_t> kept = rows;
     kept.push_back(1);
@@ -179,27 +373,33 @@ class TransformerForward {
     const V max = e_.binary("maximum", e_.reduce_max(x, {3}), splat(x.shape.type, rows));
     const V shifted = with("subtract", x, e_.reshape(e_.reshape(max, kept), rows), row_dims);
     const V ex = e_.unary("exponential", shifted);
-    const V sum = e_.reduce_sum(ex, {3});
-    return with("divide", ex, e_.reshape(e_.reshape(sum, kept), rows), row_dims);
+    const V sum = e_.reshape(e_.reduce_sum(ex, {3}), kept);
+    *ex_out = ex;
+    *sum_out = sum;
+    return with("divide", ex, e_.reshape(sum, rows), row_dims);
   }
 
   // jax.nn.gelu (approximate=True): x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
-  V gelu(const V& x) {
+  V gelu(const V& x, V* tanh_out, V* half_out) {
     const std::vector<uint64_t>& dims = x.shape.dims;
     const PrimitiveType t = x.shape.type;
     const V cube = e_.binary("multiply", e_.binary("multiply", x, x), x);
     const V inner = e_.binary("add", x, e_.binary("multiply", cube, splat(t, dims)));
     const V th = e_.unary("tanh", e_.binary("multiply", inner, splat(t, dims)));
     const V half = e_.binary("multiply", e_.binary("add", th, splat(t, dims)), splat(t, dims));
+    *tanh_out = th;
+    *half_out = half;
     return e_.binary("multiply", x, half);
   }
 
   const ModelSpec& s_;
   LoweredEmitter e_;
   PrimitiveType pdt_, cdt_;
-  bool vit_ = false;
+  bool vit_ = false, train_ = false, moments_ = false;
   uint64_t seq_ = 0;  // tokens: GPT's sequence, ViT's patches and the class token
-  V embed_, cls_, head_, lnf_b_, lnf_g_, pos_, tokens_, mask_;
+  V embed_, cls_, head_, lnf_b_, lnf_g_, pos_, tokens_, labels_, mask_;
+  std::vector<V> params_;  // every parameter, in jax's order
+  OptimizerState state_;
   std::vector<LayerParams> blocks_;
 };
 
@@ -208,13 +408,20 @@ class TransformerForward {
 // Any remat policy: jax.checkpoint adds its optimization barrier only to a differentiated function, and an
 // inference step evaluates the block as written (jax/_src/ad_checkpoint.py, remat_lowering).
 bool transformer_lowers(const ModelSpec& spec) {
-  return (spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit) &&
-         spec.backend == Backend::kGpu && spec.devices() == 1 && spec.sharding == ShardingKind::kReplicated &&
-         spec.step == StepKind::kInfer && !spec.scan && spec.attn == AttentionKind::kXla;
+  const bool one_gpu = spec.backend == Backend::kGpu && spec.devices() == 1 &&
+                       spec.sharding == ShardingKind::kReplicated && !spec.scan &&
+                       spec.attn == AttentionKind::kXla;
+  if (!one_gpu) return false;
+  if (spec.step == StepKind::kInfer)
+    return spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit;
+  // ViT training: fp32, no remat, one batch, the elementwise optimizers.
+  return spec.model == ModelFamily::kVit && spec.step == StepKind::kTrain &&
+         spec.precision == Precision::kFp32 && spec.remat == RematPolicy::kNone && spec.accum == 1 &&
+         spec.optimizer != OptimizerKind::kAdafactor;
 }
 
 void build_transformer_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments) {
-  TransformerForward(spec, module).build(arguments);
+  TransformerStep(spec, module).build(arguments);
 }
 
 }  // namespace memfit::zoo

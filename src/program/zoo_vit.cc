@@ -1,5 +1,7 @@
 // The ViT family of the model zoo (reference_programs.py's vit): patch embedding with a class token and
-// positions, the blocks (zoo_transformer.cc), a final norm, mean pooling and a classifier head.
+// positions, the blocks (zoo_transformer.cc), a final norm, mean pooling and a classifier head. Written as
+// XLA's fused program; inference, and fp32 training without remat, on one GPU are written as the lowered
+// program JAX traces instead (zoo_transformer_lowered.cc, chosen by transformer_lowers()).
 #include "zoo_transformer.h"
 
 namespace memfit::zoo {
