@@ -13,18 +13,23 @@
 
 namespace memfit {
 
+Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
+  if (!is_lowered_module(module)) return plan_hlo(static_cast<const HloModule&>(module), options);
+  // A program before optimization: the buffers XLA:GPU would materialize, under the better of two
+  // schedules. XLA's DefaultMemoryScheduler keeps the one with the fewest bytes live at once, not counting
+  // fragmentation, and the list scheduler's on a tie (hlo_memory_scheduler.cc).
+  const bool from_stablehlo = module.from_stablehlo;
+  MEMFIT_ASSIGN_OR_RETURN(HloModule in_program_order, model_xla_gpu(std::move(module)));
+  MEMFIT_ASSIGN_OR_RETURN(HloPlan best, plan_hlo(static_cast<const HloModule&>(in_program_order), options));
+  const HloModule listed_module = list_scheduled(std::move(in_program_order));
+  MEMFIT_ASSIGN_OR_RETURN(HloPlan listed, plan_hlo(listed_module, options));
+  if (listed.temp_lower_bound_bytes <= best.temp_lower_bound_bytes) best = std::move(listed);
+  best.source = from_stablehlo ? "stablehlo" : "lowered-hlo";
+  return best;
+}
+
 Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& options) {
-  if (is_lowered_module(module)) {
-    // A program before optimization: the buffers XLA:GPU would materialize, under the better of two
-    // schedules. XLA's DefaultMemoryScheduler keeps the one with the fewest bytes live at once, not
-    // counting fragmentation, and the list scheduler's on a tie (hlo_memory_scheduler.cc).
-    MEMFIT_ASSIGN_OR_RETURN(HloModule in_program_order, model_xla_gpu(module));
-    MEMFIT_ASSIGN_OR_RETURN(HloPlan best, plan_hlo(in_program_order, options));
-    MEMFIT_ASSIGN_OR_RETURN(HloPlan listed, plan_hlo(list_scheduled(std::move(in_program_order)), options));
-    if (listed.temp_lower_bound_bytes <= best.temp_lower_bound_bytes) best = std::move(listed);
-    best.source = module.from_stablehlo ? "stablehlo" : "lowered-hlo";
-    return best;
-  }
+  if (is_lowered_module(module)) return plan_hlo(HloModule(module), options);
   MEMFIT_ASSIGN_OR_RETURN(EntrySizes sizes, entry_sizes(module));
   MEMFIT_ASSIGN_OR_RETURN(BufferModel model, build_buffer_model(module));
   HloPlan plan;

@@ -22,7 +22,7 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
   MEMFIT_ASSIGN_OR_RETURN(HloModule module, build_step_module(spec, &plan.arguments));
   HloPlanOptions options;
   options.top = 8;
-  MEMFIT_ASSIGN_OR_RETURN(plan.hlo, plan_hlo(module, options));
+  MEMFIT_ASSIGN_OR_RETURN(plan.hlo, plan_hlo(std::move(module), options));
   plan.peak_bytes = plan.hlo.peak_bytes;
   plan.host_peak_bytes = plan.hlo.host_temp_bytes;
   for (const PlannedBuffer& row : plan.hlo.buffers)

@@ -664,7 +664,9 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       out.push_back(std::move(dot));
     }
     if (!materialized[i]) continue;
-    HloInstruction inst = comp.instructions[i];
+    // Later buffers' operands are named by what they read; nothing else of this instruction is read again.
+    HloInstruction inst = std::move(comp.instructions[i]);
+    comp.instructions[i].name = inst.name;
     if (auto t = transposed_fold.find(i); t != transposed_fold.end()) {
       inst.opcode = HloOpcode::kCopy;  // the transpose of the contracted dot, a layout change
       inst.operands = {folded_name.at(t->second)};
@@ -1090,8 +1092,8 @@ HloModule list_scheduled(HloModule modeled) {
   return modeled;
 }
 
-Expected<HloModule> model_xla_gpu(const HloModule& lowered) {
-  HloModule m = lowered;
+Expected<HloModule> model_xla_gpu(HloModule lowered) {
+  HloModule m = std::move(lowered);
   if (m.from_stablehlo)
     for (HloComputation& c : m.computations) xla_post_order(c);
   MEMFIT_RETURN_IF_ERROR(inline_calls(m));

@@ -68,5 +68,7 @@ struct HloPlan {
 };
 
 Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& options = {});
+// The same, taking the module: a lowered one is modeled in place rather than copied first.
+Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options = {});
 
 }  // namespace memfit

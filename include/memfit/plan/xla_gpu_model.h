@@ -53,7 +53,7 @@ bool is_lowered_module(const HloModule& module);
 // The module with only the instructions XLA:GPU materializes; each keeps its shape and op name, and reads
 // the materialized values its fused operands were computed from.
 // In the program's own order.
-Expected<HloModule> model_xla_gpu(const HloModule& lowered);
+Expected<HloModule> model_xla_gpu(HloModule lowered);
 
 // The same buffers in the order XLA's ListScheduler would run them (frees the most bytes first).
 HloModule list_scheduled(HloModule modeled);
