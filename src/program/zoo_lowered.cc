@@ -276,6 +276,65 @@ LoweredEmitter::V bias_correction(LoweredEmitter& e, const LoweredEmitter::V& t)
 
 }  // namespace
 
+LoweredEmitter::V model_parameter(LoweredEmitter& e, const Shape& shape, const std::string& name,
+                                  StepArguments& args) {
+  uint64_t count = 1;
+  for (uint64_t n : shape.dims) count *= n;  // the spec's sizes were checked before anything is written
+  args.parameter_count += count;
+  args.parameter_bytes += shape.own_bytes();
+  return e.parameter(shape, name, "parameters");
+}
+
+LoweredEmitter::V optimizer_parameter(LoweredEmitter& e, const Shape& shape, const std::string& name,
+                                      StepArguments& args) {
+  args.optimizer_state_bytes += shape.own_bytes();
+  return e.parameter(shape, name, "optimizer_state");
+}
+
+OptimizerState declare_optimizer_state(LoweredEmitter& e, const std::vector<LoweredEmitter::V>& params,
+                                       const std::vector<std::string>& names, StepArguments& args) {
+  OptimizerState state;
+  constexpr std::string_view kPrefix = "params";
+  for (int k = 0; k < 2; ++k) {
+    std::vector<LoweredEmitter::V>& moment = k == 0 ? state.m : state.v;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const std::string_view key = std::string_view(names[i]).substr(
+          names[i].rfind(kPrefix, 0) == 0 ? kPrefix.size() : names[i].size());
+      moment.push_back(optimizer_parameter(e,
+                                           LoweredEmitter::array(PrimitiveType::kF32, params[i].shape.dims),
+                                           fmt::format("opt[{}]{}", k, key), args));
+    }
+  }
+  state.count = optimizer_parameter(e, LoweredEmitter::array(PrimitiveType::kS32, {}), "opt[2]", args);
+  return state;
+}
+
+Gelu write_gelu(LoweredEmitter& e, const LoweredEmitter::V& z) {
+  auto splat = [&] { return e.splat(z.shape.type, z.shape.dims); };
+  Gelu g;
+  g.z = z;
+  const LoweredEmitter::V cube = e.binary("multiply", e.binary("multiply", z, z), z);
+  const LoweredEmitter::V inner = e.binary("add", z, e.binary("multiply", cube, splat()));
+  g.tanh = e.unary("tanh", e.binary("multiply", inner, splat()));
+  g.half = e.binary("multiply", e.binary("add", g.tanh, splat()), splat());
+  g.out = e.binary("multiply", z, g.half);
+  return g;
+}
+
+LoweredEmitter::V write_gelu_transpose(LoweredEmitter& e, const Gelu& g, const LoweredEmitter::V& d) {
+  using V = LoweredEmitter::V;
+  auto splat = [&] { return e.splat(d.shape.type, d.shape.dims); };
+  const V through_half = e.binary("multiply", d, g.half);
+  const V dhalf = e.binary("multiply", e.binary("multiply", g.z, d), splat());
+  const V dtanh =
+      e.binary("multiply", e.binary("add", g.tanh, splat()), e.binary("subtract", splat(), g.tanh));
+  const V dinner = e.binary("multiply", e.binary("multiply", dhalf, dtanh), splat());
+  const V sum = e.binary("add", through_half, dinner);
+  const V dcube = e.binary("multiply", e.binary("multiply", dinner, splat()),
+                           e.binary("multiply", e.binary("multiply", g.z, g.z), splat()));
+  return e.binary("add", sum, dcube);
+}
+
 void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<LoweredEmitter::V>& params,
                   const std::vector<LoweredEmitter::V>& grads, const OptimizerState* state,
                   const std::vector<LoweredEmitter::V>& extra) {

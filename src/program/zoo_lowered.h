@@ -111,6 +111,23 @@ class LoweredEmitter {
   uint64_t loops_ = 0;
 };
 
+// Entry parameters counted in the step's arguments: a model parameter (its elements and bytes) and an
+// optimizer's state (its bytes).
+LoweredEmitter::V model_parameter(LoweredEmitter& e, const Shape& shape, const std::string& name,
+                                  StepArguments& args);
+LoweredEmitter::V optimizer_parameter(LoweredEmitter& e, const Shape& shape, const std::string& name,
+                                      StepArguments& args);
+
+// jax.nn.gelu (approximate=True), x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))), as JAX lowers
+// it, with the values its transpose reads.
+struct Gelu {
+  LoweredEmitter::V z, tanh, half, out;  // the input, tanh(...), 0.5 (1 + tanh(...)), the result
+};
+Gelu write_gelu(LoweredEmitter& e, const LoweredEmitter::V& z);
+// Its transpose as JAX writes it: the product rule over z * half, tanh' = (1 + t)(1 - t), the cube's
+// derivative 3 z^2; `d` is the result's cotangent.
+LoweredEmitter::V write_gelu_transpose(LoweredEmitter& e, const Gelu& g, const LoweredEmitter::V& d);
+
 // An optimizer's state as the step's arguments hold it: adam's and adamw's moments (one per parameter, in
 // the parameters' order) and step count.
 struct OptimizerState {
@@ -122,6 +139,11 @@ struct OptimizerState {
 // parameter; sgd), parameter by parameter in f32, and the step's results in jax's order: the new parameters,
 // (adam, adamw: `state` given) the new moments and count, then `extra` (the loss); with spec.donate each new
 // parameter, moment and count is written over the argument it replaces.
+// Declares adam's and adamw's state after `params` (named `names`, "params..."): the first moments, the
+// second, then the count, each moment named as jax names it ("opt[0]..." for "params...").
+OptimizerState declare_optimizer_state(LoweredEmitter& e, const std::vector<LoweredEmitter::V>& params,
+                                       const std::vector<std::string>& names, StepArguments& args);
+
 void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<LoweredEmitter::V>& params,
                   const std::vector<LoweredEmitter::V>& grads, const OptimizerState* state,
                   const std::vector<LoweredEmitter::V>& extra);

@@ -13,10 +13,11 @@ namespace {
 using V = LoweredEmitter::V;
 
 // A layer's values the backward pass reads: the weight as the GEMMs read it (its compute-dtype cast, one
-// value for the forward and the backward GEMM, as JAX writes it), and the GELU's (approximate=True,
-// jax.nn.gelu's default) pre-activation, tanh(...) and 0.5 * (1 + tanh(...)).
+// value for the forward and the backward GEMM, as JAX writes it), and the GELU's (jax.nn.gelu's default,
+// approximate=True) values; the last layer has no GELU, its `act.z` is its output.
 struct Layer {
-  V in, wc, h, z, tanh, half;  // h: the GEMM's result, what a dots policy saves
+  V in, wc, h;  // h: the GEMM's result, what a dots policy saves
+  Gelu act;
   V out;
 };
 
@@ -197,24 +198,18 @@ class MlpStep {
   // Every entry parameter in jax's order: params, then the optimizer's moments and count, then the batch.
   void declare(StepArguments& args) {
     const size_t n = sizes_.size() - 1;
+    std::vector<V> params;
+    std::vector<std::string> names;
     for (size_t l = 0; l < n; ++l) {
-      weight_.push_back(param(LoweredEmitter::array(pdt_, {sizes_[l], sizes_[l + 1]}),
-                              fmt::format("params[{}][0]", l), args));
-      bias_.push_back(
-          param(LoweredEmitter::array(pdt_, {sizes_[l + 1]}), fmt::format("params[{}][1]", l), args));
+      names.push_back(fmt::format("params[{}][0]", l));
+      weight_.push_back(
+          model_parameter(e_, LoweredEmitter::array(pdt_, {sizes_[l], sizes_[l + 1]}), names.back(), args));
+      names.push_back(fmt::format("params[{}][1]", l));
+      bias_.push_back(model_parameter(e_, LoweredEmitter::array(pdt_, {sizes_[l + 1]}), names.back(), args));
+      params.push_back(weight_.back());
+      params.push_back(bias_.back());
     }
-    if (moments_) {
-      for (int k = 0; k < 2; ++k) {
-        std::vector<V>& moment = k == 0 ? state_.m : state_.v;
-        for (size_t l = 0; l < n; ++l) {
-          moment.push_back(state(LoweredEmitter::array(PrimitiveType::kF32, weight_[l].shape.dims),
-                                 fmt::format("opt[{}][{}][0]", k, l), args));
-          moment.push_back(state(LoweredEmitter::array(PrimitiveType::kF32, bias_[l].shape.dims),
-                                 fmt::format("opt[{}][{}][1]", k, l), args));
-        }
-      }
-      state_.count = state(LoweredEmitter::array(PrimitiveType::kS32, {}), "opt[2]", args);
-    }
+    if (moments_) state_ = declare_optimizer_state(e_, params, names, args);
     x_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kF32, {s_.batch, s_.din}), "batch[0]",
                       "activations");
     args.batch_bytes += x_.shape.own_bytes();
@@ -224,18 +219,6 @@ class MlpStep {
       args.batch_bytes += y_.shape.own_bytes();
     }
   }
-  V param(const Shape& shape, const std::string& name, StepArguments& args) {
-    uint64_t count = 1;
-    for (uint64_t d : shape.dims) count *= d;
-    args.parameter_count += count;
-    args.parameter_bytes += shape.own_bytes();
-    return e_.parameter(shape, name, "parameters");
-  }
-  V state(const Shape& shape, const std::string& name, StepArguments& args) {
-    args.optimizer_state_bytes += shape.own_bytes();
-    return e_.parameter(shape, name, "optimizer_state");
-  }
-
   // Whether hidden layer l runs under jax.checkpoint (reference_programs.py's rlayer; spec.remat_layers
   // narrows it to some layers).
   bool checkpointed(size_t l) const {
@@ -278,31 +261,17 @@ class MlpStep {
     std::vector<int64_t> kept;
     for (size_t d = 1; d < dims.size(); ++d) kept.push_back(static_cast<int64_t>(d));
     const V bias = e_.broadcast(e_.reshape(b1, tail), dims, kept);
-    g.z = e_.binary("add", h, bias);
-    g.out = g.z;
+    g.act.z = e_.binary("add", h, bias);
+    g.out = g.act.z;
     if (!gelu) return;
-    const V z = g.z;
-    const V cube = e_.binary("multiply", e_.binary("multiply", z, z), z);
-    const V inner = e_.binary("add", z, e_.binary("multiply", cube, splat(z)));
-    g.tanh = e_.unary("tanh", e_.binary("multiply", inner, splat(z)));
-    g.half = e_.binary("multiply", e_.binary("add", g.tanh, splat(z)), splat(z));
-    g.out = e_.binary("multiply", z, g.half);
+    g.act = write_gelu(e_, g.act.z);
+    g.out = g.act.out;
   }
   V splat(const V& like) { return e_.splat(like.shape.type, like.shape.dims); }
 
-  // The GELU's transpose as JAX writes it: the product rule over z * half, tanh' = (1 + t)(1 - t), and
-  // the cube's derivative 3 z^2.
   V gelu_transpose(const Layer& g, const V& d) {
     e_.set_category("temporaries");
-    const V through_half = e_.binary("multiply", d, g.half);
-    const V dhalf = e_.binary("multiply", e_.binary("multiply", g.z, d), splat(d));
-    const V dtanh =
-        e_.binary("multiply", e_.binary("add", g.tanh, splat(d)), e_.binary("subtract", splat(d), g.tanh));
-    const V dinner = e_.binary("multiply", e_.binary("multiply", dhalf, dtanh), splat(d));
-    const V sum = e_.binary("add", through_half, dinner);
-    const V dcube = e_.binary("multiply", e_.binary("multiply", dinner, splat(d)),
-                              e_.binary("multiply", e_.binary("multiply", g.z, g.z), splat(d)));
-    return e_.binary("add", sum, dcube);
+    return write_gelu_transpose(e_, g.act, d);
   }
 
   // The weight's and bias's gradients, in the parameter's dtype (vmap: their mean over the examples).

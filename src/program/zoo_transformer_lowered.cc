@@ -29,10 +29,10 @@ struct Norm {
 // What a block's backward pass reads of its forward pass.
 struct BlockSaved {
   Norm ln1, ln2;
-  V q, kt, v;          // [B,H,S,hd], [B,H,hd,S], [B,H,S,hd]
-  V ex, sum, probs;    // the softmax's exp, its row sums ([B,H,S,1]) and the probabilities
-  V merged;            // the heads' output, [B,S,D], before the projection
-  V z, tanh, half, h;  // the GELU's pre-activation, tanh, 0.5 (1 + tanh) and output
+  V q, kt, v;        // [B,H,S,hd], [B,H,hd,S], [B,H,S,hd]
+  V ex, sum, probs;  // the softmax's exp, its row sums ([B,H,S,1]) and the probabilities
+  V merged;          // the heads' output, [B,S,D], before the projection
+  Gelu gelu;         // the MLP's activation, over its first GEMM's biased result
 };
 
 class TransformerStep {
@@ -103,7 +103,9 @@ class TransformerStep {
     lnf_b_ = param({d}, "params['lnf_b']", args);
     lnf_g_ = param({d}, "params['lnf_g']", args);
     pos_ = param({seq_, d}, "params['pos']", args);
-    if (train_) declare_state(args);
+    // adam's moments and count come between the parameters and the batch (jax's order: params, opt).
+    moments_ = train_ && (s_.optimizer == OptimizerKind::kAdam || s_.optimizer == OptimizerKind::kAdamW);
+    if (moments_) state_ = declare_optimizer_state(e_, params_, param_names_, args);
     tokens_ =
         vit_ ? e_.parameter(LoweredEmitter::array(PrimitiveType::kF32,
                                                   {s_.batch, seq_ - 1, s_.patch * s_.patch * s_.channels}),
@@ -115,29 +117,9 @@ class TransformerStep {
     labels_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {s_.batch}), "batch[1]", "activations");
     args.batch_bytes += labels_.shape.own_bytes();
   }
-  // adam's moments and count, declared between the parameters and the batch (jax's order: params, opt).
-  void declare_state(StepArguments& args) {
-    if (s_.optimizer != OptimizerKind::kAdam && s_.optimizer != OptimizerKind::kAdamW) return;
-    for (int k = 0; k < 2; ++k) {
-      std::vector<V>& moment = k == 0 ? state_.m : state_.v;
-      for (const V& p : params_) {
-        const Shape shape = LoweredEmitter::array(PrimitiveType::kF32, p.shape.dims);
-        args.optimizer_state_bytes += shape.own_bytes();
-        moment.push_back(e_.parameter(shape, fmt::format("opt[{}]", k), "optimizer_state"));
-      }
-    }
-    const Shape count = LoweredEmitter::array(PrimitiveType::kS32, {});
-    args.optimizer_state_bytes += count.own_bytes();
-    state_.count = e_.parameter(count, "opt[2]", "optimizer_state");
-    moments_ = true;
-  }
   V param(std::vector<uint64_t> dims, const std::string& name, StepArguments& args) {
-    const Shape shape = LoweredEmitter::array(pdt_, std::move(dims));
-    uint64_t count = 1;
-    for (uint64_t n : shape.dims) count *= n;
-    args.parameter_count += count;
-    args.parameter_bytes += shape.own_bytes();
-    params_.push_back(e_.parameter(shape, name, "parameters"));
+    param_names_.push_back(name);
+    params_.push_back(model_parameter(e_, LoweredEmitter::array(pdt_, std::move(dims)), name, args));
     return params_.back();
   }
 
@@ -247,7 +229,7 @@ class TransformerStep {
     e_.set_category("temporaries");
     // x2 = x1 + h @ w2 + b2, h = gelu(z), z = ln2(x1) @ w1 + b1
     const V dh = e_.dot(g, p.w2, {batch, seq, f}, cdt_);
-    const V dz = gelu_transpose(k, dh);
+    const V dz = write_gelu_transpose(e_, k.gelu, dh);
     const V dln2 = e_.dot(dz, p.w1, {batch, seq, d}, cdt_);
     const V dx1 = norm_transpose(k.ln2, p.ln2_g, dln2, &g);
     // x1 = x + merged @ wo, merged = the heads of softmax(q k^T / sqrt(hd)) v
@@ -283,26 +265,10 @@ class TransformerStep {
              vector_grad(dln2),
              vector_grad(e_.binary("multiply", k.ln2.normalized, dln2)),
              weight_grad(dz, k.ln2.y, f, d),
-             weight_grad(g, k.h, d, f),
+             weight_grad(g, k.gelu.out, d, f),
              weight_grad(dx1, k.merged, d, d),
              weight_grad(dqkv, k.ln1.y, 3 * d, d)};
     return dx;
-  }
-
-  // The GELU's transpose as JAX writes it: the product rule over z * half, tanh' = (1 + t)(1 - t), and the
-  // cube's derivative 3 z^2.
-  V gelu_transpose(const BlockSaved& k, const V& dh) {
-    const PrimitiveType t = dh.shape.type;
-    const std::vector<uint64_t>& dims = dh.shape.dims;
-    const V through_half = e_.binary("multiply", dh, k.half);
-    const V dhalf = e_.binary("multiply", e_.binary("multiply", k.z, dh), splat(t, dims));
-    const V dtanh = e_.binary("multiply", e_.binary("add", k.tanh, splat(t, dims)),
-                              e_.binary("subtract", splat(t, dims), k.tanh));
-    const V dinner = e_.binary("multiply", e_.binary("multiply", dhalf, dtanh), splat(t, dims));
-    const V sum = e_.binary("add", through_half, dinner);
-    const V dcube = e_.binary("multiply", e_.binary("multiply", dinner, splat(t, dims)),
-                              e_.binary("multiply", e_.binary("multiply", k.z, k.z), splat(t, dims)));
-    return e_.binary("add", sum, dcube);
   }
 
   // ViT: concatenate([cls, patches.astype(cdt) @ embed.astype(cdt)], axis=1) + pos.astype(cdt).
@@ -358,9 +324,9 @@ class TransformerStep {
     k.merged = e_.reshape(e_.transpose(o, {0, 2, 1, 3}), {batch, seq, d});
     const V x1 = e_.binary("add", x, e_.dot(k.merged, cast(p.wo, cdt_), {batch, seq, d}, cdt_));
     h = layer_norm(x1, p.ln2_g, p.ln2_b, &k.ln2);
-    k.z = with("add", e_.dot(h, cast(p.w1, cdt_), {batch, seq, 4 * d}, cdt_), cast(p.b1, cdt_), {2});
-    k.h = gelu(k.z, &k.tanh, &k.half);
-    const V x2 = e_.binary("add", x1, e_.dot(k.h, cast(p.w2, cdt_), {batch, seq, d}, cdt_));
+    k.gelu = write_gelu(
+        e_, with("add", e_.dot(h, cast(p.w1, cdt_), {batch, seq, 4 * d}, cdt_), cast(p.b1, cdt_), {2}));
+    const V x2 = e_.binary("add", x1, e_.dot(k.gelu.out, cast(p.w2, cdt_), {batch, seq, d}, cdt_));
     return with("add", x2, cast(p.b2, cdt_), {2});
   }
 
@@ -379,19 +345,6 @@ class TransformerStep {
     return with("divide", ex, e_.reshape(sum, rows), row_dims);
   }
 
-  // jax.nn.gelu (approximate=True): x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
-  V gelu(const V& x, V* tanh_out, V* half_out) {
-    const std::vector<uint64_t>& dims = x.shape.dims;
-    const PrimitiveType t = x.shape.type;
-    const V cube = e_.binary("multiply", e_.binary("multiply", x, x), x);
-    const V inner = e_.binary("add", x, e_.binary("multiply", cube, splat(t, dims)));
-    const V th = e_.unary("tanh", e_.binary("multiply", inner, splat(t, dims)));
-    const V half = e_.binary("multiply", e_.binary("add", th, splat(t, dims)), splat(t, dims));
-    *tanh_out = th;
-    *half_out = half;
-    return e_.binary("multiply", x, half);
-  }
-
   const ModelSpec& s_;
   LoweredEmitter e_;
   PrimitiveType pdt_, cdt_;
@@ -399,6 +352,7 @@ class TransformerStep {
   uint64_t seq_ = 0;  // tokens: GPT's sequence, ViT's patches and the class token
   V embed_, cls_, head_, lnf_b_, lnf_g_, pos_, tokens_, labels_, mask_;
   std::vector<V> params_;  // every parameter, in jax's order
+  std::vector<std::string> param_names_;
   OptimizerState state_;
   std::vector<LayerParams> blocks_;
 };
