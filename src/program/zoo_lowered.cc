@@ -171,6 +171,16 @@ LoweredEmitter::V LoweredEmitter::gather(const V& table, const V& indices) {
   return push(make(array(table.shape.type, dims), "gather", {table.name, indices.name}));
 }
 
+LoweredEmitter::V LoweredEmitter::gather(const V& x, const V& indices, const std::vector<uint64_t>& dims) {
+  return push(make(array(x.shape.type, dims), "gather", {x.name, indices.name}));
+}
+
+LoweredEmitter::V LoweredEmitter::scatter(const V& operand, const V& indices, const V& updates) {
+  HloInstruction i = make(operand.shape, "scatter", {operand.name, indices.name, updates.name});
+  i.called.push_back(region("add"));
+  return push(std::move(i));
+}
+
 LoweredEmitter::V LoweredEmitter::concatenate(const std::vector<V>& values, size_t dim) {
   Shape shape = values.front().shape;
   shape.dims[dim] = 0;

@@ -59,6 +59,10 @@ class LoweredEmitter {
   V slice(const V& x, size_t dim, uint64_t size);
   // table[indices]: rows of `table` ([rows, width]) at `indices` ([..., 1]), shaped [..., width].
   V gather(const V& table, const V& indices);
+  // take_along_axis's gather: one entry of `x` per row at `indices`, shaped `dims`.
+  V gather(const V& x, const V& indices, const std::vector<uint64_t>& dims);
+  // A scatter-add of `updates` into `operand` at `indices` (a gather's transpose).
+  V scatter(const V& operand, const V& indices, const V& updates);
   V concatenate(const std::vector<V>& values, size_t dim);
   // dot_general: `batch_dims` leading dimensions of both operands are batch dimensions.
   V dot(const V& a, const V& b, const std::vector<uint64_t>& dims, PrimitiveType type, size_t batch_dims = 0);

@@ -48,7 +48,7 @@ class TransformerStep {
   void build(StepArguments& args) {
     declare(args);
     e_.set_category("activations");
-    e_.set_op_name("jit(step)");
+    e_.set_op_name(train_ ? "jit(step)/jvp()" : "jit(step)");  // as JAX names a differentiated forward pass
     V x = vit_ ? patches() : embed();
     if (!vit_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
     if (train_) {
@@ -150,27 +150,12 @@ class TransformerStep {
     for (size_t l = 0; l < blocks_.size(); ++l) x = block(x, blocks_[l], &saved[l]);
     Norm lnf;
     const V y = layer_norm(x, lnf_g_, lnf_b_, &lnf);
-    // loss = -mean(take_along_axis(log_softmax(mean(y, 1) @ head), labels))
+    // loss = -mean(take_along_axis(log_softmax(mean(y, 1) @ head), labels[:, None]))
     const V pooled = e_.binary("divide", e_.reduce_sum(y, {1}), splat(PrimitiveType::kF32, {batch, d}));
     const V logits = e_.dot(pooled, head_, {batch, s_.classes}, cdt_);
-    const std::vector<uint64_t> bc = {batch, s_.classes};
-    const V mx = e_.binary("maximum", e_.reduce_max(logits, {1}), splat(PrimitiveType::kF32, {batch}));
-    const V shifted = with("subtract", logits, mx, {0});
-    const V ex = e_.unary("exponential", shifted);
-    const V se = e_.reduce_sum(ex, {1});
-    const V logp = with("subtract", shifted, e_.unary("log", se), {0});
-    const V picked = e_.select(e_.compare(e_.broadcast(labels_, bc, {0}), splat(PrimitiveType::kS32, bc)),
-                               logp, splat(PrimitiveType::kF32, bc));
-    const V loss = e_.unary(
-        "negate", e_.binary("divide", e_.reduce_sum(picked, {0, 1}), e_.scalar(PrimitiveType::kF32)));
-    e_.set_category("temporaries");
-    e_.set_op_name("jit(step)/transpose(jvp())");
-    // The cotangent of log_softmax's output (-1/B at each label), through log_softmax and the head.
-    const V dlogp = e_.select(e_.compare(e_.broadcast(labels_, bc, {0}), splat(PrimitiveType::kS32, bc)),
-                              splat(PrimitiveType::kF32, bc), splat(PrimitiveType::kF32, bc));
-    const V dlogits = e_.binary(
-        "subtract", dlogp,
-        e_.binary("multiply", with("divide", ex, se, {0}), e_.broadcast(e_.reduce_sum(dlogp, {1}), bc, {0})));
+    V dlogits;
+    const V loss = cross_entropy(logits, labels_, dlogits);
+    // Through the head and the mean over the tokens.
     const V dpooled = e_.dot(dlogits, head_, {batch, d}, cdt_);
     const V dhead = e_.transpose(e_.dot(dlogits, pooled, {s_.classes, d}, cdt_), {1, 0});
     const V dy = e_.broadcast(e_.binary("divide", dpooled, splat(PrimitiveType::kF32, {batch, d})),
@@ -183,13 +168,54 @@ class TransformerStep {
     const V dcls = e_.reduce_sum(e_.slice(g, 1, 1), {0, 1});
     const V dembed = e_.transpose(
         e_.dot(e_.slice(g, 1, seq - 1), tokens_, {d, s_.patch * s_.patch * s_.channels}, cdt_), {1, 0});
-    const V dpos = e_.reduce_sum(g, {0});
+    const V dpos =
+        e_.reduce_sum(e_.reshape(e_.reduce_sum(g, {0}), {1, seq, d}), {0});  // pos broadcast as [1,S,D]
     std::vector<V> grads = {dcls, dembed, dhead};
     for (const std::vector<V>& lg : layer_grads) grads.insert(grads.end(), lg.begin(), lg.end());
     grads.push_back(vector_grad(dy));                                         // lnf_b
     grads.push_back(vector_grad(e_.binary("multiply", lnf.normalized, dy)));  // lnf_g
     grads.push_back(dpos);
     write_update(e_, s_, params_, grads, moments_ ? &state_ : nullptr, {loss});
+  }
+
+  // -mean(take_along_axis(log_softmax(logits), labels[..., None])) over the last axis, op for op as JAX's
+  // log_softmax and take_along_axis and their transposes write it (the label's entry gathered, its
+  // cotangent scattered into zeros, the log_softmax transpose over the saved exp and row sums); the
+  // logits' cotangent into `dlogits`.
+  V cross_entropy(const V& logits, const V& labels, V& dlogits) {
+    const std::vector<uint64_t>& dims = logits.shape.dims;
+    const size_t last = dims.size() - 1;
+    const std::vector<uint64_t> rows(dims.begin(), dims.end() - 1);
+    std::vector<uint64_t> kept = rows;
+    kept.push_back(1);
+    std::vector<uint64_t> index_dims = kept;
+    index_dims.push_back(1);
+    std::vector<int64_t> row_dims, all;  // the rows' dimensions; every dimension of the picked entries
+    for (size_t k = 0; k < dims.size(); ++k) {
+      if (k < last) row_dims.push_back(static_cast<int64_t>(k));
+      all.push_back(static_cast<int64_t>(k));
+    }
+    const std::vector<int64_t> last_dim = {static_cast<int64_t>(last)};
+    const V mx = e_.binary("maximum", e_.reduce_max(logits, last_dim), splat(PrimitiveType::kF32, rows));
+    const V shifted = with("subtract", logits, e_.reshape(e_.reshape(mx, kept), rows), row_dims);
+    const V ex = e_.unary("exponential", shifted);
+    const V sum = e_.reshape(e_.reduce_sum(ex, last_dim), kept);
+    const V logp = with("subtract", shifted, e_.reshape(e_.unary("log", sum), rows), row_dims);
+    // jnp's index: a negative label wraps
+    const V label = e_.reshape(labels, kept);
+    const V wrapped = e_.select(e_.compare(label, splat(PrimitiveType::kS32, kept)),
+                                e_.binary("add", label, splat(PrimitiveType::kS32, kept)), label);
+    const V index = e_.reshape(wrapped, index_dims);
+    const V picked = e_.gather(logp, index, kept);
+    const V loss =
+        e_.unary("negate", e_.binary("divide", e_.reduce_sum(picked, all), e_.scalar(PrimitiveType::kF32)));
+    e_.set_category("temporaries");
+    e_.set_op_name("jit(step)/transpose(jvp())");
+    const V dlogp = e_.scatter(splat(PrimitiveType::kF32, dims), index, splat(PrimitiveType::kF32, kept));
+    const V r1 = e_.reshape(e_.reduce_sum(e_.unary("negate", dlogp), last_dim), kept);
+    const V r2 = e_.reduce_sum(e_.binary("divide", r1, sum), last_dim);
+    dlogits = e_.binary("add", dlogp, e_.binary("multiply", e_.broadcast(r2, dims, row_dims), ex));
+    return loss;
   }
 
   // The gradient of a [D] parameter broadcast over [B,S,D]: the sum over the batch and the tokens, through
