@@ -252,10 +252,10 @@ TEST(StepPlan, TheZoosTransformersAreTheProgramsJaxLowers) {
   EXPECT_EQ(expect_zoo_writes_jaxs_program("gpt_", infer), 1);  // gpt_fp32_infer_b32
   EXPECT_EQ(expect_zoo_writes_jaxs_program("vit_", infer), 1);  // vit_b16_infer_b256
   // ViT training (fp32, adam, donated): the forward pass, the loss, every transpose and the update - down to
-  // 256 KiB, so that the small values are held too: the loss's [64,1000] logits, exp and gradient, and the
+  // 128 KiB, so that the small values are held too: the loss's [64,1000] logits, exp and gradient, and the
   // positions' [197,768] gradient summed twice as jnp's broadcast transposes.
   EXPECT_EQ(expect_zoo_writes_jaxs_program(
-                "vit_", [&](const Json& c) { return !infer(c); }, 256u << 10),
+                "vit_", [&](const Json& c) { return !infer(c); }, 128u << 10),
             1);
 }
 
