@@ -62,7 +62,7 @@ class TransformerStep {
     if (vit_) {
       // jnp.mean(x, axis=1) @ head.astype(cdt)
       const V sum = e_.reduce_sum(cast(x, PrimitiveType::kF32), {1});
-      const V mean = cast(e_.binary("divide", sum, splat(PrimitiveType::kF32, sum.shape.dims)), cdt_);
+      const V mean = cast(e_.binary("divide", sum, e_.splat(PrimitiveType::kF32, sum.shape.dims)), cdt_);
       logits = e_.dot(mean, cast(head_, cdt_), {s_.batch, s_.classes}, cdt_);
     } else {
       // x @ embed.astype(cdt).T
@@ -124,8 +124,6 @@ class TransformerStep {
   }
 
   V cast(const V& x, PrimitiveType type) { return x.shape.type == type ? x : e_.convert(x, type); }
-  // A scalar of `type` broadcast to `dims` (a Python number in a jnp expression).
-  V splat(PrimitiveType type, const std::vector<uint64_t>& dims) { return e_.splat(type, dims); }
   // x (op) v, v broadcast from `v_dims` of x's dimensions, as jnp broadcasts: reshape and broadcast.
   V with(const char* opcode, const V& x, const V& v, const std::vector<int64_t>& kept) {
     return e_.binary(opcode, x, e_.broadcast(v, x.shape.dims, kept));
@@ -134,8 +132,9 @@ class TransformerStep {
   // (params['embed'][tokens] + params['pos'][None]).astype(cdt); jnp's indexing wraps negative tokens.
   V embed() {
     const std::vector<uint64_t> bs = {s_.batch, seq_};
-    const V negative = e_.compare(tokens_, splat(PrimitiveType::kS32, bs));
-    const V wrapped = e_.select(negative, e_.binary("add", tokens_, splat(PrimitiveType::kS32, bs)), tokens_);
+    const V negative = e_.compare(tokens_, e_.splat(PrimitiveType::kS32, bs));
+    const V wrapped =
+        e_.select(negative, e_.binary("add", tokens_, e_.splat(PrimitiveType::kS32, bs)), tokens_);
     const V rows = e_.gather(embed_, e_.reshape(wrapped, {s_.batch, seq_, 1}));
     const V x = with("add", rows, pos_, {1, 2});
     return cast(x, cdt_);
@@ -151,14 +150,14 @@ class TransformerStep {
     Norm lnf;
     const V y = layer_norm(x, lnf_g_, lnf_b_, &lnf);
     // loss = -mean(take_along_axis(log_softmax(mean(y, 1) @ head), labels[:, None]))
-    const V pooled = e_.binary("divide", e_.reduce_sum(y, {1}), splat(PrimitiveType::kF32, {batch, d}));
+    const V pooled = e_.binary("divide", e_.reduce_sum(y, {1}), e_.splat(PrimitiveType::kF32, {batch, d}));
     const V logits = e_.dot(pooled, head_, {batch, s_.classes}, cdt_);
     V dlogits;
     const V loss = cross_entropy(logits, labels_, dlogits);
     // Through the head and the mean over the tokens.
     const V dpooled = e_.dot(dlogits, head_, {batch, d}, cdt_);
     const V dhead = e_.transpose(e_.dot(dlogits, pooled, {s_.classes, d}, cdt_), {1, 0});
-    const V dy = e_.broadcast(e_.binary("divide", dpooled, splat(PrimitiveType::kF32, {batch, d})),
+    const V dy = e_.broadcast(e_.binary("divide", dpooled, e_.splat(PrimitiveType::kF32, {batch, d})),
                               {batch, seq, d}, {0, 2});
     V g = norm_transpose(lnf, lnf_g_, dy, nullptr);
     std::vector<std::vector<V>> layer_grads(blocks_.size());
@@ -196,22 +195,23 @@ class TransformerStep {
       all.push_back(static_cast<int64_t>(k));
     }
     const std::vector<int64_t> last_dim = {static_cast<int64_t>(last)};
-    const V mx = e_.binary("maximum", e_.reduce_max(logits, last_dim), splat(PrimitiveType::kF32, rows));
+    const V mx = e_.binary("maximum", e_.reduce_max(logits, last_dim), e_.splat(PrimitiveType::kF32, rows));
     const V shifted = with("subtract", logits, e_.reshape(e_.reshape(mx, kept), rows), row_dims);
     const V ex = e_.unary("exponential", shifted);
     const V sum = e_.reshape(e_.reduce_sum(ex, last_dim), kept);
     const V logp = with("subtract", shifted, e_.reshape(e_.unary("log", sum), rows), row_dims);
     // jnp's index: a negative label wraps
     const V label = e_.reshape(labels, kept);
-    const V wrapped = e_.select(e_.compare(label, splat(PrimitiveType::kS32, kept)),
-                                e_.binary("add", label, splat(PrimitiveType::kS32, kept)), label);
+    const V wrapped = e_.select(e_.compare(label, e_.splat(PrimitiveType::kS32, kept)),
+                                e_.binary("add", label, e_.splat(PrimitiveType::kS32, kept)), label);
     const V index = e_.reshape(wrapped, index_dims);
     const V picked = e_.gather(logp, index, kept);
     const V loss =
         e_.unary("negate", e_.binary("divide", e_.reduce_sum(picked, all), e_.scalar(PrimitiveType::kF32)));
     e_.set_category("temporaries");
     e_.set_op_name("jit(step)/transpose(jvp())");
-    const V dlogp = e_.scatter(splat(PrimitiveType::kF32, dims), index, splat(PrimitiveType::kF32, kept));
+    const V dlogp =
+        e_.scatter(e_.splat(PrimitiveType::kF32, dims), index, e_.splat(PrimitiveType::kF32, kept));
     const V r1 = e_.reshape(e_.reduce_sum(e_.unary("negate", dlogp), last_dim), kept);
     const V r2 = e_.reduce_sum(e_.binary("divide", r1, sum), last_dim);
     dlogits = e_.binary("add", dlogp, e_.binary("multiply", e_.broadcast(r2, dims, row_dims), ex));
@@ -237,14 +237,14 @@ class TransformerStep {
     const V r1 = r ? e_.binary("add", *r, t1) : t1;
     const V s1 = e_.reshape(e_.reduce_sum(e_.binary("multiply", n.xm, a), {2}), kept);
     const V k =
-        e_.binary("multiply", e_.binary("divide", n.inv, n.var_eps), splat(PrimitiveType::kF32, kept));
-    const V s2 = e_.binary("divide", e_.binary("multiply", s1, k), splat(PrimitiveType::kF32, kept));
+        e_.binary("multiply", e_.binary("divide", n.inv, n.var_eps), e_.splat(PrimitiveType::kF32, kept));
+    const V s2 = e_.binary("divide", e_.binary("multiply", s1, k), e_.splat(PrimitiveType::kF32, kept));
     const V s3 = e_.broadcast(e_.reduce_sum(s2, {2}), dims, {0, 1});
-    const V t2 = e_.binary("multiply", s3, e_.binary("multiply", n.d, splat(PrimitiveType::kF32, dims)));
+    const V t2 = e_.binary("multiply", s3, e_.binary("multiply", n.d, e_.splat(PrimitiveType::kF32, dims)));
     const V r2 = r ? e_.binary("add", r1, t2) : e_.binary("add", t1, t2);
     const V n1 = e_.reshape(e_.reduce_sum(e_.unary("negate", t1), {2}), kept);
     const V n2 = e_.reshape(e_.reduce_sum(e_.unary("negate", t2), {2}), kept);
-    const V s4 = e_.binary("divide", e_.binary("add", n1, n2), splat(PrimitiveType::kF32, kept));
+    const V s4 = e_.binary("divide", e_.binary("add", n1, n2), e_.splat(PrimitiveType::kF32, kept));
     return e_.binary("add", r2, e_.broadcast(e_.reduce_sum(s4, {2}), dims, {0, 1}));
   }
 
@@ -265,11 +265,12 @@ class TransformerStep {
     const std::vector<uint64_t>& sq = dprobs.shape.dims;
     const std::vector<uint64_t> rows = {batch, heads, seq}, kept = {batch, heads, seq, 1};
     const V a1 = with("divide", dprobs, e_.reshape(k.sum, rows), {0, 1, 2});
-    const V inv2 = e_.binary("divide", splat(PrimitiveType::kF32, kept), e_.binary("multiply", k.sum, k.sum));
+    const V inv2 =
+        e_.binary("divide", e_.splat(PrimitiveType::kF32, kept), e_.binary("multiply", k.sum, k.sum));
     const V a3 = e_.binary("multiply", with("multiply", dprobs, e_.reshape(inv2, rows), {0, 1, 2}), k.ex);
     const V s = e_.reduce_sum(e_.unary("negate", e_.reshape(e_.reduce_sum(a3, {3}), kept)), {3});
     const V a5 = e_.binary("multiply", e_.binary("add", a1, e_.broadcast(s, sq, {0, 1, 2})), k.ex);
-    const V dscores = e_.binary("divide", a5, splat(PrimitiveType::kF32, sq));
+    const V dscores = e_.binary("divide", a5, e_.splat(PrimitiveType::kF32, sq));
     auto merge = [&](const V& per_head, const std::vector<int64_t>& permutation) {
       return e_.reshape(e_.transpose(per_head, permutation), {batch, seq, d});
     };
@@ -309,7 +310,7 @@ class TransformerStep {
   V mean_last(const V& x) {
     const std::vector<uint64_t> kept = {s_.batch, seq_, 1};
     const V sum = e_.reduce_sum(cast(x, PrimitiveType::kF32), {2});
-    const V mean = e_.binary("divide", e_.reshape(sum, kept), splat(PrimitiveType::kF32, kept));
+    const V mean = e_.binary("divide", e_.reshape(sum, kept), e_.splat(PrimitiveType::kF32, kept));
     return cast(mean, x.shape.type);
   }
   // (x - m) * rsqrt(mean((x - m) ** 2) + 1e-5) * g + b, as reference_programs.py's ln writes it.
@@ -320,7 +321,7 @@ class TransformerStep {
     const V xm = centered();
     const V d = centered();
     const V var = mean_last(e_.binary("multiply", d, d));
-    const V var_eps = e_.binary("add", var, splat(x.shape.type, var.shape.dims));
+    const V var_eps = e_.binary("add", var, e_.splat(x.shape.type, var.shape.dims));
     const V inv = e_.unary("rsqrt", var_eps);
     const V normalized = with("multiply", xm, e_.reshape(inv, row), {0, 1});
     const V y =
@@ -341,9 +342,10 @@ class TransformerStep {
     k.q = head_split({0, 2, 1, 3});
     k.kt = head_split({0, 2, 3, 1});  // k.transpose(0, 1, 3, 2), folded into the head split
     V att = e_.dot(k.q, k.kt, {batch, heads, seq, seq}, cdt_, 2);
-    att = e_.binary("divide", att, splat(cdt_, att.shape.dims));
+    att = e_.binary("divide", att, e_.splat(cdt_, att.shape.dims));
     // GPT: jnp.where(mask, att, -1e4)
-    if (!vit_) att = e_.select(e_.broadcast(mask_, att.shape.dims, {2, 3}), att, splat(cdt_, att.shape.dims));
+    if (!vit_)
+      att = e_.select(e_.broadcast(mask_, att.shape.dims, {2, 3}), att, e_.splat(cdt_, att.shape.dims));
     k.probs = cast(softmax(cast(att, PrimitiveType::kF32), &k.ex, &k.sum), cdt_);
     k.v = head_split({0, 2, 1, 3});
     const V o = e_.dot(k.probs, k.v, {batch, heads, seq, hd}, cdt_, 2);
@@ -362,7 +364,7 @@ class TransformerStep {
     std::vector<uint64_t> kept = rows;
     kept.push_back(1);
     const std::vector<int64_t> row_dims = {0, 1, 2};
-    const V max = e_.binary("maximum", e_.reduce_max(x, {3}), splat(x.shape.type, rows));
+    const V max = e_.binary("maximum", e_.reduce_max(x, {3}), e_.splat(x.shape.type, rows));
     const V shifted = with("subtract", x, e_.reshape(e_.reshape(max, kept), rows), row_dims);
     const V ex = e_.unary("exponential", shifted);
     const V sum = e_.reshape(e_.reduce_sum(ex, {3}), kept);
