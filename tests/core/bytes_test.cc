@@ -102,6 +102,17 @@ TEST(Capacity, KnownDevicesAndSizes) {
   EXPECT_EQ(*parse_capacity("80GiB"), 80ull << 30);
   EXPECT_FALSE(parse_capacity("0").ok());
   EXPECT_FALSE(parse_capacity("a100-ish").ok());
+  // NVML's published totals less the driver's reservation measured on the H200 (644939776 B): within 0.3%
+  // of the 79.11-79.25 GiB PyTorch reports for H100s.
+  EXPECT_EQ(*parse_capacity("h100"), 81559ull * (1 << 20) - 644939776u);
+  const double h100_gib = static_cast<double>(*parse_capacity("H100")) / (1ull << 30);
+  EXPECT_GT(h100_gib, 79.11 * 0.997);
+  EXPECT_LT(h100_gib, 79.25 * 1.003);
+  EXPECT_LT(*parse_capacity("a100-40gb"), *parse_capacity("a100-80gb"));
+  // An unknown name lists the ones memfit knows.
+  const auto unknown = parse_capacity("h300");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message().find("h100"), std::string::npos) << unknown.error().message();
 }
 
 }  // namespace

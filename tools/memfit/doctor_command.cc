@@ -42,7 +42,8 @@ Action add_doctor_command(CLI::App& app, Io& io) {
   auto options = std::make_shared<Options>();
   app.add_option("--log", options->logs, "A failed job's stderr, exception text or kernel log (repeatable)");
   app.add_option("--pid", options->pid, "Diagnose one process: its XLA variables, pool and footprint");
-  app.add_option("--capacity", options->capacity, "GPU capacity when NVML cannot tell (bytes, 80GiB, h200)");
+  app.add_option("--capacity", options->capacity,
+                 "GPU capacity when NVML cannot tell (bytes, 80GiB, h100, h200)");
   app.add_option(
       "--bundle", options->bundle,
       "A folder memfit_jax.capture() wrote: memory_stats, the device memory profile, memory_analysis");

@@ -85,9 +85,9 @@ void print_table(std::ostream& out, const XlaAllocatorPlan& plan, std::string_vi
 
 Action add_env_command(CLI::App& app, Io& io) {
   auto options = std::make_shared<EnvOptions>();
-  app.add_option(
-      "--capacity", options->capacity,
-      "Device memory in bytes (150109880320, 80GiB) or a device name (h200); default: the GPU present");
+  app.add_option("--capacity", options->capacity,
+                 "Device memory in bytes (150109880320, 80GiB) or a device name (h100, h200, a100-80gb, "
+                 "a100-40gb); default: the GPU present");
   app.add_flag("--json", options->json, "Print one JSON object");
   return [options, &io]() -> int {
     auto config = parse_xla_allocator_env(io.env);

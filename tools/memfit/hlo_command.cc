@@ -185,7 +185,7 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       "through allocator policies");
   app.add_option(
       "--capacity", options->capacity,
-      "The device (bytes, 80GiB, h200): the pool's limit comes from it and the XLA variables in force");
+      "The device (bytes, 80GiB, h100, h200): the pool's limit comes from it and the XLA variables in force");
   app.add_option("--live-profile", options->live_profile,
                  "A live process's device memory profile: does this program fit on top of what it holds?");
   app.add_option("--profile-device", options->profile_device,

@@ -98,8 +98,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       "--donate", [&o](int64_t) { o.overrides["donate"] = true; }, "donate parameters and optimizer state");
   app.add_flag_function(
       "--scan", [&o](int64_t) { o.overrides["scan"] = true; }, "jax.lax.scan over the layers");
-  app.add_option("--capacity", o.capacity, "device memory (bytes, 80GiB, h200)");
-  app.add_option("--device", o.device, "a device by name (h200)");
+  app.add_option("--capacity", o.capacity, "device memory (bytes, 80GiB, h100, h200)");
+  app.add_option("--device", o.device, "a device by name (h100, h200, a100-80gb, a100-40gb)");
   app.add_option("--mem-fraction", o.memory_fraction,
                  "the share of the device XLA's pool takes (default 0.75)")
       ->check(CLI::Validator(

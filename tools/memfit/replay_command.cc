@@ -113,7 +113,7 @@ Action add_replay_command(CLI::App& app, Io& io) {
       ->required();
   app.add_option("--policy", options->policy, "bfc, bfc-growth, platform, vmm or all");
   app.add_option("--capacity", options->capacity,
-                 "Device capacity (bytes, 80GiB, h200); report the first OOM");
+                 "Device capacity (bytes, 80GiB, h100, h200); report the first OOM");
   app.add_flag("--json", options->json, "Print one JSON object");
   app.add_option("--html", options->html, "Also write a self-contained HTML memory timeline to this file");
   return [options, &io]() -> int {
