@@ -13,25 +13,44 @@
 
 namespace memfit {
 
+namespace {
+
+// The plan of `module` from its buffer model: the heap placed, the peak and what is live at it.
+Expected<HloPlan> plan_modeled(const HloModule& module, const BufferModel& model,
+                               const HloPlanOptions& options);
+
+}  // namespace
+
 Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
   if (!is_lowered_module(module)) return plan_hlo(static_cast<const HloModule&>(module), options);
   // A program before optimization: the buffers XLA:GPU would materialize, under the better of two
   // schedules. XLA's DefaultMemoryScheduler keeps the one with the fewest bytes live at once, not counting
-  // fragmentation, and the list scheduler's on a tie (hlo_memory_scheduler.cc).
+  // fragmentation ("choose whichever returns a lower min-memory, not accounting for fragmentation"), and
+  // the list scheduler's on a tie (hlo_memory_scheduler.cc): so only the kept schedule is packed.
   const bool from_stablehlo = module.from_stablehlo;
   MEMFIT_ASSIGN_OR_RETURN(HloModule in_program_order, model_xla_gpu(std::move(module)));
-  MEMFIT_ASSIGN_OR_RETURN(HloPlan best, plan_hlo(static_cast<const HloModule&>(in_program_order), options));
-  const HloModule listed_module = list_scheduled(std::move(in_program_order));
-  MEMFIT_ASSIGN_OR_RETURN(HloPlan listed, plan_hlo(listed_module, options));
-  if (listed.temp_lower_bound_bytes <= best.temp_lower_bound_bytes) best = std::move(listed);
+  const HloModule listed = list_scheduled(HloModule(in_program_order));
+  MEMFIT_ASSIGN_OR_RETURN(BufferModel program_model, build_buffer_model(in_program_order));
+  MEMFIT_ASSIGN_OR_RETURN(BufferModel listed_model, build_buffer_model(listed));
+  const bool keep_listed = live_bytes_peak(listed_model.heap_intervals).bytes <=
+                           live_bytes_peak(program_model.heap_intervals).bytes;
+  MEMFIT_ASSIGN_OR_RETURN(HloPlan best, keep_listed ? plan_modeled(listed, listed_model, options)
+                                                    : plan_modeled(in_program_order, program_model, options));
   best.source = from_stablehlo ? "stablehlo" : "lowered-hlo";
   return best;
 }
 
 Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& options) {
   if (is_lowered_module(module)) return plan_hlo(HloModule(module), options);
-  MEMFIT_ASSIGN_OR_RETURN(EntrySizes sizes, entry_sizes(module));
   MEMFIT_ASSIGN_OR_RETURN(BufferModel model, build_buffer_model(module));
+  return plan_modeled(module, model, options);
+}
+
+namespace {
+
+Expected<HloPlan> plan_modeled(const HloModule& module, const BufferModel& model,
+                               const HloPlanOptions& options) {
+  MEMFIT_ASSIGN_OR_RETURN(EntrySizes sizes, entry_sizes(module));
   HloPlan plan;
   plan.module = module.name;
   plan.instructions = model.schedule_length;
@@ -140,4 +159,5 @@ Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& option
   return plan;
 }
 
+}  // namespace
 }  // namespace memfit
