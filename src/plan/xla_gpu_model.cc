@@ -1013,28 +1013,39 @@ Status insert_while_copies(HloModule& m) {
   std::unordered_map<std::string_view, const HloComputation*> by_name;
   for (const HloComputation& c : m.computations) by_name.emplace(c.name, &c);
   // Whether the body hands element k back unchanged: its root's element k is get-tuple-element(param, k).
+  // Each body's instructions by name, made when a loop first asks about it.
+  std::unordered_map<const HloComputation*, std::unordered_map<std::string_view, const HloInstruction*>>
+      named;
   auto passes_through = [&](const HloComputation& body, size_t k) {
     const HloInstruction* root = body.root();
     if (root == nullptr || root->opcode != HloOpcode::kTuple || k >= root->operands.size()) return false;
-    for (const HloInstruction& x : body.instructions) {
-      if (x.name != root->operands[k]) continue;
-      if (x.opcode != HloOpcode::kGetTupleElement || x.tuple_index != static_cast<int64_t>(k) ||
-          x.operands.empty())
-        return false;
-      for (const HloInstruction& p : body.instructions)
-        if (p.name == x.operands[0]) return p.opcode == HloOpcode::kParameter;
+    auto [it, fresh] = named.try_emplace(&body);
+    if (fresh)
+      for (const HloInstruction& x : body.instructions) it->second.emplace(x.name, &x);
+    auto find = [&](std::string_view name) -> const HloInstruction* {
+      auto at = it->second.find(name);
+      return at == it->second.end() ? nullptr : at->second;
+    };
+    const HloInstruction* x = find(root->operands[k]);
+    if (x == nullptr || x->opcode != HloOpcode::kGetTupleElement ||
+        x->tuple_index != static_cast<int64_t>(k) || x->operands.empty())
       return false;
-    }
-    return false;
+    const HloInstruction* p = find(x->operands[0]);
+    return p != nullptr && p->opcode == HloOpcode::kParameter;
   };
   uint64_t made = 0;
   for (HloComputation& c : m.computations) {
-    std::unordered_map<std::string, uint32_t> index;
+    if (std::none_of(c.instructions.begin(), c.instructions.end(),
+                     [](const HloInstruction& x) { return x.opcode == HloOpcode::kWhile; }))
+      continue;
+    // Keyed by views of the instructions' names, which this pass does not change.
+    std::unordered_map<std::string_view, uint32_t> index;
     for (uint32_t i = 0; i < c.instructions.size(); ++i) index.emplace(c.instructions[i].name, i);
-    // The last position (in schedule order) each value is read at.
-    std::unordered_map<std::string, uint32_t> last_use;
+    // The last position (in schedule order) each instruction's value is read at; 0 when never read.
+    std::vector<uint32_t> last_use(c.instructions.size(), 0);
     for (uint32_t i = 0; i < c.instructions.size(); ++i)
-      for (const std::string& o : c.instructions[i].operands) last_use[o] = i;
+      for (const std::string& o : c.instructions[i].operands)
+        if (auto it = index.find(o); it != index.end()) last_use[it->second] = i;
     std::vector<std::pair<uint32_t, HloInstruction>> copies;  // (insert before this index, the copy)
     for (uint32_t w = 0; w < c.instructions.size(); ++w) {
       const HloInstruction& loop = c.instructions[w];
@@ -1053,9 +1064,9 @@ Status insert_while_copies(HloModule& m) {
         const bool read_only = def != index.end() && c.is_entry &&
                                c.instructions[def->second].opcode == HloOpcode::kParameter &&
                                !donated.contains(c.instructions[def->second].parameter_number);
-        const bool read_after = last_use.count(v) && last_use[v] > w;
-        if (!repeated && !read_only && !read_after) continue;
         if (def == index.end()) continue;
+        const bool read_after = last_use[def->second] > w;
+        if (!repeated && !read_only && !read_after) continue;
         HloInstruction copy;
         copy.name = fmt::format("{}.loop_copy.{}", v, made++);
         copy.opcode = HloOpcode::kCopy;
@@ -1078,6 +1089,7 @@ Status insert_while_copies(HloModule& m) {
       out.push_back(std::move(c.instructions[i]));
     }
     c.instructions = std::move(out);
+    named.erase(&c);  // its instructions moved: a loop over it as a body looks them up again
   }
   return ok_status();
 }

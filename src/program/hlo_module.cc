@@ -438,8 +438,10 @@ std::string Shape::to_string() const {
 }
 
 const HloInstruction* HloComputation::root() const {
-  for (const HloInstruction& i : instructions) {
-    if (i.is_root) return &i;
+  // From the back: a computation's root is nearly always its last instruction, and a deep program's
+  // instructions are hundreds of megabytes to walk (a computation has one root: validate_hlo_module).
+  for (auto it = instructions.rbegin(); it != instructions.rend(); ++it) {
+    if (it->is_root) return &*it;
   }
   return instructions.empty() ? nullptr : &instructions.back();
 }
@@ -608,7 +610,12 @@ Status validate_hlo_module(const HloModule& module) {
   // Shapes were parsed unchecked: reject any whose byte count, or the sum of a tuple's arrays, overflows,
   // so that Shape::leaf_bytes and own_bytes are exact from here on.
   for (const HloComputation& c : module.computations) {
+    size_t roots = 0;
     for (const HloInstruction& i : c.instructions) {
+      if (i.is_root && ++roots == 2) {
+        return invalid_argument(fmt::format("line {}: {} is a second ROOT in computation {}", i.line,
+                                            excerpt(i.name), excerpt(c.name)));
+      }
       std::vector<const Shape*> stack{&i.shape};
       uint64_t total = 0;
       while (!stack.empty()) {

@@ -119,6 +119,11 @@ TEST(HloModule, MalformedOrTruncatedInputNamesTheLine) {
       std::string::npos);
   EXPECT_NE(error_of("HloModule m\n%c () -> f32[] {\n  ROOT %x = f32[] parameter(0)\n}\n").find("no ENTRY"),
             std::string::npos);
+  // A computation's root is its one ROOT: a second is refused, naming its line.
+  EXPECT_NE(error_of("HloModule m\nENTRY %e () -> f32[] {\n  ROOT %x = f32[] parameter(0)\n"
+                     "  ROOT %y = f32[] negate(%x)\n}\n")
+                .find("line 4: 'y' is a second ROOT"),
+            std::string::npos);
   auto hlo = read_file(data("mlp_fp32.hlo.txt.gz"));
   ASSERT_TRUE(hlo.ok());
   for (size_t cut : {hlo->size() / 3, hlo->size() - 3}) {
