@@ -43,19 +43,20 @@ class TransformerStep {
     seq_ = vit_ ? (s.image / s.patch) * (s.image / s.patch) + 1 : s.seq;
     pdt_ = s.precision == Precision::kBf16 ? PrimitiveType::kBF16 : PrimitiveType::kF32;
     cdt_ = s.precision == Precision::kFp32 ? PrimitiveType::kF32 : PrimitiveType::kBF16;
+    batch_ = s.batch;
   }
 
   void build(StepArguments& args) {
     declare(args);
     e_.set_category("activations");
     e_.set_op_name(train_ ? "jit(step)/jvp()" : "jit(step)");  // as JAX names a differentiated forward pass
-    V x = vit_ ? patches() : embed();
-    if (!vit_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
     if (train_) {
-      train(x);
+      train();
       e_.finish();
       return;
     }
+    V x = vit_ ? patches() : embed();
+    if (!vit_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
     for (const LayerParams& p : blocks_) x = block(x, p, nullptr);
     x = layer_norm(x, lnf_g_, lnf_b_, nullptr);
     V logits;
@@ -79,30 +80,30 @@ class TransformerStep {
   void declare(StepArguments& args) {
     const uint64_t d = s_.d_model;
     if (vit_) {
-      cls_ = param({d}, "params['cls']", args);
-      embed_ = param({s_.patch * s_.patch * s_.channels, d}, "params['embed']", args);
-      head_ = param({d, s_.classes}, "params['head']", args);
+      param(cls_, {d}, "params['cls']", args);
+      param(embed_, {s_.patch * s_.patch * s_.channels, d}, "params['embed']", args);
+      param(head_, {d, s_.classes}, "params['head']", args);
     } else {
-      embed_ = param({s_.vocab, d}, "params['embed']", args);
+      param(embed_, {s_.vocab, d}, "params['embed']", args);
     }
+    blocks_.resize(s_.layers);  // sized once: param() keeps pointers to the slots
     for (uint64_t l = 0; l < s_.layers; ++l) {
       auto name = [&](const char* key) { return fmt::format("params['layers'][{}]['{}']", l, key); };
-      LayerParams b;
-      b.b1 = param({4 * d}, name("b1"), args);
-      b.b2 = param({d}, name("b2"), args);
-      b.ln1_b = param({d}, name("ln1_b"), args);
-      b.ln1_g = param({d}, name("ln1_g"), args);
-      b.ln2_b = param({d}, name("ln2_b"), args);
-      b.ln2_g = param({d}, name("ln2_g"), args);
-      b.w1 = param({d, 4 * d}, name("w1"), args);
-      b.w2 = param({4 * d, d}, name("w2"), args);
-      b.wo = param({d, d}, name("wo"), args);
-      b.wqkv = param({d, 3 * d}, name("wqkv"), args);
-      blocks_.push_back(b);
+      LayerParams& b = blocks_[l];
+      param(b.b1, {4 * d}, name("b1"), args);
+      param(b.b2, {d}, name("b2"), args);
+      param(b.ln1_b, {d}, name("ln1_b"), args);
+      param(b.ln1_g, {d}, name("ln1_g"), args);
+      param(b.ln2_b, {d}, name("ln2_b"), args);
+      param(b.ln2_g, {d}, name("ln2_g"), args);
+      param(b.w1, {d, 4 * d}, name("w1"), args);
+      param(b.w2, {4 * d, d}, name("w2"), args);
+      param(b.wo, {d, d}, name("wo"), args);
+      param(b.wqkv, {d, 3 * d}, name("wqkv"), args);
     }
-    lnf_b_ = param({d}, "params['lnf_b']", args);
-    lnf_g_ = param({d}, "params['lnf_g']", args);
-    pos_ = param({seq_, d}, "params['pos']", args);
+    param(lnf_b_, {d}, "params['lnf_b']", args);
+    param(lnf_g_, {d}, "params['lnf_g']", args);
+    param(pos_, {seq_, d}, "params['pos']", args);
     // adam's moments and count come between the parameters and the batch (jax's order: params, opt).
     moments_ = train_ && (s_.optimizer == OptimizerKind::kAdam || s_.optimizer == OptimizerKind::kAdamW);
     if (moments_) state_ = declare_optimizer_state(e_, params_, param_names_, args);
@@ -117,10 +118,16 @@ class TransformerStep {
     labels_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {s_.batch}), "batch[1]", "activations");
     args.batch_bytes += labels_.shape.own_bytes();
   }
-  V param(std::vector<uint64_t> dims, const std::string& name, StepArguments& args) {
+  // A parameter of the model, into `slot` (the member the blocks read it from).
+  void param(V& slot, std::vector<uint64_t> dims, const std::string& name, StepArguments& args) {
     param_names_.push_back(name);
     params_.push_back(model_parameter(e_, LoweredEmitter::array(pdt_, std::move(dims)), name, args));
-    return params_.back();
+    slot = params_.back();
+    slots_.push_back(&slot);
+  }
+  // The blocks read `values` (one per parameter, in jax's order) as the parameters from here on.
+  void read_parameters_from(const std::vector<V>& values) {
+    for (size_t j = 0; j < slots_.size(); ++j) *slots_[j] = values[j];
   }
 
   V cast(const V& x, PrimitiveType type) { return x.shape.type == type ? x : e_.convert(x, type); }
@@ -131,11 +138,11 @@ class TransformerStep {
 
   // (params['embed'][tokens] + params['pos'][None]).astype(cdt); jnp's indexing wraps negative tokens.
   V embed() {
-    const std::vector<uint64_t> bs = {s_.batch, seq_};
+    const std::vector<uint64_t> bs = {batch_, seq_};
     const V negative = e_.compare(tokens_, e_.splat(PrimitiveType::kS32, bs));
     const V wrapped =
         e_.select(negative, e_.binary("add", tokens_, e_.splat(PrimitiveType::kS32, bs)), tokens_);
-    const V rows = e_.gather(embed_, e_.reshape(wrapped, {s_.batch, seq_, 1}));
+    const V rows = e_.gather(embed_, e_.reshape(wrapped, {batch_, seq_, 1}));
     const V x = with("add", rows, pos_, {1, 2});
     return cast(x, cdt_);
   }
@@ -143,8 +150,79 @@ class TransformerStep {
   // jax.value_and_grad of the loss over the forward pass from `x` (the embedded tokens), then the
   // optimizer's update: the transposes of reference_programs.py's ops as JAX writes them, the data gradient
   // through every block first, each parameter's gradient beside its update.
-  void train(V x) {
-    const uint64_t batch = s_.batch, seq = seq_, d = s_.d_model;
+  void train() {
+    std::vector<V> grads;
+    const V loss = s_.accum == 1 ? value_and_grad(grads) : accumulate(grads);
+    write_update(e_, s_, params_, grads, moments_ ? &state_ : nullptr, {loss});
+  }
+
+  // Gradient accumulation as reference_programs.py writes it: jax.lax.scan over the batch reshaped into
+  // `accum` microbatches, carrying f32 sums of the gradients and of the loss (and the parameters it reads),
+  // then each divided by `accum` - one microbatch's forward and backward pass in the loop's body, whatever
+  // the count. Returns the mean loss; `grads` the mean gradients.
+  V accumulate(std::vector<V>& grads) {
+    const uint64_t k = s_.accum, micro = s_.batch / k;
+    const size_t n = params_.size();
+    e_.set_category("gradients");
+    e_.set_op_name("jit(step)/scan");
+    std::vector<V> carried = {e_.scalar(PrimitiveType::kS32)};
+    for (const V& p : params_) carried.push_back(e_.splat(PrimitiveType::kF32, p.shape.dims));
+    carried.push_back(e_.scalar(PrimitiveType::kF32));
+    auto split = [&](const V& whole) {
+      std::vector<uint64_t> dims = whole.shape.dims;
+      dims[0] = micro;
+      dims.insert(dims.begin(), k);
+      return e_.reshape(whole, dims);
+    };
+    carried.push_back(split(tokens_));
+    carried.push_back(split(labels_));
+    carried.insert(carried.end(), params_.begin(), params_.end());
+    const size_t loss_at = 1 + n, xs_at = loss_at + 1, params_at = xs_at + 2;
+    const V whole_tokens = tokens_, whole_labels = labels_;
+    const std::vector<V> done = e_.loop(carried, k, [&](const std::vector<V>& c) {
+      // b = mb[i]: the microbatch's rows, the step's ops over them.
+      auto row = [&](const V& stacked) {
+        std::vector<V> starts = {c[0]};
+        std::vector<uint64_t> sizes = stacked.shape.dims;
+        sizes[0] = 1;
+        for (size_t j = 1; j < sizes.size(); ++j) starts.push_back(e_.scalar(PrimitiveType::kS32));
+        const std::vector<uint64_t> dims(sizes.begin() + 1, sizes.end());
+        return e_.reshape(e_.dynamic_slice(stacked, starts, sizes), dims);
+      };
+      tokens_ = row(c[xs_at]);
+      labels_ = row(c[xs_at + 1]);
+      read_parameters_from(std::vector<V>(c.begin() + static_cast<std::ptrdiff_t>(params_at), c.end()));
+      batch_ = micro;
+      e_.set_category("activations");
+      e_.set_op_name("jit(step)/while/body/jvp()");
+      std::vector<V> g;
+      const V loss = value_and_grad(g);
+      e_.set_category("gradients");
+      e_.set_op_name("jit(step)/while/body/add_any");
+      std::vector<V> next = {e_.binary("add", c[0], e_.scalar(PrimitiveType::kS32))};
+      for (size_t j = 0; j < n; ++j)
+        next.push_back(e_.binary("add", c[1 + j], cast(g[j], PrimitiveType::kF32)));
+      next.push_back(e_.binary("add", c[loss_at], loss));
+      for (size_t j = xs_at; j < c.size(); ++j) next.push_back(c[j]);  // the batches and parameters, as read
+      return next;
+    });
+    tokens_ = whole_tokens;
+    labels_ = whole_labels;
+    read_parameters_from(params_);
+    batch_ = s_.batch;
+    e_.set_op_name("jit(step)/div");
+    grads.clear();
+    for (size_t j = 0; j < n; ++j)
+      grads.push_back(
+          e_.binary("divide", done[1 + j], e_.splat(PrimitiveType::kF32, done[1 + j].shape.dims)));
+    return e_.binary("divide", done[loss_at], e_.scalar(PrimitiveType::kF32));
+  }
+
+  // jax.value_and_grad(loss_fn)(params, batch) over the batch in tokens_ and labels_: the embedding, the
+  // forward pass, the loss and the transposes. Returns the loss; `grads` one gradient per parameter.
+  V value_and_grad(std::vector<V>& grads) {
+    V x = vit_ ? patches() : embed();
+    const uint64_t batch = batch_, seq = seq_, d = s_.d_model;
     std::vector<BlockSaved> saved(blocks_.size());
     for (size_t l = 0; l < blocks_.size(); ++l) x = block(x, blocks_[l], &saved[l]);
     Norm lnf;
@@ -169,12 +247,12 @@ class TransformerStep {
         e_.dot(e_.slice(g, 1, seq - 1), tokens_, {d, s_.patch * s_.patch * s_.channels}, cdt_), {1, 0});
     const V dpos =
         e_.reduce_sum(e_.reshape(e_.reduce_sum(g, {0}), {1, seq, d}), {0});  // pos broadcast as [1,S,D]
-    std::vector<V> grads = {dcls, dembed, dhead};
+    grads = {dcls, dembed, dhead};
     for (const std::vector<V>& lg : layer_grads) grads.insert(grads.end(), lg.begin(), lg.end());
     grads.push_back(vector_grad(dy));                                         // lnf_b
     grads.push_back(vector_grad(e_.binary("multiply", lnf.normalized, dy)));  // lnf_g
     grads.push_back(dpos);
-    write_update(e_, s_, params_, grads, moments_ ? &state_ : nullptr, {loss});
+    return loss;
   }
 
   // -mean(take_along_axis(log_softmax(logits), labels[..., None])) over the last axis, op for op as JAX's
@@ -229,7 +307,7 @@ class TransformerStep {
   // residual stream's cotangent) when there is one - the sums over the row as JAX's transpose rules write
   // them. The scale's and shift's gradients come from vector_grad.
   V norm_transpose(const Norm& n, const V& gamma, const V& dy, const V* r) {
-    const std::vector<uint64_t> row = {s_.batch, seq_}, kept = {s_.batch, seq_, 1};
+    const std::vector<uint64_t> row = {batch_, seq_}, kept = {batch_, seq_, 1};
     const std::vector<uint64_t>& dims = dy.shape.dims;
     e_.set_category("temporaries");
     const V a = with("multiply", dy, gamma, {2});
@@ -251,7 +329,7 @@ class TransformerStep {
   // A block's transpose: `g` (the cotangent of its output) back to its input; its parameters' gradients in
   // jax's order (b1, b2, ln1_b, ln1_g, ln2_b, ln2_g, w1, w2, wo, wqkv) into `grads`.
   V block_transpose(const LayerParams& p, const BlockSaved& k, const V& g, std::vector<V>& grads) {
-    const uint64_t batch = s_.batch, seq = seq_, d = s_.d_model, heads = s_.heads, hd = d / heads, f = 4 * d;
+    const uint64_t batch = batch_, seq = seq_, d = s_.d_model, heads = s_.heads, hd = d / heads, f = 4 * d;
     e_.set_category("temporaries");
     // x2 = x1 + h @ w2 + b2, h = gelu(z), z = ln2(x1) @ w1 + b1
     const V dh = e_.dot(g, p.w2, {batch, seq, f}, cdt_);
@@ -301,21 +379,21 @@ class TransformerStep {
   // ViT: concatenate([cls, patches.astype(cdt) @ embed.astype(cdt)], axis=1) + pos.astype(cdt).
   V patches() {
     const uint64_t d = s_.d_model;
-    const V pe = e_.dot(cast(tokens_, cdt_), cast(embed_, cdt_), {s_.batch, seq_ - 1, d}, cdt_);
-    const V cls = e_.broadcast(cast(cls_, cdt_), {s_.batch, 1, d}, {2});
+    const V pe = e_.dot(cast(tokens_, cdt_), cast(embed_, cdt_), {batch_, seq_ - 1, d}, cdt_);
+    const V cls = e_.broadcast(cast(cls_, cdt_), {batch_, 1, d}, {2});
     return with("add", e_.concatenate({cls, pe}, 1), cast(pos_, cdt_), {1, 2});
   }
 
   // jnp.mean over the last axis, keepdims: an f32 sum (jnp upcasts half types), divided, cast back.
   V mean_last(const V& x) {
-    const std::vector<uint64_t> kept = {s_.batch, seq_, 1};
+    const std::vector<uint64_t> kept = {batch_, seq_, 1};
     const V sum = e_.reduce_sum(cast(x, PrimitiveType::kF32), {2});
     const V mean = e_.binary("divide", e_.reshape(sum, kept), e_.splat(PrimitiveType::kF32, kept));
     return cast(mean, x.shape.type);
   }
   // (x - m) * rsqrt(mean((x - m) ** 2) + 1e-5) * g + b, as reference_programs.py's ln writes it.
   V layer_norm(const V& x, const V& g, const V& b, Norm* saved) {
-    const std::vector<uint64_t> row = {s_.batch, seq_};
+    const std::vector<uint64_t> row = {batch_, seq_};
     const V m = mean_last(x);
     auto centered = [&] { return with("subtract", x, e_.reshape(m, row), {0, 1}); };
     const V xm = centered();
@@ -331,7 +409,7 @@ class TransformerStep {
   }
 
   V block(const V& x, const LayerParams& p, BlockSaved* saved) {
-    const uint64_t batch = s_.batch, seq = seq_, d = s_.d_model, heads = s_.heads, hd = d / heads;
+    const uint64_t batch = batch_, seq = seq_, d = s_.d_model, heads = s_.heads, hd = d / heads;
     BlockSaved local;
     BlockSaved& k = saved ? *saved : local;
     V h = layer_norm(x, p.ln1_g, p.ln1_b, &k.ln1);
@@ -377,10 +455,12 @@ class TransformerStep {
   LoweredEmitter e_;
   PrimitiveType pdt_, cdt_;
   bool vit_ = false, train_ = false, moments_ = false;
-  uint64_t seq_ = 0;  // tokens: GPT's sequence, ViT's patches and the class token
+  uint64_t seq_ = 0;    // tokens: GPT's sequence, ViT's patches and the class token
+  uint64_t batch_ = 0;  // the rows the ops see: the batch, or a microbatch inside the accumulation loop
   V embed_, cls_, head_, lnf_b_, lnf_g_, pos_, tokens_, labels_, mask_;
   std::vector<V> params_;  // every parameter, in jax's order
   std::vector<std::string> param_names_;
+  std::vector<V*> slots_;  // where the blocks read each parameter, in params_' order
   OptimizerState state_;
   std::vector<LayerParams> blocks_;
 };
@@ -396,9 +476,9 @@ bool transformer_lowers(const ModelSpec& spec) {
   if (!one_gpu) return false;
   if (spec.step == StepKind::kInfer)
     return spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit;
-  // ViT training: fp32, no remat, one batch, the elementwise optimizers.
+  // ViT training: fp32, no remat, the elementwise optimizers; gradient accumulation as a scan.
   return spec.model == ModelFamily::kVit && spec.step == StepKind::kTrain &&
-         spec.precision == Precision::kFp32 && spec.remat == RematPolicy::kNone && spec.accum == 1 &&
+         spec.precision == Precision::kFp32 && spec.remat == RematPolicy::kNone &&
          spec.optimizer != OptimizerKind::kAdafactor;
 }
 

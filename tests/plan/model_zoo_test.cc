@@ -345,6 +345,36 @@ TEST(ModelZoo, AScanIsOneLayerInALoop) {
   }
 }
 
+// Gradient accumulation as reference_programs.py writes it (jax.lax.scan over the microbatches): one
+// microbatch's step in a loop's body, so the program is the same size for 2 microbatches as for 64, and
+// the saved activations shrink with the microbatch while the f32 gradient sums stay.
+TEST(ModelZoo, AccumulationIsOneMicrobatchInALoop) {
+  auto spec_of = [](uint64_t accum) {
+    return *model_spec_from_json(Json::parse(
+        R"({"model": "vit", "image": 64, "patch": 16, "d_model": 256, "heads": 4, "layers": 4,
+            "classes": 100, "batch": 64, "donate": true, "accum": )" +
+        std::to_string(accum) + "}"));
+  };
+  auto module = build_step_module(spec_of(8), nullptr);
+  ASSERT_TRUE(module.ok()) << module.error().message();
+  size_t loops = 0;
+  for (const HloInstruction& i : module->entry()->instructions) loops += i.opcode == HloOpcode::kWhile;
+  EXPECT_EQ(loops, 1u) << "the scan over microbatches";
+  std::vector<StepPlan> plans;
+  for (uint64_t accum : {1, 2, 8, 64}) {
+    auto p = plan_step(spec_of(accum));
+    ASSERT_TRUE(p.ok()) << p.error().message();
+    plans.push_back(*p);
+  }
+  EXPECT_EQ(plans[1].hlo.instructions, plans[3].hlo.instructions) << "2 and 64 microbatches: one program";
+  for (size_t k = 1; k < plans.size(); ++k) {
+    EXPECT_LT(plans[k].breakdown.activations, plans[k - 1].breakdown.activations) << k;
+    // The sums: one f32 array per parameter, beside the microbatch's own gradients.
+    EXPECT_GE(plans[k].hlo.temp_bytes, plans[k].arguments.parameter_bytes) << k;
+  }
+  EXPECT_EQ(plans[3].arguments.parameter_bytes, plans[0].arguments.parameter_bytes);
+}
+
 TEST(ModelZoo, CudnnAttentionHoldsNoScores) {
   const char* gpt = R"({"model": "gpt", "layers": 2, "seq": 512, "batch": 8, "precision": "mixed")";
   const StepPlan xla = plan(std::string(gpt) + "}");
