@@ -332,52 +332,52 @@ Gelu write_gelu(LoweredEmitter& e, const LoweredEmitter::V& z) {
 }
 
 LoweredEmitter::V write_gelu_transpose(LoweredEmitter& e, const Gelu& g, const LoweredEmitter::V& d) {
-  using V = LoweredEmitter::V;
+  using Value = LoweredEmitter::V;  // not V: a writer in the same unity batch has its own V
   auto splat = [&] { return e.splat(d.shape.type, d.shape.dims); };
-  const V through_half = e.binary("multiply", d, g.half);
-  const V dhalf = e.binary("multiply", e.binary("multiply", g.z, d), splat());
-  const V dtanh =
+  const Value through_half = e.binary("multiply", d, g.half);
+  const Value dhalf = e.binary("multiply", e.binary("multiply", g.z, d), splat());
+  const Value dtanh =
       e.binary("multiply", e.binary("add", g.tanh, splat()), e.binary("subtract", splat(), g.tanh));
-  const V dinner = e.binary("multiply", e.binary("multiply", dhalf, dtanh), splat());
-  const V sum = e.binary("add", through_half, dinner);
-  const V dcube = e.binary("multiply", e.binary("multiply", dinner, splat()),
-                           e.binary("multiply", e.binary("multiply", g.z, g.z), splat()));
+  const Value dinner = e.binary("multiply", e.binary("multiply", dhalf, dtanh), splat());
+  const Value sum = e.binary("add", through_half, dinner);
+  const Value dcube = e.binary("multiply", e.binary("multiply", dinner, splat()),
+                               e.binary("multiply", e.binary("multiply", g.z, g.z), splat()));
   return e.binary("add", sum, dcube);
 }
 
 void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<LoweredEmitter::V>& params,
                   const std::vector<LoweredEmitter::V>& grads, const OptimizerState* state,
                   const std::vector<LoweredEmitter::V>& extra) {
-  using V = LoweredEmitter::V;
-  auto splat = [&](const V& like) { return e.splat(like.shape.type, like.shape.dims); };
-  auto f32 = [&](const V& x) {
+  using Value = LoweredEmitter::V;  // not V: a writer in the same unity batch has its own V
+  auto splat = [&](const Value& like) { return e.splat(like.shape.type, like.shape.dims); };
+  auto f32 = [&](const Value& x) {
     return x.shape.type == PrimitiveType::kF32 ? x : e.convert(x, PrimitiveType::kF32);
   };
   e.set_op_name("jit(step)/update");
-  std::vector<V> new_p, new_m, new_v;
-  V new_count, step_f32;
+  std::vector<Value> new_p, new_m, new_v;
+  Value new_count, step_f32;
   if (state) {
     e.set_category("optimizer_state");
     new_count = e.binary("add", state->count, e.scalar(PrimitiveType::kS32));
     step_f32 = e.convert(new_count, PrimitiveType::kF32);
   }
   for (size_t k = 0; k < params.size(); ++k) {
-    const V g = f32(grads[k]);
-    const V p = f32(params[k]);
-    V step;
+    const Value g = f32(grads[k]);
+    const Value p = f32(params[k]);
+    Value step;
     if (state) {
       e.set_category("optimizer_state");
-      const V m =
+      const Value m =
           e.binary("add", e.binary("multiply", state->m[k], splat(g)), e.binary("multiply", g, splat(g)));
-      const V v = e.binary("add", e.binary("multiply", state->v[k], splat(g)),
-                           e.binary("multiply", e.binary("multiply", g, g), splat(g)));
+      const Value v = e.binary("add", e.binary("multiply", state->v[k], splat(g)),
+                               e.binary("multiply", e.binary("multiply", g, g), splat(g)));
       new_m.push_back(m);
       new_v.push_back(v);
       e.set_category("parameters");
-      const V c1 = e.broadcast(bias_correction(e, step_f32), g.shape.dims, {});
-      const V c2 = e.broadcast(bias_correction(e, step_f32), g.shape.dims, {});
-      const V lr_m = e.binary("multiply", e.binary("divide", m, c1), splat(g));
-      const V denom = e.binary("add", e.unary("sqrt", e.binary("divide", v, c2)), splat(g));
+      const Value c1 = e.broadcast(bias_correction(e, step_f32), g.shape.dims, {});
+      const Value c2 = e.broadcast(bias_correction(e, step_f32), g.shape.dims, {});
+      const Value lr_m = e.binary("multiply", e.binary("divide", m, c1), splat(g));
+      const Value denom = e.binary("add", e.unary("sqrt", e.binary("divide", v, c2)), splat(g));
       step = e.binary("divide", lr_m, denom);
       if (spec.optimizer == OptimizerKind::kAdamW)
         step = e.binary("add", step, e.binary("multiply", e.binary("multiply", p, splat(p)), splat(p)));
@@ -385,17 +385,17 @@ void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<Lo
       e.set_category("parameters");
       step = e.binary("multiply", g, splat(g));
     }
-    V out = e.binary("subtract", p, step);
+    Value out = e.binary("subtract", p, step);
     if (params[k].shape.type != PrimitiveType::kF32) out = e.convert(out, params[k].shape.type);
     new_p.push_back(out);
   }
-  std::vector<V> outs = new_p;
+  std::vector<Value> outs = new_p;
   if (state) {
     outs.insert(outs.end(), new_m.begin(), new_m.end());
     outs.insert(outs.end(), new_v.begin(), new_v.end());
     outs.push_back(new_count);
   }
-  std::vector<V> results = outs;
+  std::vector<Value> results = outs;
   results.insert(results.end(), extra.begin(), extra.end());
   e.root(results);
   if (!spec.donate) return;
