@@ -1019,12 +1019,13 @@ Status insert_while_copies(HloModule& m) {
   auto passes_through = [&](const HloComputation& body, size_t k) {
     const HloInstruction* root = body.root();
     if (root == nullptr || root->opcode != HloOpcode::kTuple || k >= root->operands.size()) return false;
-    auto [it, fresh] = named.try_emplace(&body);
-    if (fresh)
-      for (const HloInstruction& x : body.instructions) it->second.emplace(x.name, &x);
+    const auto emplaced = named.try_emplace(&body);
+    auto& table = emplaced.first->second;
+    if (emplaced.second)
+      for (const HloInstruction& x : body.instructions) table.emplace(x.name, &x);
     auto find = [&](std::string_view name) -> const HloInstruction* {
-      auto at = it->second.find(name);
-      return at == it->second.end() ? nullptr : at->second;
+      auto at = table.find(name);
+      return at == table.end() ? nullptr : at->second;
     };
     const HloInstruction* x = find(root->operands[k]);
     if (x == nullptr || x->opcode != HloOpcode::kGetTupleElement ||
