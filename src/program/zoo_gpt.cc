@@ -1,7 +1,8 @@
 // The GPT family of the model zoo (reference_programs.py's gpt): token and position embeddings, the blocks
 // (zoo_transformer.cc), a final norm and logits through the tied embedding, the language-model loss
-// (zoo_language_model.cc). Written as XLA's fused program; inference on one GPU is written as the lowered
-// program JAX traces instead (zoo_transformer_lowered.cc, chosen by transformer_lowers()).
+// (zoo_language_model.cc). Written as XLA's fused program; inference, and fp32 training without remat, on
+// one GPU are written as the lowered program JAX traces instead (zoo_transformer_lowered.cc, chosen by
+// transformer_lowers()).
 #include "zoo_language_model.h"
 
 namespace memfit::zoo {

@@ -153,8 +153,8 @@ void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<Lo
                   const std::vector<LoweredEmitter::V>& extra);
 
 // The transformer configurations written as lowered programs (zoo_transformer_lowered.cc), on one GPU: GPT
-// and ViT inference (any remat policy), and ViT training in fp32 without remat or accumulation. The rest is
-// still written as XLA's fused program (zoo_gpt.cc, zoo_vit.cc, zoo_transformer.cc).
+// and ViT inference (any remat policy), and their training in fp32 without remat (accumulation as a scan).
+// The rest is still written as XLA's fused program (zoo_gpt.cc, zoo_vit.cc, zoo_transformer.cc).
 bool transformer_lowers(const ModelSpec& spec);
 void build_transformer_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 

@@ -3,7 +3,7 @@
 // follows, op for op where memory is concerned): the embedding (GPT's token lookup; ViT's patch projection
 // beside the class token), the blocks (layer norms as jnp writes them, attention with an f32 softmax -
 // GPT's scores masked causally - and the tanh GELU MLP), the final norm and the head (GPT's logits against
-// the tied embedding; ViT's mean over tokens and its classifier); for ViT training also the loss, the
+// the tied embedding; ViT's mean over tokens and its classifier); for training also the loss, the
 // transposes JAX's rules write (the data gradient through every block, then each parameter's gradient) and
 // the optimizer's update - planned through the model of XLA:GPU like any user's lowered program.
 #include <fmt/format.h>
@@ -115,7 +115,9 @@ class TransformerStep {
                             "activations");
     args.batch_bytes += tokens_.shape.own_bytes();
     if (!train_) return;
-    labels_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {s_.batch}), "batch[1]", "activations");
+    const std::vector<uint64_t> label_dims =
+        vit_ ? std::vector<uint64_t>{s_.batch} : std::vector<uint64_t>{s_.batch, seq_};  // GPT: next tokens
+    labels_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, label_dims), "batch[1]", "activations");
     args.batch_bytes += labels_.shape.own_bytes();
   }
   // A parameter of the model, into `slot` (the member the blocks read it from).
@@ -142,7 +144,8 @@ class TransformerStep {
     const V negative = e_.compare(tokens_, e_.splat(PrimitiveType::kS32, bs));
     const V wrapped =
         e_.select(negative, e_.binary("add", tokens_, e_.splat(PrimitiveType::kS32, bs)), tokens_);
-    const V rows = e_.gather(embed_, e_.reshape(wrapped, {batch_, seq_, 1}));
+    token_rows_ = e_.reshape(wrapped, {batch_, seq_, 1});
+    const V rows = e_.gather(embed_, token_rows_);
     const V x = with("add", rows, pos_, {1, 2});
     return cast(x, cdt_);
   }
@@ -222,32 +225,51 @@ class TransformerStep {
   // forward pass, the loss and the transposes. Returns the loss; `grads` one gradient per parameter.
   V value_and_grad(std::vector<V>& grads) {
     V x = vit_ ? patches() : embed();
+    if (!vit_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
     const uint64_t batch = batch_, seq = seq_, d = s_.d_model;
     std::vector<BlockSaved> saved(blocks_.size());
     for (size_t l = 0; l < blocks_.size(); ++l) x = block(x, blocks_[l], &saved[l]);
     Norm lnf;
     const V y = layer_norm(x, lnf_g_, lnf_b_, &lnf);
-    // loss = -mean(take_along_axis(log_softmax(mean(y, 1) @ head), labels[:, None]))
-    const V pooled = e_.binary("divide", e_.reduce_sum(y, {1}), e_.splat(PrimitiveType::kF32, {batch, d}));
-    const V logits = e_.dot(pooled, head_, {batch, s_.classes}, cdt_);
-    V dlogits;
-    const V loss = cross_entropy(logits, labels_, dlogits);
-    // Through the head and the mean over the tokens.
-    const V dpooled = e_.dot(dlogits, head_, {batch, d}, cdt_);
-    const V dhead = e_.transpose(e_.dot(dlogits, pooled, {s_.classes, d}, cdt_), {1, 0});
-    const V dy = e_.broadcast(e_.binary("divide", dpooled, e_.splat(PrimitiveType::kF32, {batch, d})),
-                              {batch, seq, d}, {0, 2});
+    V loss, dy, dhead_or_table;
+    if (vit_) {
+      // loss = -mean(take_along_axis(log_softmax(mean(y, 1) @ head), labels[:, None]))
+      const V pooled = e_.binary("divide", e_.reduce_sum(y, {1}), e_.splat(PrimitiveType::kF32, {batch, d}));
+      const V logits = e_.dot(pooled, head_, {batch, s_.classes}, cdt_);
+      V dlogits;
+      loss = cross_entropy(logits, labels_, dlogits);
+      // Through the head and the mean over the tokens.
+      const V dpooled = e_.dot(dlogits, head_, {batch, d}, cdt_);
+      dhead_or_table = e_.transpose(e_.dot(dlogits, pooled, {s_.classes, d}, cdt_), {1, 0});
+      dy = e_.broadcast(e_.binary("divide", dpooled, e_.splat(PrimitiveType::kF32, {batch, d})),
+                        {batch, seq, d}, {0, 2});
+    } else {
+      // loss = -mean(take_along_axis(log_softmax(y @ embed.T), labels[..., None])), the logits [B,S,vocab]
+      const V table = e_.transpose(embed_, {1, 0});
+      const V logits = e_.dot(y, table, {batch, seq, s_.vocab}, cdt_);
+      V dlogits;
+      loss = cross_entropy(logits, labels_, dlogits);
+      // Through the tied table: its gradient from the logits, and the cotangent into the final norm.
+      dhead_or_table = e_.dot(dlogits, y, {s_.vocab, d}, cdt_);
+      dy = e_.dot(dlogits, table, {batch, seq, d}, cdt_);
+    }
     V g = norm_transpose(lnf, lnf_g_, dy, nullptr);
     std::vector<std::vector<V>> layer_grads(blocks_.size());
     for (size_t l = blocks_.size(); l-- > 0;) g = block_transpose(blocks_[l], saved[l], g, layer_grads[l]);
-    // The embedding: the class token's row, the patches' projection, the positions.
     e_.set_category("gradients");
-    const V dcls = e_.reduce_sum(e_.slice(g, 1, 1), {0, 1});
-    const V dembed = e_.transpose(
-        e_.dot(e_.slice(g, 1, seq - 1), tokens_, {d, s_.patch * s_.patch * s_.channels}, cdt_), {1, 0});
+    if (vit_) {
+      // The embedding: the class token's row, the patches' projection; then the head.
+      const V dcls = e_.reduce_sum(e_.slice(g, 1, 1), {0, 1});
+      const V dembed = e_.transpose(
+          e_.dot(e_.slice(g, 1, seq - 1), tokens_, {d, s_.patch * s_.patch * s_.channels}, cdt_), {1, 0});
+      grads = {dcls, dembed, dhead_or_table};
+    } else {
+      // The token lookup's transpose, a scatter-add into zeros, added to the tied table's gradient.
+      const V rows = e_.scatter(e_.splat(PrimitiveType::kF32, embed_.shape.dims), token_rows_, g);
+      grads = {e_.binary("add", dhead_or_table, rows)};
+    }
     const V dpos =
         e_.reduce_sum(e_.reshape(e_.reduce_sum(g, {0}), {1, seq, d}), {0});  // pos broadcast as [1,S,D]
-    grads = {dcls, dembed, dhead};
     for (const std::vector<V>& lg : layer_grads) grads.insert(grads.end(), lg.begin(), lg.end());
     grads.push_back(vector_grad(dy));                                         // lnf_b
     grads.push_back(vector_grad(e_.binary("multiply", lnf.normalized, dy)));  // lnf_g
@@ -284,6 +306,7 @@ class TransformerStep {
                                 e_.binary("add", label, e_.splat(PrimitiveType::kS32, kept)), label);
     const V index = e_.reshape(wrapped, index_dims);
     const V picked = e_.gather(logp, index, kept);
+    e_.set_category("outputs");  // the loss: one of the step's results
     const V loss =
         e_.unary("negate", e_.binary("divide", e_.reduce_sum(picked, all), e_.scalar(PrimitiveType::kF32)));
     e_.set_category("temporaries");
@@ -458,6 +481,7 @@ class TransformerStep {
   uint64_t seq_ = 0;    // tokens: GPT's sequence, ViT's patches and the class token
   uint64_t batch_ = 0;  // the rows the ops see: the batch, or a microbatch inside the accumulation loop
   V embed_, cls_, head_, lnf_b_, lnf_g_, pos_, tokens_, labels_, mask_;
+  V token_rows_;           // GPT: the wrapped token ids as the lookup's indices, [B,S,1]
   std::vector<V> params_;  // every parameter, in jax's order
   std::vector<std::string> param_names_;
   std::vector<V*> slots_;  // where the blocks read each parameter, in params_' order
@@ -476,10 +500,10 @@ bool transformer_lowers(const ModelSpec& spec) {
   if (!one_gpu) return false;
   if (spec.step == StepKind::kInfer)
     return spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit;
-  // ViT training: fp32, no remat, the elementwise optimizers; gradient accumulation as a scan.
-  return spec.model == ModelFamily::kVit && spec.step == StepKind::kTrain &&
-         spec.precision == Precision::kFp32 && spec.remat == RematPolicy::kNone &&
-         spec.optimizer != OptimizerKind::kAdafactor;
+  // Training: fp32, no remat, the elementwise optimizers; gradient accumulation as a scan.
+  return (spec.model == ModelFamily::kVit || spec.model == ModelFamily::kGpt) &&
+         spec.step == StepKind::kTrain && spec.precision == Precision::kFp32 &&
+         spec.remat == RematPolicy::kNone && spec.optimizer != OptimizerKind::kAdafactor;
 }
 
 void build_transformer_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments) {
