@@ -11,6 +11,7 @@
 
 #include "memfit/core/file_io.h"
 #include "memfit/core/json.h"
+#include "memfit/core/process_memory.h"
 #include "memfit/plan/hlo_plan.h"
 #include "memfit/plan/step_plan.h"
 #include "memfit/program/stablehlo_module.h"
@@ -176,4 +177,7 @@ class ScalingReporter : public TimingReporter {
 }  // namespace
 }  // namespace memfit
 
-int main(int argc, char** argv) { return memfit::run_benchmarks<memfit::ScalingReporter>(argc, argv); }
+int main(int argc, char** argv) {
+  memfit::keep_freed_memory_in_heap();  // as the CLI plans (tools/memfit/main.cc)
+  return memfit::run_benchmarks<memfit::ScalingReporter>(argc, argv);
+}

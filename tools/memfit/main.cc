@@ -2,8 +2,6 @@
 #include <unistd.h>
 
 #if defined(__GLIBC__)
-#include <malloc.h>
-
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -12,6 +10,7 @@
 #include <iostream>
 
 #include "cli.h"
+#include "memfit/core/process_memory.h"
 
 namespace {
 
@@ -64,12 +63,8 @@ void restart_with_huge_pages(char** argv) {
 int main(int argc, char** argv) {
 #if defined(__GLIBC__)
   restart_with_huge_pages(argv);
-  // glibc serves each large block with a fresh mmap and unmaps it on free, so every pass of a plan would
-  // fault in its arrays anew (a third of a 256-layer ViT plan's time). A short-lived CLI keeps its freed
-  // memory in the heap instead (glibc still falls back to mmap if the heap cannot grow).
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, -1);
 #endif
+  memfit::keep_freed_memory_in_heap();
   std::ios::sync_with_stdio(false);
   const memfit::Environment env = memfit::Environment::from_process();
   std::vector<std::string> args(argv + 1, argv + argc);
