@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <queue>
 #include <string_view>
 #include <tuple>
@@ -898,12 +899,18 @@ void list_schedule(HloComputation& comp) {
     unscheduled_users[i] = static_cast<uint32_t>(users[i].size());
     waiting_operands[i] = static_cast<uint32_t>(operands[i].size());
   }
+  // Bytes freed less bytes made, saturating: a hostile program's sizes can sum past 2^63 (its plan is
+  // refused later, when the heap's total is checked), and the order then no longer matters.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  auto clamp = [](uint64_t b) { return static_cast<int64_t>(std::min<uint64_t>(b, kMax)); };
   auto priority = [&](uint32_t i) {
     int64_t freed = 0;
     for (uint32_t o : operands[i]) {
-      if (unscheduled_users[o] == 1) freed += static_cast<int64_t>(bytes[o]);
+      if (unscheduled_users[o] == 1)
+        freed = clamp(static_cast<uint64_t>(freed) + static_cast<uint64_t>(clamp(bytes[o])));
     }
-    return std::make_pair(freed - static_cast<int64_t>(bytes[i]), static_cast<int64_t>(users[i].size()));
+    // freed and the made bytes are both in [0, 2^63): their difference fits.
+    return std::make_pair(freed - clamp(bytes[i]), static_cast<int64_t>(users[i].size()));
   };
   const HloInstruction* root = comp.root();
   using Entry = std::tuple<std::pair<int64_t, int64_t>, int64_t, uint32_t>;  // priority, -position, index
