@@ -345,6 +345,58 @@ LoweredEmitter::V write_gelu_transpose(LoweredEmitter& e, const Gelu& g, const L
   return e.binary("add", sum, dcube);
 }
 
+LoweredEmitter::V accumulate_gradients(LoweredEmitter& e, uint64_t microbatches,
+                                       const std::vector<LoweredEmitter::V>& params,
+                                       const std::vector<LoweredEmitter::V>& batch,
+                                       const MicrobatchStep& step, std::vector<LoweredEmitter::V>& grads) {
+  using Value = LoweredEmitter::V;  // not V: a writer in the same unity batch has its own V
+  const size_t n = params.size();
+  e.set_category("gradients");
+  e.set_op_name("jit(step)/scan");
+  std::vector<Value> carried = {e.scalar(PrimitiveType::kS32)};
+  for (const Value& p : params) carried.push_back(e.splat(PrimitiveType::kF32, p.shape.dims));
+  carried.push_back(e.scalar(PrimitiveType::kF32));
+  for (const Value& whole : batch) {  // [B, ...] -> [microbatches, B / microbatches, ...]
+    std::vector<uint64_t> dims = whole.shape.dims;
+    dims[0] /= microbatches;
+    dims.insert(dims.begin(), microbatches);
+    carried.push_back(e.reshape(whole, dims));
+  }
+  carried.insert(carried.end(), params.begin(), params.end());
+  const size_t loss_at = 1 + n, batch_at = loss_at + 1, params_at = batch_at + batch.size();
+  const std::vector<Value> done = e.loop(carried, microbatches, [&](const std::vector<Value>& c) {
+    // b = mb[i]: each array's rows of this microbatch.
+    std::vector<Value> rows;
+    for (size_t a = batch_at; a < params_at; ++a) {
+      std::vector<Value> starts = {c[0]};
+      std::vector<uint64_t> sizes = c[a].shape.dims;
+      sizes[0] = 1;
+      for (size_t j = 1; j < sizes.size(); ++j) starts.push_back(e.scalar(PrimitiveType::kS32));
+      rows.push_back(e.reshape(e.dynamic_slice(c[a], starts, sizes),
+                               std::vector<uint64_t>(sizes.begin() + 1, sizes.end())));
+    }
+    std::vector<Value> g(n);
+    const Value loss =
+        step(rows, std::vector<Value>(c.begin() + static_cast<std::ptrdiff_t>(params_at), c.end()), g);
+    e.set_category("gradients");
+    e.set_op_name("jit(step)/while/body/add_any");
+    std::vector<Value> next = {e.binary("add", c[0], e.scalar(PrimitiveType::kS32))};
+    for (size_t j = 0; j < n; ++j) {
+      const Value widened =
+          g[j].shape.type == PrimitiveType::kF32 ? g[j] : e.convert(g[j], PrimitiveType::kF32);
+      next.push_back(e.binary("add", c[1 + j], widened));
+    }
+    next.push_back(e.binary("add", c[loss_at], loss));
+    for (size_t j = batch_at; j < c.size(); ++j) next.push_back(c[j]);  // the batches and parameters, as read
+    return next;
+  });
+  e.set_op_name("jit(step)/div");
+  grads.clear();
+  for (size_t j = 0; j < n; ++j)
+    grads.push_back(e.binary("divide", done[1 + j], e.splat(PrimitiveType::kF32, done[1 + j].shape.dims)));
+  return e.binary("divide", done[loss_at], e.scalar(PrimitiveType::kF32));
+}
+
 void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<LoweredEmitter::V>& params,
                   const std::vector<LoweredEmitter::V>& grads, const OptimizerState* state,
                   const std::vector<LoweredEmitter::V>& extra) {

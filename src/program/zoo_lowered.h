@@ -139,18 +139,32 @@ struct OptimizerState {
   LoweredEmitter::V count;
 };
 
-// The optimizer's update as reference_programs.py writes it (its own adam; optax's adamw, the decay on the
-// parameter; sgd), parameter by parameter in f32, and the step's results in jax's order: the new parameters,
-// (adam, adamw: `state` given) the new moments and count, then `extra` (the loss); with spec.donate each new
-// parameter, moment and count is written over the argument it replaces.
 // Declares adam's and adamw's state after `params` (named `names`, "params..."): the first moments, the
 // second, then the count, each moment named as jax names it ("opt[0]..." for "params...").
 OptimizerState declare_optimizer_state(LoweredEmitter& e, const std::vector<LoweredEmitter::V>& params,
                                        const std::vector<std::string>& names, StepArguments& args);
 
+// The optimizer's update as reference_programs.py writes it (its own adam; optax's adamw, the decay on the
+// parameter; sgd), parameter by parameter in f32, and the step's results in jax's order: the new parameters,
+// (adam, adamw: `state` given) the new moments and count, then `extra` (the loss); with spec.donate each new
+// parameter, moment and count is written over the argument it replaces.
 void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<LoweredEmitter::V>& params,
                   const std::vector<LoweredEmitter::V>& grads, const OptimizerState* state,
                   const std::vector<LoweredEmitter::V>& extra);
+
+// Gradient accumulation as reference_programs.py writes it: jax.lax.scan over each of `batch`'s arrays
+// (the batch their leading dimension) reshaped into `microbatches`, carrying an f32 sum per parameter and
+// the loss's sum (and the batches and parameters the body reads), then each divided by the count. `step`
+// writes one microbatch's value_and_grad - from its rows of each batch array and the parameters as the
+// loop carries them - returning its loss and filling one gradient per parameter. Returns the mean loss;
+// `grads` the mean gradients, in `params`' order.
+using MicrobatchStep = std::function<LoweredEmitter::V(const std::vector<LoweredEmitter::V>& rows,
+                                                       const std::vector<LoweredEmitter::V>& params,
+                                                       std::vector<LoweredEmitter::V>& grads)>;
+LoweredEmitter::V accumulate_gradients(LoweredEmitter& e, uint64_t microbatches,
+                                       const std::vector<LoweredEmitter::V>& params,
+                                       const std::vector<LoweredEmitter::V>& batch,
+                                       const MicrobatchStep& step, std::vector<LoweredEmitter::V>& grads);
 
 // The transformer configurations written as lowered programs (zoo_transformer_lowered.cc), on one GPU: GPT
 // and ViT inference (any remat policy), and their training in fp32 without remat (accumulation as a scan).

@@ -138,67 +138,37 @@ class MlpStep {
     return loss;
   }
 
-  // Gradient accumulation as reference_programs.py writes it: jax.lax.scan over the batch reshaped into
-  // `accum` microbatches, carrying f32 sums of the gradients and of the loss (and the parameters and
-  // batches it reads), then each divided by `accum`. Returns the mean loss.
+  // Gradient accumulation (accumulate_gradients) over the batch's inputs and targets; the parameters in
+  // jax's order, each layer's weight then bias. Returns the mean loss.
   V accumulate(std::vector<V>& dw, std::vector<V>& db) {
     const size_t n = sizes_.size() - 1;
-    const uint64_t k = s_.accum, micro = s_.batch / k;
-    e_.set_category("gradients");
-    e_.set_op_name("jit(step)/scan");
-    std::vector<V> carried = {e_.scalar(PrimitiveType::kS32)};
+    std::vector<V> grads;
+    const V loss = accumulate_gradients(
+        e_, s_.accum, params_, {x_, y_},
+        [&](const std::vector<V>& rows, const std::vector<V>& carried, std::vector<V>& g) {
+          std::vector<V> w, b, gw(n), gb(n);
+          for (size_t l = 0; l < n; ++l) {
+            w.push_back(carried[2 * l]);
+            b.push_back(carried[2 * l + 1]);
+          }
+          const V micro_loss = value_and_grad(rows[0], rows[1], w, b, gw, gb);
+          for (size_t l = 0; l < n; ++l) {
+            g[2 * l] = gw[l];
+            g[2 * l + 1] = gb[l];
+          }
+          return micro_loss;
+        },
+        grads);
     for (size_t l = 0; l < n; ++l) {
-      carried.push_back(e_.splat(PrimitiveType::kF32, weight_[l].shape.dims));
-      carried.push_back(e_.splat(PrimitiveType::kF32, bias_[l].shape.dims));
+      dw[l] = grads[2 * l];
+      db[l] = grads[2 * l + 1];
     }
-    carried.push_back(e_.scalar(PrimitiveType::kF32));
-    carried.push_back(e_.reshape(x_, {k, micro, s_.din}));
-    carried.push_back(e_.reshape(y_, {k, micro, s_.dout}));
-    for (size_t l = 0; l < n; ++l) {
-      carried.push_back(weight_[l]);
-      carried.push_back(bias_[l]);
-    }
-    const size_t loss_at = 1 + 2 * n, xs_at = loss_at + 1, params_at = xs_at + 2;
-    const std::vector<V> done = e_.loop(carried, k, [&](const std::vector<V>& c) {
-      const V i = c[0];
-      const V zero = e_.scalar(PrimitiveType::kS32);
-      const V x =
-          e_.reshape(e_.dynamic_slice(c[xs_at], {i, zero, zero}, {1, micro, s_.din}), {micro, s_.din});
-      const V y =
-          e_.reshape(e_.dynamic_slice(c[xs_at + 1], {i, zero, zero}, {1, micro, s_.dout}), {micro, s_.dout});
-      std::vector<V> w, b;
-      for (size_t l = 0; l < n; ++l) {
-        w.push_back(c[params_at + 2 * l]);
-        b.push_back(c[params_at + 2 * l + 1]);
-      }
-      std::vector<V> gw(n), gb(n);
-      const V loss = value_and_grad(x, y, w, b, gw, gb);
-      e_.set_category("gradients");
-      e_.set_op_name("jit(step)/scan/add_any");
-      std::vector<V> next = {e_.binary("add", i, e_.scalar(PrimitiveType::kS32))};
-      auto widen = [&](const V& g) {
-        return g.shape.type == PrimitiveType::kF32 ? g : e_.convert(g, PrimitiveType::kF32);
-      };
-      for (size_t l = 0; l < n; ++l) {
-        next.push_back(e_.binary("add", c[1 + 2 * l], widen(gw[l])));
-        next.push_back(e_.binary("add", c[2 + 2 * l], widen(gb[l])));
-      }
-      next.push_back(e_.binary("add", c[loss_at], loss));
-      for (size_t j = xs_at; j < c.size(); ++j) next.push_back(c[j]);  // the batches and parameters, as read
-      return next;
-    });
-    e_.set_op_name("jit(step)/div");
-    for (size_t l = 0; l < n; ++l) {
-      dw[l] = e_.binary("divide", done[1 + 2 * l], splat(done[1 + 2 * l]));
-      db[l] = e_.binary("divide", done[2 + 2 * l], splat(done[2 + 2 * l]));
-    }
-    return e_.binary("divide", done[loss_at], e_.scalar(PrimitiveType::kF32));
+    return loss;
   }
 
   // Every entry parameter in jax's order: params, then the optimizer's moments and count, then the batch.
   void declare(StepArguments& args) {
     const size_t n = sizes_.size() - 1;
-    std::vector<V> params;
     std::vector<std::string> names;
     for (size_t l = 0; l < n; ++l) {
       names.push_back(fmt::format("params[{}][0]", l));
@@ -206,10 +176,10 @@ class MlpStep {
           model_parameter(e_, LoweredEmitter::array(pdt_, {sizes_[l], sizes_[l + 1]}), names.back(), args));
       names.push_back(fmt::format("params[{}][1]", l));
       bias_.push_back(model_parameter(e_, LoweredEmitter::array(pdt_, {sizes_[l + 1]}), names.back(), args));
-      params.push_back(weight_.back());
-      params.push_back(bias_.back());
+      params_.push_back(weight_.back());
+      params_.push_back(bias_.back());
     }
-    if (moments_) state_ = declare_optimizer_state(e_, params, names, args);
+    if (moments_) state_ = declare_optimizer_state(e_, params_, names, args);
     x_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kF32, {s_.batch, s_.din}), "batch[0]",
                       "activations");
     args.batch_bytes += x_.shape.own_bytes();
@@ -297,14 +267,12 @@ class MlpStep {
 
   // The optimizer's update of every parameter, the loss beside it (none under vmap).
   void update(const std::vector<V>& dw, const std::vector<V>& db, const V& loss) {
-    std::vector<V> grads, params;
+    std::vector<V> grads;
     for (size_t l = 0; l < dw.size(); ++l) {
       grads.push_back(dw[l]);
       grads.push_back(db[l]);
-      params.push_back(weight_[l]);
-      params.push_back(bias_[l]);
     }
-    write_update(e_, s_, params, grads, moments_ ? &state_ : nullptr,
+    write_update(e_, s_, params_, grads, moments_ ? &state_ : nullptr,
                  vmap_ ? std::vector<V>{} : std::vector<V>{loss});
   }
 
@@ -314,6 +282,7 @@ class MlpStep {
   std::vector<uint64_t> sizes_;
   bool vmap_ = false, train_ = true, moments_ = false;
   std::vector<V> weight_, bias_;
+  std::vector<V> params_;  // every parameter in jax's order: each layer's weight, then its bias
   OptimizerState state_;
   V x_, y_;
 };

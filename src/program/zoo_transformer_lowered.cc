@@ -159,66 +159,27 @@ class TransformerStep {
     write_update(e_, s_, params_, grads, moments_ ? &state_ : nullptr, {loss});
   }
 
-  // Gradient accumulation as reference_programs.py writes it: jax.lax.scan over the batch reshaped into
-  // `accum` microbatches, carrying f32 sums of the gradients and of the loss (and the parameters it reads),
-  // then each divided by `accum` - one microbatch's forward and backward pass in the loop's body, whatever
-  // the count. Returns the mean loss; `grads` the mean gradients.
+  // Gradient accumulation (accumulate_gradients): inside the loop the blocks read the microbatch's rows and
+  // the parameters as the loop carries them, then the step's own again.
   V accumulate(std::vector<V>& grads) {
-    const uint64_t k = s_.accum, micro = s_.batch / k;
-    const size_t n = params_.size();
-    e_.set_category("gradients");
-    e_.set_op_name("jit(step)/scan");
-    std::vector<V> carried = {e_.scalar(PrimitiveType::kS32)};
-    for (const V& p : params_) carried.push_back(e_.splat(PrimitiveType::kF32, p.shape.dims));
-    carried.push_back(e_.scalar(PrimitiveType::kF32));
-    auto split = [&](const V& whole) {
-      std::vector<uint64_t> dims = whole.shape.dims;
-      dims[0] = micro;
-      dims.insert(dims.begin(), k);
-      return e_.reshape(whole, dims);
-    };
-    carried.push_back(split(tokens_));
-    carried.push_back(split(labels_));
-    carried.insert(carried.end(), params_.begin(), params_.end());
-    const size_t loss_at = 1 + n, xs_at = loss_at + 1, params_at = xs_at + 2;
     const V whole_tokens = tokens_, whole_labels = labels_;
-    const std::vector<V> done = e_.loop(carried, k, [&](const std::vector<V>& c) {
-      // b = mb[i]: the microbatch's rows, the step's ops over them.
-      auto row = [&](const V& stacked) {
-        std::vector<V> starts = {c[0]};
-        std::vector<uint64_t> sizes = stacked.shape.dims;
-        sizes[0] = 1;
-        for (size_t j = 1; j < sizes.size(); ++j) starts.push_back(e_.scalar(PrimitiveType::kS32));
-        const std::vector<uint64_t> dims(sizes.begin() + 1, sizes.end());
-        return e_.reshape(e_.dynamic_slice(stacked, starts, sizes), dims);
-      };
-      tokens_ = row(c[xs_at]);
-      labels_ = row(c[xs_at + 1]);
-      read_parameters_from(std::vector<V>(c.begin() + static_cast<std::ptrdiff_t>(params_at), c.end()));
-      batch_ = micro;
-      e_.set_category("activations");
-      e_.set_op_name("jit(step)/while/body/jvp()");
-      std::vector<V> g;
-      const V loss = value_and_grad(g);
-      e_.set_category("gradients");
-      e_.set_op_name("jit(step)/while/body/add_any");
-      std::vector<V> next = {e_.binary("add", c[0], e_.scalar(PrimitiveType::kS32))};
-      for (size_t j = 0; j < n; ++j)
-        next.push_back(e_.binary("add", c[1 + j], cast(g[j], PrimitiveType::kF32)));
-      next.push_back(e_.binary("add", c[loss_at], loss));
-      for (size_t j = xs_at; j < c.size(); ++j) next.push_back(c[j]);  // the batches and parameters, as read
-      return next;
-    });
+    const V loss = accumulate_gradients(
+        e_, s_.accum, params_, {tokens_, labels_},
+        [&](const std::vector<V>& rows, const std::vector<V>& params, std::vector<V>& g) {
+          tokens_ = rows[0];
+          labels_ = rows[1];
+          read_parameters_from(params);
+          batch_ = s_.batch / s_.accum;
+          e_.set_category("activations");
+          e_.set_op_name("jit(step)/while/body/jvp()");
+          return value_and_grad(g);
+        },
+        grads);
     tokens_ = whole_tokens;
     labels_ = whole_labels;
     read_parameters_from(params_);
     batch_ = s_.batch;
-    e_.set_op_name("jit(step)/div");
-    grads.clear();
-    for (size_t j = 0; j < n; ++j)
-      grads.push_back(
-          e_.binary("divide", done[1 + j], e_.splat(PrimitiveType::kF32, done[1 + j].shape.dims)));
-    return e_.binary("divide", done[loss_at], e_.scalar(PrimitiveType::kF32));
+    return loss;
   }
 
   // jax.value_and_grad(loss_fn)(params, batch) over the batch in tokens_ and labels_: the embedding, the
