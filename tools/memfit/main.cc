@@ -18,6 +18,18 @@ namespace {
 constexpr const char* kRestarted = "MEMFIT_RESTARTED_WITH_HUGE_PAGES";
 constexpr const char* kCallersTunables = "MEMFIT_CALLERS_GLIBC_TUNABLES";
 
+// The environment as the caller gave it: GLIBC_TUNABLES as it was (saved under kCallersTunables when
+// there was one), and no marker of the restart.
+void restore_callers_environment() {
+  unsetenv(kRestarted);
+  if (const char* callers = std::getenv(kCallersTunables)) {
+    setenv("GLIBC_TUNABLES", callers, 1);
+    unsetenv(kCallersTunables);
+  } else {
+    unsetenv("GLIBC_TUNABLES");
+  }
+}
+
 // A plan moves its program's instruction arrays (tens to hundreds of MB for a deep model) from pass to pass,
 // and the time goes to the kernel's page faults on memory touched for the first time. Where transparent
 // huge pages are given on request (the kernel's "madvise" mode, Debian's default), glibc asks for them when
@@ -26,13 +38,7 @@ constexpr const char* kCallersTunables = "MEMFIT_CALLERS_GLIBC_TUNABLES";
 // back, so that nothing memfit runs inherits the setting. If the restart cannot happen, memfit just runs.
 void restart_with_huge_pages(char** argv) {
   if (std::getenv(kRestarted) != nullptr) {
-    unsetenv(kRestarted);
-    if (const char* callers = std::getenv(kCallersTunables)) {
-      setenv("GLIBC_TUNABLES", callers, 1);
-      unsetenv(kCallersTunables);
-    } else {
-      unsetenv("GLIBC_TUNABLES");
-    }
+    restore_callers_environment();
     return;
   }
   std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
@@ -42,19 +48,12 @@ void restart_with_huge_pages(char** argv) {
   const char* callers = std::getenv("GLIBC_TUNABLES");
   const std::string existing = callers != nullptr ? callers : "";
   if (existing.find("glibc.malloc.hugetlb") != std::string::npos) return;  // the caller chose
-  if (callers != nullptr) setenv(kCallersTunables, callers, 1);
+  if (callers != nullptr) setenv(kCallersTunables, existing.c_str(), 1);
   setenv("GLIBC_TUNABLES", (existing.empty() ? "" : existing + ":").append("glibc.malloc.hugetlb=1").c_str(),
          1);
   setenv(kRestarted, "1", 1);
   execv("/proc/self/exe", argv);
-  // Not restarted (no /proc): the environment as it was.
-  unsetenv(kRestarted);
-  unsetenv(kCallersTunables);
-  if (callers != nullptr) {
-    setenv("GLIBC_TUNABLES", existing.c_str(), 1);
-  } else {
-    unsetenv("GLIBC_TUNABLES");
-  }
+  restore_callers_environment();  // not restarted (no /proc): memfit runs as it is
 }
 #endif
 
