@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <new>
@@ -85,38 +85,112 @@ struct Trial {
   size_t same_program_as = SIZE_MAX;
 };
 
-// Plans every trial, on as many threads as the machine has: each plan builds and plans its own program
-// and shares nothing, and a fit of a 300-layer model is a dozen such plans of a second each.
-Expected<std::vector<StepPlan>> plan_trials(const std::vector<Trial>& trials, uint64_t capacity_bytes,
-                                            const std::function<void(size_t, size_t)>& progress) {
+// The order trials are taken in: every change and every family's first member, then every family's second,
+// and so on; a family's member waits for the one before it, and is not planned at all when that one (or an
+// earlier one) fits - it would not be shown. The worst case (nothing fits) plans every trial.
+std::vector<size_t> planning_order(const std::vector<Trial>& trials) {
+  std::vector<std::vector<size_t>> chains;  // a change alone, or a family's members in order
+  std::vector<size_t> chain_of_family;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    if (trials[i].same_program_as != SIZE_MAX) continue;  // planned with the trial it copies
+    const auto f = static_cast<size_t>(trials[i].family);
+    if (f == 0) {
+      chains.push_back({i});
+      continue;
+    }
+    if (f >= chain_of_family.size()) chain_of_family.resize(f + 1, SIZE_MAX);
+    if (chain_of_family[f] == SIZE_MAX) {
+      chain_of_family[f] = chains.size();
+      chains.emplace_back();
+    }
+    chains[chain_of_family[f]].push_back(i);
+  }
+  std::vector<size_t> order;
+  for (size_t round = 0;; ++round) {
+    const size_t before = order.size();
+    for (const std::vector<size_t>& c : chains)
+      if (round < c.size()) order.push_back(c[round]);
+    if (order.size() == before) return order;
+  }
+}
+
+// Plans the trials, on as many threads as the machine has: each plan builds and plans its own program and
+// shares nothing, and a fit of a 300-layer model is a dozen such plans of a second each. A family member
+// after one that fits is not planned (nullopt).
+Expected<std::vector<std::optional<StepPlan>>> plan_trials(
+    const std::vector<Trial>& trials, uint64_t capacity_bytes,
+    const std::function<void(size_t, size_t)>& progress) {
   std::vector<std::optional<Expected<StepPlan>>> plans(trials.size());
-  std::vector<size_t> programs;  // the trials that build a program of their own
-  for (size_t i = 0; i < trials.size(); ++i)
-    if (trials[i].same_program_as == SIZE_MAX) programs.push_back(i);
-  std::atomic<size_t> next{0};
-  std::atomic<size_t> finished{0};
-  std::mutex progress_mutex;
+  const std::vector<size_t> order = planning_order(trials);
+  // Per trial, the family member before it (SIZE_MAX: none).
+  std::vector<size_t> previous(trials.size(), SIZE_MAX);
+  {
+    std::vector<size_t> last_of_family;
+    for (size_t i = 0; i < trials.size(); ++i) {
+      const auto f = static_cast<size_t>(trials[i].family);
+      if (f == 0 || trials[i].same_program_as != SIZE_MAX) continue;
+      if (f >= last_of_family.size()) last_of_family.resize(f + 1, SIZE_MAX);
+      previous[i] = last_of_family[f];
+      last_of_family[f] = i;
+    }
+  }
+  enum class State { kWaiting, kPlanning, kDone };
+  std::vector<State> state(trials.size(), State::kWaiting);
+  std::vector<bool> fits_or_after_fit(trials.size(), false);  // it, or a member before it, fits
+  size_t finished = 0;
+  std::mutex mutex;
+  std::condition_variable changed;
+  // The next trial to plan, under the lock; SIZE_MAX when none is left. Marks the ones it passes over.
+  auto take = [&](std::unique_lock<std::mutex>& lock) -> size_t {
+    for (;;) {
+      bool waiting = false;
+      for (size_t i : order) {
+        if (state[i] != State::kWaiting) continue;
+        const size_t p = previous[i];
+        if (p != SIZE_MAX && state[p] != State::kDone) {
+          waiting = true;  // its family's member before it is being planned
+          continue;
+        }
+        if (p != SIZE_MAX && fits_or_after_fit[p]) {
+          state[i] = State::kDone;  // not shown: a member before it fits
+          fits_or_after_fit[i] = true;
+          ++finished;
+          if (progress) progress(finished, order.size());
+          changed.notify_all();
+          continue;
+        }
+        state[i] = State::kPlanning;
+        return i;
+      }
+      if (!waiting) return SIZE_MAX;
+      changed.wait(lock);
+    }
+  };
   auto work = [&] {
-    for (size_t n = next++; n < programs.size(); n = next++) {
-      const size_t i = programs[n];
+    std::unique_lock<std::mutex> lock(mutex);
+    for (size_t i = take(lock); i != SIZE_MAX; i = take(lock)) {
+      lock.unlock();
+      Expected<StepPlan> plan = internal_error("not planned");
       // An exception must not leave a worker thread (that would end the process): it becomes this
       // trial's error, as the CLI would make it on the main thread.
       try {
-        plans[i].emplace(plan_step(trials[i].spec, capacity_bytes, trials[i].memory_fraction));
+        plan = plan_step(trials[i].spec, capacity_bytes, trials[i].memory_fraction);
       } catch (const std::bad_alloc&) {
-        plans[i].emplace(resource_exhausted("out of host memory while planning a change"));
+        plan = resource_exhausted("out of host memory while planning a change");
       } catch (const std::exception& e) {
-        plans[i].emplace(internal_error(fmt::format("internal error: {} (please report it)", e.what())));
+        plan = internal_error(fmt::format("internal error: {} (please report it)", e.what()));
       }
-      const size_t done = ++finished;
-      if (progress) {
-        std::lock_guard<std::mutex> lock(progress_mutex);
-        progress(done, programs.size());
-      }
+      lock.lock();
+      fits_or_after_fit[i] = plan.ok() && plan->fits;
+      plans[i].emplace(std::move(plan));
+      state[i] = State::kDone;
+      ++finished;
+      if (progress) progress(finished, order.size());
+      changed.notify_all();
     }
   };
   const size_t threads =
-      std::min<size_t>(programs.size(), std::max<unsigned>(1, std::thread::hardware_concurrency()));
+      std::min<size_t>(order.size(), std::max<unsigned>(1, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
@@ -131,11 +205,11 @@ Expected<std::vector<StepPlan>> plan_trials(const std::vector<Trial>& trials, ui
     p.limit_bytes = bfc_memory_limit(p.memory_fraction, capacity_bytes);
     p.fits = p.peak_bytes <= p.limit_bytes;
   }
-  std::vector<StepPlan> out;
-  out.reserve(trials.size());
-  for (auto& p : plans) {
-    if (!p->ok()) return p->error();  // the first failure in the seed's order
-    out.push_back(std::move(**p));
+  std::vector<std::optional<StepPlan>> out(trials.size());
+  for (size_t i = 0; i < trials.size(); ++i) {
+    if (!plans[i]) continue;                        // after a member of its family that fits
+    if (!plans[i]->ok()) return plans[i]->error();  // the first failure in the seed's order
+    out[i] = std::move(**plans[i]);
   }
   return out;
 }
@@ -150,9 +224,9 @@ constexpr double kHostLinkBytesPerSecond = 64e9;
 // host memory spent for nothing, and the note says so (on the H200, gpt_mixed_donate_offload_dots_nb peaked
 // at 6.75 GB against dots_no_batch's 4.54 GB).
 // `kept`: the trial of remat dots_no_batch for the same step (SIZE_MAX: none was tried).
-void describe_offload(std::vector<Trial>& trials, const std::vector<StepPlan>& plans, size_t offload,
-                      size_t kept, const StepPlan& baseline) {
-  const StepPlan& p = plans[offload];
+void describe_offload(std::vector<Trial>& trials, const std::vector<std::optional<StepPlan>>& plans,
+                      size_t offload, size_t kept, const StepPlan& baseline) {
+  const StepPlan& p = *plans[offload];
   FitCandidate& row = trials[offload].row;
   row.host_peak_bytes = p.host_peak_bytes;
   const double ms = 2.0 * static_cast<double>(p.offloaded_bytes) / kHostLinkBytesPerSecond * 1e3;
@@ -164,7 +238,7 @@ void describe_offload(std::vector<Trial>& trials, const std::vector<StepPlan>& p
   if (baseline.spec.remat == RematPolicy::kDotsNoBatch && baseline.spec.remat_layers.empty()) {
     kept_on_device = baseline.peak_bytes;
   } else if (kept != SIZE_MAX) {
-    kept_on_device = plans[kept].peak_bytes;
+    kept_on_device = plans[kept]->peak_bytes;
   }
   if (kept_on_device != 0 && p.peak_bytes >= kept_on_device) {
     row.only_moves_to_host = true;
@@ -300,8 +374,11 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   // pool is the same program.
   trials.push_back({FitCandidate{}, spec, memory_fraction, 0});
   if (larger_pool_trial < trials.size() - 1) trials[larger_pool_trial].same_program_as = trials.size() - 1;
-  MEMFIT_ASSIGN_OR_RETURN(std::vector<StepPlan> plans, plan_trials(trials, capacity_bytes, progress));
-  result.baseline = std::move(plans.back());
+  MEMFIT_ASSIGN_OR_RETURN(std::vector<std::optional<StepPlan>> plans,
+                          plan_trials(trials, capacity_bytes, progress));
+  for (size_t i = 0; i < trials.size(); ++i)
+    if (plans[i] && trials[i].same_program_as == SIZE_MAX) ++result.programs_planned;
+  result.baseline = std::move(*plans.back());
   trials.pop_back();
   if (offload_trial != SIZE_MAX)
     describe_offload(trials, plans, offload_trial, dots_no_batch_trial, result.baseline);
@@ -309,9 +386,11 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   for (size_t i = 0; i < trials.size(); ++i) {
     Trial& t = trials[i];
     if (t.family != 0 && family_fits[static_cast<size_t>(t.family)]) continue;  // a smaller step already fits
-    t.row.peak_bytes = plans[i].peak_bytes;
-    t.row.limit_bytes = plans[i].limit_bytes;
-    t.row.fits = plans[i].fits;
+    // Planned: only a member after one that fits goes unplanned, and the line above passed those.
+    const StepPlan& p = *plans[i];
+    t.row.peak_bytes = p.peak_bytes;
+    t.row.limit_bytes = p.limit_bytes;
+    t.row.fits = p.fits;
     if (t.family != 0 && t.row.fits) family_fits[static_cast<size_t>(t.family)] = true;
     result.candidates.push_back(std::move(t.row));
   }

@@ -462,6 +462,16 @@ TEST(ModelZoo, FitRanksTheChangesThatFit) {
   }
   EXPECT_EQ(fit->candidates.front().step, "allocation");
   EXPECT_EQ(fit->candidates.back().step, "sharding");
+  // FSDP stops at its first member that fits, and the members after it are not planned at all: every
+  // program planned is one shown (the larger pool shows the baseline's program again), or the baseline.
+  EXPECT_TRUE(fit->candidates.back().fits);
+  size_t shown_programs = 0, sharding_fits = 0;
+  for (const FitCandidate& c : fit->candidates) {
+    shown_programs += c.change.rfind("XLA_CLIENT_MEM", 0) != 0;
+    sharding_fits += c.step == "sharding" && c.fits;
+  }
+  EXPECT_EQ(sharding_fits, 1u);
+  EXPECT_EQ(fit->programs_planned, shown_programs + 1);
 }
 
 // jax.checkpoint leaves a function nobody differentiates as it is (no optimization barrier), so a remat

@@ -61,6 +61,9 @@ struct FitResult {
   StepPlan baseline;
   std::vector<FitCandidate> candidates;  // every change tried, in the seed's order
   std::vector<size_t> ranked;  // the ones that fit, cheapest first (none that only moves to the host)
+  // Programs built and planned, the baseline's among them: a family (more accumulation, a smaller batch,
+  // more devices) stops at its first member that fits, and the larger pool reuses the baseline's plan.
+  size_t programs_planned = 0;
 };
 
 // Tries the seed's fixes in its order - allocation (a larger pool, donation), location (saved activations
