@@ -168,6 +168,11 @@ void Builder::assign_allocations() {
     if (!alloc.writable || buffer.size_bytes > alloc.size || shape_of_[buffer.values.front()]->is_tuple())
       return false;
     if (is_live_out[b] && buffer.size_bytes != alloc.size) return false;
+    // Allocations are per memory space (XLA's buffer colors): a host value never lands in a device
+    // allocation, nor a device value in a host one.
+    const HloBuffer& holder = model_.buffers[alloc.buffers.front()];
+    if (shape_of_[holder.values.front()]->memory_space != shape_of_[buffer.values.front()]->memory_space)
+      return false;
     for (uint32_t y : buffer.values) {
       const HloValue& value = model_.values[y];
       auto it = std::upper_bound(alloc.spans.begin(), alloc.spans.end(),

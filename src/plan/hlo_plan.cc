@@ -73,6 +73,8 @@ Expected<HloPlan> plan_modeled(const HloModule& module, const BufferModel& model
     if (!sum) return invalid_argument("the module's temporary buffers total more than 2^64 bytes");
     all_temp = *sum;
   }
+  // Each host value is one copy over the host link.
+  for (const HeapInterval& iv : model.host_heap_intervals) plan.host_value_bytes += iv.size_bytes;
   if (!model.host_heap_intervals.empty())
     plan.host_temp_bytes = best_heap(model.host_heap_intervals, options.alignment_bytes).heap_bytes;
   plan.temp_bytes = heap.heap_bytes;

@@ -25,8 +25,7 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
   MEMFIT_ASSIGN_OR_RETURN(plan.hlo, plan_hlo(std::move(module), options));
   plan.peak_bytes = plan.hlo.peak_bytes;
   plan.host_peak_bytes = plan.hlo.host_temp_bytes;
-  for (const PlannedBuffer& row : plan.hlo.buffers)
-    if (row.host_memory) plan.offloaded_bytes += row.bytes;
+  plan.offloaded_bytes = plan.hlo.host_value_bytes;
   // Arguments by group; outputs not written over a donated argument count with what they replace.
   PeakBreakdown& b = plan.breakdown;
   b.parameters = plan.arguments.parameter_bytes;

@@ -190,6 +190,36 @@ ENTRY main.3 {
   for (const PlannedBuffer& b : plan->buffers) EXPECT_EQ(b.host_memory, b.name == "to_host") << b.name;
 }
 
+// Allocations are per memory space, as XLA's buffer colors are: the result's device allocation is free while
+// the offloaded value lives (it is written last, and is the same size), yet the host value does not move into
+// it - it stays host memory, in host_temp.
+TEST(XlaGpuModel, AHostValueIsNeverPlacedInADeviceAllocation) {
+  const HloModule m = lowered(R"(HloModule jit_step
+
+ENTRY main.3 {
+  x = f32[256,1024]{1,0} parameter(0)
+  w = f32[1024,1024]{1,0} parameter(1)
+  to_host = f32[256,1024]{1,0} custom-call(x), custom_call_target="annotate_device_placement", custom_call_has_side_effect=true, frontend_attributes={_xla_buffer_placement="pinned_host"}
+  t = (f32[256,1024]{1,0}) tuple(to_host)
+  barrier = (f32[256,1024]{1,0}) opt-barrier(t)
+  saved = f32[256,1024]{1,0} get-tuple-element(barrier), index=0
+  back = f32[256,1024]{1,0} custom-call(saved), custom_call_target="annotate_device_placement", custom_call_has_side_effect=true, frontend_attributes={_xla_buffer_placement="device"}
+  ROOT r = f32[256,1024]{1,0} dot(back, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})");
+  auto plan = plan_hlo(m);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  EXPECT_EQ(plan->host_temp_bytes, 1u << 20);
+  EXPECT_EQ(plan->host_value_bytes, 1u << 20);
+  bool seen = false;
+  for (const PlannedBuffer& b : plan->buffers) {
+    if (b.name != "to_host") continue;
+    seen = true;
+    EXPECT_TRUE(b.host_memory);
+    EXPECT_EQ(b.kind, BufferKind::kTemp);
+  }
+  EXPECT_TRUE(seen);
+}
+
 // StableHLO lists ops in JAX's tracing order; XLA converts it to HLO and orders each computation by
 // MakeInstructionPostOrder - depth first from the result, first operands first. Here the text computes the
 // second result's GEMM first; XLA's order (and so the modeled program's) computes the first result's first.

@@ -55,6 +55,7 @@ struct HloPlan {
   uint64_t temp_bytes = 0;              // temp_size_in_bytes: the packed temp block
   uint64_t temp_lower_bound_bytes = 0;  // the temp block with no fragmentation
   uint64_t host_temp_bytes = 0;         // host_temp_size_in_bytes: temps in host memory (S(5), offload)
+  uint64_t host_value_bytes = 0;        // every value put in host memory, summed: what the step copies there
   uint64_t constant_bytes = 0;
   uint64_t peak_bytes = 0;         // argument + output - alias + temp: what the device measured
   uint64_t lower_bound_bytes = 0;  // the same with the lower-bound temp
