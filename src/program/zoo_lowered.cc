@@ -89,6 +89,13 @@ LoweredEmitter::V LoweredEmitter::unary(const char* opcode, const V& x) {
   return push(make(x.shape, opcode, {x.name}));
 }
 
+LoweredEmitter::V LoweredEmitter::place(const V& x, const char* placement) {
+  HloInstruction i = make(x.shape, "custom-call", {x.name});
+  i.custom_call_target = "annotate_device_placement";
+  i.buffer_placement = placement;
+  return push(std::move(i));
+}
+
 LoweredEmitter::V LoweredEmitter::binary(const char* opcode, const V& a, const V& b) {
   return push(make(a.shape, opcode, {a.name, b.name}));
 }

@@ -51,7 +51,11 @@ class LoweredEmitter {
   V convert(const V& x, PrimitiveType type);
   V unary(const char* opcode, const V& x);
   V binary(const char* opcode, const V& a, const V& b);  // elementwise, on equal shapes
-  V compare(const V& a, const V& b);                     // pred of a's dims
+  // jax.device_put(x, memory_kind=...) as an offloading remat policy writes it: an
+  // annotate_device_placement custom call whose _xla_buffer_placement is `placement` ("pinned_host",
+  // "device").
+  V place(const V& x, const char* placement);
+  V compare(const V& a, const V& b);  // pred of a's dims
   V select(const V& predicate, const V& on_true, const V& on_false);
   // An array constant JAX folded (jnp.tril's mask): its bytes, not its literal.
   V constant(const Shape& shape);

@@ -8,6 +8,8 @@
 // the optimizer's update - planned through the model of XLA:GPU like any user's lowered program.
 #include <fmt/format.h>
 
+#include <array>
+
 #include "memfit/program/model_zoo.h"
 #include "zoo_lowered.h"
 
@@ -25,6 +27,13 @@ struct LayerParams {
 struct Norm {
   V xm, d, var_eps, inv, normalized, y;
 };
+
+// The GEMMs of a block whose results a remat policy can save (jax.checkpoint_policies): the qkv projection,
+// the attention scores and the attention over the values (batch dimensions: the heads), the output
+// projection and the MLP's first GEMM. The MLP's second GEMM feeds only the residual sum, whose transpose
+// reads no operand: JAX saves nothing of it under any policy.
+enum Dot : size_t { kQkv, kScores, kAttention, kProjection, kMlpIn, kDots };
+using Residuals = std::array<V, kDots>;
 
 // What a block's backward pass reads of its forward pass.
 struct BlockSaved {
@@ -189,7 +198,12 @@ class TransformerStep {
     if (!vit_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
     const uint64_t batch = batch_, seq = seq_, d = s_.d_model;
     std::vector<BlockSaved> saved(blocks_.size());
-    for (size_t l = 0; l < blocks_.size(); ++l) x = block(x, blocks_[l], &saved[l]);
+    std::vector<V> inputs(blocks_.size());  // each block's input, which a checkpointed block's backward reads
+    std::vector<Residuals> residuals(blocks_.size());
+    for (size_t l = 0; l < blocks_.size(); ++l) {
+      inputs[l] = x;
+      x = checkpointed(l) ? block(x, blocks_[l], nullptr, &residuals[l]) : block(x, blocks_[l], &saved[l]);
+    }
     Norm lnf;
     const V y = layer_norm(x, lnf_g_, lnf_b_, &lnf);
     V loss, dy, dhead_or_table;
@@ -216,7 +230,10 @@ class TransformerStep {
     }
     V g = norm_transpose(lnf, lnf_g_, dy, nullptr);
     std::vector<std::vector<V>> layer_grads(blocks_.size());
-    for (size_t l = blocks_.size(); l-- > 0;) g = block_transpose(blocks_[l], saved[l], g, layer_grads[l]);
+    for (size_t l = blocks_.size(); l-- > 0;) {
+      g = checkpointed(l) ? rematted_transpose(blocks_[l], inputs[l], residuals[l], g, layer_grads[l])
+                          : block_transpose(blocks_[l], saved[l], g, layer_grads[l]);
+    }
     e_.set_category("gradients");
     if (vit_) {
       // The embedding: the class token's row, the patches' projection; then the head.
@@ -310,6 +327,65 @@ class TransformerStep {
     return e_.binary("add", r2, e_.broadcast(e_.reduce_sum(s4, {2}), dims, {0, 1}));
   }
 
+  // Whether block l runs under jax.checkpoint (reference_programs.py's rblock; spec.remat_layers names
+  // the checkpointed blocks when it is not empty).
+  bool checkpointed(size_t l) const {
+    if (s_.remat == RematPolicy::kNone) return false;
+    return s_.remat_layers.empty() ||
+           std::find(s_.remat_layers.begin(), s_.remat_layers.end(), l) != s_.remat_layers.end();
+  }
+  // Whether the policy saves a GEMM's result for the backward pass: dots_saveable every one,
+  // dots_with_no_batch_dims_saveable those without batch dimensions, nothing_saveable none.
+  // offload_dot_with_no_batch_dims saves the same as dots_with_no_batch_dims_saveable, in pinned host memory.
+  bool saves(Dot d) const {
+    if (s_.remat == RematPolicy::kDots) return true;
+    if (s_.remat == RematPolicy::kDotsNoBatch || s_.remat == RematPolicy::kOffloadDotsNoBatch)
+      return d != kScores && d != kAttention;
+    return false;
+  }
+  bool offloads() const { return s_.remat == RematPolicy::kOffloadDotsNoBatch; }
+  // A checkpointed block's transpose, as JAX's partial evaluation of jax.checkpoint writes it: the saved
+  // GEMM results, the block's input and parameters (all but b2, which nothing in it reads) and the incoming
+  // cotangent go through one optimization barrier - GPT's mask with them, a constant the block closes over
+  // - and the block runs again from the barrier's outputs (the saved GEMMs read, not recomputed) for the
+  // values its transpose reads.
+  V rematted_transpose(const LayerParams& p, const V& input, const Residuals& saved, const V& g,
+                       std::vector<V>& grads) {
+    e_.set_op_name("jit(step)/transpose(jvp())/checkpoint");
+    std::vector<V> through;
+    for (size_t d = 0; d < kDots; ++d)
+      if (saves(static_cast<Dot>(d))) through.push_back(saved[d]);
+    if (!vit_) through.push_back(mask_);
+    through.push_back(input);
+    LayerParams again = p;
+    V* const read[] = {&again.b1, &again.ln1_b, &again.ln1_g, &again.ln2_b, &again.ln2_g,
+                       &again.w1, &again.w2,    &again.wo,    &again.wqkv};
+    for (V* v : read) through.push_back(*v);
+    through.push_back(g);
+    const std::vector<V> kept = e_.barrier(through);
+    size_t at = 0;
+    Residuals from;
+    for (size_t d = 0; d < kDots; ++d) {
+      if (!saves(static_cast<Dot>(d))) continue;
+      from[d] = kept[at++];
+      if (offloads()) from[d] = e_.place(from[d], "device");  // back from the host where it is read
+    }
+    const V mask = mask_;
+    if (!vit_) mask_ = kept[at++];
+    const V x = kept[at++];
+    for (V* v : read) *v = kept[at++];
+    const V cotangent = kept[at++];
+    e_.set_op_name("jit(step)/transpose(jvp())/checkpoint/rematted_computation");
+    e_.set_category("activations");
+    BlockSaved recomputed;
+    block(x, again, &recomputed, nullptr, &from);
+    mask_ = mask;
+    e_.set_op_name("jit(step)/transpose(jvp())/checkpoint");
+    const V dx = block_transpose(again, recomputed, cotangent, grads);
+    e_.set_op_name("jit(step)/transpose(jvp())");
+    return dx;
+  }
+
   // A block's transpose: `g` (the cotangent of its output) back to its input; its parameters' gradients in
   // jax's order (b1, b2, ln1_b, ln1_g, ln2_b, ln2_g, w1, w2, wo, wqkv) into `grads`.
   V block_transpose(const LayerParams& p, const BlockSaved& k, const V& g, std::vector<V>& grads) {
@@ -392,30 +468,47 @@ class TransformerStep {
     return y;
   }
 
-  V block(const V& x, const LayerParams& p, BlockSaved* saved) {
+  // A block's forward pass from `x`; what its backward pass reads into `saved` when not null. Under a remat
+  // policy, `keep` receives the GEMM results the policy saves (each marked by the reduce-precision JAX
+  // writes over a saved residual, or put in pinned host memory by an offloading policy), and `from` gives
+  // them back to the recomputation, which reads them in place of running those GEMMs again.
+  V block(const V& x, const LayerParams& p, BlockSaved* saved, Residuals* keep = nullptr,
+          const Residuals* from = nullptr) {
     const uint64_t batch = batch_, seq = seq_, d = s_.d_model, heads = s_.heads, hd = d / heads;
     BlockSaved local;
     BlockSaved& k = saved ? *saved : local;
+    auto gemm = [&](Dot which, const V& a, const V& b, std::vector<uint64_t> dims, size_t batch_dims = 0) {
+      if (from && saves(which)) return (*from)[which];
+      V r = e_.dot(a, b, dims, cdt_, batch_dims);
+      if (!keep || !saves(which)) return r;
+      if (offloads()) {
+        (*keep)[which] = e_.place(r, "pinned_host");  // the forward pass reads the device's value
+      } else {
+        r = e_.unary("reduce-precision", r);
+        (*keep)[which] = r;
+      }
+      return r;
+    };
     V h = layer_norm(x, p.ln1_g, p.ln1_b, &k.ln1);
-    const V qkv = e_.dot(h, cast(p.wqkv, cdt_), {batch, seq, 3 * d}, cdt_);
+    const V qkv = gemm(kQkv, h, cast(p.wqkv, cdt_), {batch, seq, 3 * d});
     auto head_split = [&](const std::vector<int64_t>& permutation) {
       return e_.transpose(e_.reshape(e_.slice(qkv, 2, d), {batch, seq, heads, hd}), permutation);
     };
     k.q = head_split({0, 2, 1, 3});
     k.kt = head_split({0, 2, 3, 1});  // k.transpose(0, 1, 3, 2), folded into the head split
-    V att = e_.dot(k.q, k.kt, {batch, heads, seq, seq}, cdt_, 2);
+    V att = gemm(kScores, k.q, k.kt, {batch, heads, seq, seq}, 2);
     att = e_.binary("divide", att, e_.splat(cdt_, att.shape.dims));
     // GPT: jnp.where(mask, att, -1e4)
     if (!vit_)
       att = e_.select(e_.broadcast(mask_, att.shape.dims, {2, 3}), att, e_.splat(cdt_, att.shape.dims));
     k.probs = cast(softmax(cast(att, PrimitiveType::kF32), &k.ex, &k.sum), cdt_);
     k.v = head_split({0, 2, 1, 3});
-    const V o = e_.dot(k.probs, k.v, {batch, heads, seq, hd}, cdt_, 2);
+    const V o = gemm(kAttention, k.probs, k.v, {batch, heads, seq, hd}, 2);
     k.merged = e_.reshape(e_.transpose(o, {0, 2, 1, 3}), {batch, seq, d});
-    const V x1 = e_.binary("add", x, e_.dot(k.merged, cast(p.wo, cdt_), {batch, seq, d}, cdt_));
+    const V x1 = e_.binary("add", x, gemm(kProjection, k.merged, cast(p.wo, cdt_), {batch, seq, d}));
     h = layer_norm(x1, p.ln2_g, p.ln2_b, &k.ln2);
     k.gelu = write_gelu(
-        e_, with("add", e_.dot(h, cast(p.w1, cdt_), {batch, seq, 4 * d}, cdt_), cast(p.b1, cdt_), {2}));
+        e_, with("add", gemm(kMlpIn, h, cast(p.w1, cdt_), {batch, seq, 4 * d}), cast(p.b1, cdt_), {2}));
     const V x2 = e_.binary("add", x1, e_.dot(k.gelu.out, cast(p.w2, cdt_), {batch, seq, d}, cdt_));
     return with("add", x2, cast(p.b2, cdt_), {2});
   }
@@ -461,10 +554,10 @@ bool transformer_lowers(const ModelSpec& spec) {
   if (!one_gpu) return false;
   if (spec.step == StepKind::kInfer)
     return spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit;
-  // Training: fp32, no remat, the elementwise optimizers; gradient accumulation as a scan.
+  // Training: fp32, any remat policy, the elementwise optimizers; gradient accumulation as a scan.
   return (spec.model == ModelFamily::kVit || spec.model == ModelFamily::kGpt) &&
          spec.step == StepKind::kTrain && spec.precision == Precision::kFp32 &&
-         spec.remat == RematPolicy::kNone && spec.optimizer != OptimizerKind::kAdafactor;
+         spec.optimizer != OptimizerKind::kAdafactor;
 }
 
 void build_transformer_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments) {
