@@ -248,6 +248,22 @@ LoweredEmitter::V LoweredEmitter::dynamic_slice(const V& x, const std::vector<V>
   return push(make(array(x.shape.type, sizes), "dynamic-slice", std::move(operands)));
 }
 
+LoweredEmitter::V LoweredEmitter::index_leading(const V& x, const V& index) {
+  std::vector<V> starts = {index};
+  std::vector<uint64_t> sizes = x.shape.dims;
+  sizes[0] = 1;
+  for (size_t j = 1; j < sizes.size(); ++j) starts.push_back(scalar(PrimitiveType::kS32));
+  return reshape(dynamic_slice(x, starts, sizes), std::vector<uint64_t>(sizes.begin() + 1, sizes.end()));
+}
+
+LoweredEmitter::V LoweredEmitter::update_leading(const V& x, const V& update, const V& index) {
+  std::vector<uint64_t> dims = update.shape.dims;
+  dims.insert(dims.begin(), 1);
+  std::vector<std::string> operands = {x.name, reshape(update, dims).name, index.name};
+  for (size_t j = 1; j < dims.size(); ++j) operands.push_back(scalar(PrimitiveType::kS32).name);
+  return push(make(x.shape, "dynamic-update-slice", std::move(operands)));
+}
+
 std::vector<LoweredEmitter::V> LoweredEmitter::unpack_parameter(const Shape& tuple_shape) {
   HloInstruction p = make(tuple_shape, "parameter", {});
   p.parameter_number = 0;
@@ -343,12 +359,15 @@ LoweredEmitter::V write_gelu_transpose(LoweredEmitter& e, const Gelu& g, const L
   auto splat = [&] { return e.splat(d.shape.type, d.shape.dims); };
   const Value through_half = e.binary("multiply", d, g.half);
   const Value dhalf = e.binary("multiply", e.binary("multiply", g.z, d), splat());
-  const Value dtanh =
-      e.binary("multiply", e.binary("add", g.tanh, splat()), e.binary("subtract", splat(), g.tanh));
+  const Value dtanh = !g.dtanh.name.empty() ? g.dtanh
+                                            : e.binary("multiply", e.binary("add", g.tanh, splat()),
+                                                       e.binary("subtract", splat(), g.tanh));
   const Value dinner = e.binary("multiply", e.binary("multiply", dhalf, dtanh), splat());
   const Value sum = e.binary("add", through_half, dinner);
-  const Value dcube = e.binary("multiply", e.binary("multiply", dinner, splat()),
-                               e.binary("multiply", e.binary("multiply", g.z, g.z), splat()));
+  const Value slope = !g.cube_slope.name.empty()
+                          ? g.cube_slope
+                          : e.binary("multiply", e.binary("multiply", g.z, g.z), splat());
+  const Value dcube = e.binary("multiply", e.binary("multiply", dinner, splat()), slope);
   return e.binary("add", sum, dcube);
 }
 
@@ -374,14 +393,7 @@ LoweredEmitter::V accumulate_gradients(LoweredEmitter& e, uint64_t microbatches,
   const std::vector<Value> done = e.loop(carried, microbatches, [&](const std::vector<Value>& c) {
     // b = mb[i]: each array's rows of this microbatch.
     std::vector<Value> rows;
-    for (size_t a = batch_at; a < params_at; ++a) {
-      std::vector<Value> starts = {c[0]};
-      std::vector<uint64_t> sizes = c[a].shape.dims;
-      sizes[0] = 1;
-      for (size_t j = 1; j < sizes.size(); ++j) starts.push_back(e.scalar(PrimitiveType::kS32));
-      rows.push_back(e.reshape(e.dynamic_slice(c[a], starts, sizes),
-                               std::vector<uint64_t>(sizes.begin() + 1, sizes.end())));
-    }
+    for (size_t a = batch_at; a < params_at; ++a) rows.push_back(e.index_leading(c[a], c[0]));
     std::vector<Value> g(n);
     const Value loss =
         step(rows, std::vector<Value>(c.begin() + static_cast<std::ptrdiff_t>(params_at), c.end()), g);

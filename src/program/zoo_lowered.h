@@ -78,6 +78,12 @@ class LoweredEmitter {
   std::vector<V> barrier(const std::vector<V>& values);
   // lax.dynamic_index_in_dim's slice: `sizes` of `x` from the scalar `starts`.
   V dynamic_slice(const V& x, const std::vector<V>& starts, const std::vector<uint64_t>& sizes);
+  // lax.dynamic_index_in_dim(x, index, 0, keepdims=False): the slice of `x` at the scalar `index` along its
+  // leading dimension, as a scan's body reads its stacked inputs.
+  V index_leading(const V& x, const V& index);
+  // lax.dynamic_update_index_in_dim(x, update, index, 0): `x` with `update` written at `index` along its
+  // leading dimension, as a scan's body stacks its outputs.
+  V update_leading(const V& x, const V& update, const V& index);
   // jax.lax.scan as JAX lowers it: a while loop over a tuple of carried values whose element 0 is the
   // s32 counter, run `trips` times. `body` writes the body's instructions (into their own computation)
   // from the carried values and returns their next values; the loop's results are returned.
@@ -130,6 +136,9 @@ LoweredEmitter::V optimizer_parameter(LoweredEmitter& e, const Shape& shape, con
 // it, with the values its transpose reads.
 struct Gelu {
   LoweredEmitter::V z, tanh, half, out;  // the input, tanh(...), 0.5 (1 + tanh(...)), the result
+  // What JAX's linearization computes in the forward pass for the transpose, when a scan saves it:
+  // 3 z^2 and tanh' = (1 + t)(1 - t). Empty: the transpose computes them.
+  LoweredEmitter::V cube_slope, dtanh;
 };
 Gelu write_gelu(LoweredEmitter& e, const LoweredEmitter::V& z);
 // Its transpose as JAX writes it: the product rule over z * half, tanh' = (1 + t)(1 - t), the cube's

@@ -26,6 +26,9 @@ struct LayerParams {
 // normalized value (before the scale) and the output.
 struct Norm {
   V xm, d, var_eps, inv, normalized, y;
+  // What JAX's linearization computes in the forward pass for the transpose, when a scan saves it:
+  // (inv / var_eps) * -0.5 and 2 d. Empty: the transpose computes them from the values above.
+  V k, d2;
 };
 
 // The GEMMs of a block whose results a remat policy can save (jax.checkpoint_policies): the qkv projection,
@@ -40,6 +43,7 @@ struct BlockSaved {
   Norm ln1, ln2;
   V q, kt, v;        // [B,H,S,hd], [B,H,hd,S], [B,H,S,hd]
   V ex, sum, probs;  // the softmax's exp, its row sums ([B,H,S,1]) and the probabilities
+  V inv_sum_sq;      // 1 / sum^2, when a scan saves it (empty: the transpose computes it)
   V merged;          // the heads' output, [B,S,D], before the projection
   Gelu gelu;         // the MLP's activation, over its first GEMM's biased result
 };
@@ -95,20 +99,28 @@ class TransformerStep {
     } else {
       param(embed_, {s_.vocab, d}, "params['embed']", args);
     }
-    blocks_.resize(s_.layers);  // sized once: param() keeps pointers to the slots
-    for (uint64_t l = 0; l < s_.layers; ++l) {
-      auto name = [&](const char* key) { return fmt::format("params['layers'][{}]['{}']", l, key); };
+    // Unrolled: a dict per layer. Scanned: one dict of arrays stacked over the layers ([L, ...]).
+    blocks_.resize(s_.scan ? 1 : s_.layers);  // sized once: param() keeps pointers to the slots
+    for (uint64_t l = 0; l < blocks_.size(); ++l) {
+      auto name = [&](const char* key) {
+        return s_.scan ? fmt::format("params['layers']['{}']", key)
+                       : fmt::format("params['layers'][{}]['{}']", l, key);
+      };
+      auto dims = [&](std::vector<uint64_t> one) {
+        if (s_.scan) one.insert(one.begin(), s_.layers);
+        return one;
+      };
       LayerParams& b = blocks_[l];
-      param(b.b1, {4 * d}, name("b1"), args);
-      param(b.b2, {d}, name("b2"), args);
-      param(b.ln1_b, {d}, name("ln1_b"), args);
-      param(b.ln1_g, {d}, name("ln1_g"), args);
-      param(b.ln2_b, {d}, name("ln2_b"), args);
-      param(b.ln2_g, {d}, name("ln2_g"), args);
-      param(b.w1, {d, 4 * d}, name("w1"), args);
-      param(b.w2, {4 * d, d}, name("w2"), args);
-      param(b.wo, {d, d}, name("wo"), args);
-      param(b.wqkv, {d, 3 * d}, name("wqkv"), args);
+      param(b.b1, dims({4 * d}), name("b1"), args);
+      param(b.b2, dims({d}), name("b2"), args);
+      param(b.ln1_b, dims({d}), name("ln1_b"), args);
+      param(b.ln1_g, dims({d}), name("ln1_g"), args);
+      param(b.ln2_b, dims({d}), name("ln2_b"), args);
+      param(b.ln2_g, dims({d}), name("ln2_g"), args);
+      param(b.w1, dims({d, 4 * d}), name("w1"), args);
+      param(b.w2, dims({4 * d, d}), name("w2"), args);
+      param(b.wo, dims({d, d}), name("wo"), args);
+      param(b.wqkv, dims({d, 3 * d}), name("wqkv"), args);
     }
     param(lnf_b_, {d}, "params['lnf_b']", args);
     param(lnf_g_, {d}, "params['lnf_g']", args);
@@ -197,12 +209,18 @@ class TransformerStep {
     V x = vit_ ? patches() : embed();
     if (!vit_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
     const uint64_t batch = batch_, seq = seq_, d = s_.d_model;
+    zeros_.clear();
     std::vector<BlockSaved> saved(blocks_.size());
     std::vector<V> inputs(blocks_.size());  // each block's input, which a checkpointed block's backward reads
     std::vector<Residuals> residuals(blocks_.size());
-    for (size_t l = 0; l < blocks_.size(); ++l) {
-      inputs[l] = x;
-      x = checkpointed(l) ? block(x, blocks_[l], nullptr, &residuals[l]) : block(x, blocks_[l], &saved[l]);
+    std::vector<V> stacks;  // scan: the forward loop's stacked residuals
+    if (s_.scan) {
+      x = forward_scan(x, stacks);
+    } else {
+      for (size_t l = 0; l < blocks_.size(); ++l) {
+        inputs[l] = x;
+        x = checkpointed(l) ? block(x, blocks_[l], nullptr, &residuals[l]) : block(x, blocks_[l], &saved[l]);
+      }
     }
     Norm lnf;
     const V y = layer_norm(x, lnf_g_, lnf_b_, &lnf);
@@ -230,9 +248,13 @@ class TransformerStep {
     }
     V g = norm_transpose(lnf, lnf_g_, dy, nullptr);
     std::vector<std::vector<V>> layer_grads(blocks_.size());
-    for (size_t l = blocks_.size(); l-- > 0;) {
-      g = checkpointed(l) ? rematted_transpose(blocks_[l], inputs[l], residuals[l], g, layer_grads[l])
-                          : block_transpose(blocks_[l], saved[l], g, layer_grads[l]);
+    if (s_.scan) {
+      g = backward_scan(g, stacks, layer_grads[0]);
+    } else {
+      for (size_t l = blocks_.size(); l-- > 0;) {
+        g = checkpointed(l) ? rematted_transpose(blocks_[l], inputs[l], residuals[l], g, layer_grads[l])
+                            : block_transpose(blocks_[l], saved[l], g, layer_grads[l]);
+      }
     }
     e_.set_category("gradients");
     if (vit_) {
@@ -315,16 +337,264 @@ class TransformerStep {
     const V t1 = with("multiply", a, e_.reshape(n.inv, row), {0, 1});
     const V r1 = r ? e_.binary("add", *r, t1) : t1;
     const V s1 = e_.reshape(e_.reduce_sum(e_.binary("multiply", n.xm, a), {2}), kept);
-    const V k =
-        e_.binary("multiply", e_.binary("divide", n.inv, n.var_eps), e_.splat(PrimitiveType::kF32, kept));
+    const V k = !n.k.name.empty() ? n.k
+                                  : e_.binary("multiply", e_.binary("divide", n.inv, n.var_eps),
+                                              e_.splat(PrimitiveType::kF32, kept));
     const V s2 = e_.binary("divide", e_.binary("multiply", s1, k), e_.splat(PrimitiveType::kF32, kept));
     const V s3 = e_.broadcast(e_.reduce_sum(s2, {2}), dims, {0, 1});
-    const V t2 = e_.binary("multiply", s3, e_.binary("multiply", n.d, e_.splat(PrimitiveType::kF32, dims)));
+    const V d2 = !n.d2.name.empty() ? n.d2 : e_.binary("multiply", n.d, e_.splat(PrimitiveType::kF32, dims));
+    const V t2 = e_.binary("multiply", s3, d2);
     const V r2 = r ? e_.binary("add", r1, t2) : e_.binary("add", t1, t2);
     const V n1 = e_.reshape(e_.reduce_sum(e_.unary("negate", t1), {2}), kept);
     const V n2 = e_.reshape(e_.reduce_sum(e_.unary("negate", t2), {2}), kept);
     const V s4 = e_.binary("divide", e_.binary("add", n1, n2), e_.splat(PrimitiveType::kF32, kept));
     return e_.binary("add", r2, e_.broadcast(e_.reduce_sum(s4, {2}), dims, {0, 1}));
+  }
+
+  // Zeros of `dims` in the entry, one broadcast per shape as JAX's lowering shares them (copy insertion
+  // then gives each loop element that needs one a copy of its own).
+  V zeros(const std::vector<uint64_t>& dims) {
+    for (const auto& [d, v] : zeros_)
+      if (d == dims) return v;
+    zeros_.emplace_back(dims, e_.splat(PrimitiveType::kF32, dims));
+    return zeros_.back().second;
+  }
+
+  // What the backward pass reads of one block under jax.lax.scan, in the order JAX's linearization stacks
+  // them (the shared gpt_fp32_donate_scan's forward loop): per layer norm 2 d, (inv / var_eps) * -0.5, inv,
+  // x - mean, the scale reshaped [1,1,D], the normalized value and the output; the attention's k^T, q, exp,
+  // row sums, 1 / sum^2, v, probabilities and merged heads; the MLP's 3 z^2, tanh', 0.5 (1 + tanh), z and
+  // the GELU's output. The coefficients are computed here, in the forward pass, as JAX's jvp does.
+  std::vector<V> scan_residuals(BlockSaved& k, const LayerParams& p) {
+    const uint64_t d = s_.d_model;
+    auto norm = [&](Norm& n, const V& gamma) {
+      n.d2 = e_.binary("multiply", n.d, e_.splat(n.d.shape.type, n.d.shape.dims));
+      n.k = e_.binary("multiply", e_.binary("divide", n.inv, n.var_eps),
+                      e_.splat(n.inv.shape.type, n.inv.shape.dims));
+      return std::vector<V>{n.d2, n.k, n.inv, n.xm, e_.reshape(gamma, {1, 1, d}), n.normalized, n.y};
+    };
+    std::vector<V> r = norm(k.ln1, p.ln1_g);
+    k.inv_sum_sq = e_.binary("divide", e_.splat(k.sum.shape.type, k.sum.shape.dims),
+                             e_.binary("multiply", k.sum, k.sum));
+    for (const V& v : {k.kt, k.q, k.ex, k.sum, k.inv_sum_sq, k.v, k.probs, k.merged}) r.push_back(v);
+    for (const V& v : norm(k.ln2, p.ln2_g)) r.push_back(v);
+    Gelu& g = k.gelu;
+    auto splat = [&] { return e_.splat(g.z.shape.type, g.z.shape.dims); };
+    g.cube_slope = e_.binary("multiply", e_.binary("multiply", g.z, g.z), splat());
+    g.dtanh =
+        e_.binary("multiply", e_.binary("add", g.tanh, splat()), e_.binary("subtract", splat(), g.tanh));
+    for (const V& v : {g.cube_slope, g.dtanh, g.half, g.z, g.out}) r.push_back(v);
+    return r;
+  }
+  // The inverse of scan_residuals: a block's saved values from one layer's slice of each stack.
+  BlockSaved saved_from(const std::vector<V>& r, LayerParams& p) {
+    const uint64_t d = s_.d_model;
+    BlockSaved k;
+    auto norm = [&](Norm& n, V& gamma, size_t at) {
+      n.d2 = r[at];
+      n.k = r[at + 1];
+      n.inv = r[at + 2];
+      n.xm = r[at + 3];
+      gamma = e_.reshape(r[at + 4], {d});
+      n.normalized = r[at + 5];
+      n.y = r[at + 6];
+    };
+    norm(k.ln1, p.ln1_g, 0);
+    k.kt = r[7];
+    k.q = r[8];
+    k.ex = r[9];
+    k.sum = r[10];
+    k.inv_sum_sq = r[11];
+    k.v = r[12];
+    k.probs = r[13];
+    k.merged = r[14];
+    norm(k.ln2, p.ln2_g, 15);
+    k.gelu.cube_slope = r[22];
+    k.gelu.dtanh = r[23];
+    k.gelu.half = r[24];
+    k.gelu.z = r[25];
+    k.gelu.out = r[26];
+    return k;
+  }
+
+  // jax.lax.scan(lambda c, p: (block(c, p), None), x, params['layers']) under value_and_grad, as JAX lowers
+  // it: a while loop whose body slices each stacked parameter at the counter, runs the block and writes
+  // its residuals into stacks of zeros ([L, ...]); GPT's mask and fill, broadcast to the scores' shape, are
+  // loop operands. `stacks` receives the stacked residuals; returns the last block's output.
+  V forward_scan(const V& x, std::vector<V>& stacks) {
+    const LayerParams& stacked = blocks_[0];
+    const V* const params[] = {&stacked.b1,    &stacked.b2, &stacked.ln1_b, &stacked.ln1_g, &stacked.ln2_b,
+                               &stacked.ln2_g, &stacked.w1, &stacked.w2,    &stacked.wo,    &stacked.wqkv};
+    std::vector<V> carried = {e_.scalar(PrimitiveType::kS32), x};
+    for (const std::vector<uint64_t>& dims : residual_dims()) carried.push_back(zeros(dims));
+    const size_t params_at = carried.size();
+    for (const V* p : params) carried.push_back(*p);
+    V mask;
+    if (!vit_) {
+      const std::vector<uint64_t> scores = {batch_, s_.heads, seq_, seq_};
+      mask = e_.broadcast(mask_, scores, {2, 3});
+      carried.push_back(mask);
+      carried.push_back(e_.splat(cdt_, scores));
+    }
+    const std::vector<V> done = e_.loop(carried, s_.layers, [&](const std::vector<V>& c) {
+      LayerParams p;
+      V* const slots[] = {&p.b1, &p.b2, &p.ln1_b, &p.ln1_g, &p.ln2_b, &p.ln2_g, &p.w1, &p.w2, &p.wo, &p.wqkv};
+      for (size_t j = 0; j < std::size(slots); ++j) *slots[j] = e_.index_leading(c[params_at + j], c[0]);
+      if (!vit_) {
+        scan_mask_ = c[params_at + std::size(slots)];
+        scan_fill_ = c[params_at + std::size(slots) + 1];
+      }
+      e_.set_category("activations");
+      std::vector<V> r;
+      V out;
+      if (checkpointed(0)) {
+        // jax.checkpoint's body: what the policy saves, then the block's input.
+        Residuals kept;
+        out = block(c[1], p, nullptr, &kept);
+        for (size_t d = 0; d < kDots; ++d)
+          if (saves(static_cast<Dot>(d))) r.push_back(kept[d]);
+        r.push_back(c[1]);
+      } else {
+        BlockSaved k;
+        out = block(c[1], p, &k);
+        r = scan_residuals(k, p);
+      }
+      std::vector<V> next = {e_.binary("add", c[0], e_.scalar(PrimitiveType::kS32)), out};
+      for (size_t j = 0; j < r.size(); ++j) next.push_back(e_.update_leading(c[2 + j], r[j], c[0]));
+      next.insert(next.end(), c.begin() + static_cast<std::ptrdiff_t>(params_at), c.end());
+      return next;
+    });
+    stacks.assign(done.begin() + 2, done.begin() + static_cast<std::ptrdiff_t>(params_at));
+    scan_mask_ = mask;  // the backward loop reads the entry's, as JAX passes it
+    return done[1];
+  }
+
+  // The transpose of forward_scan: a while loop over the layers in reverse whose body slices each stacked
+  // residual (and the four weights) at L - 1 - i, runs the block's transpose and writes the parameters'
+  // gradients into stacks of zeros. `grads` receives the ten stacked gradients; returns the cotangent of
+  // the first block's input.
+  V backward_scan(const V& g, const std::vector<V>& stacks, std::vector<V>& grads) {
+    if (checkpointed(0)) return backward_scan_rematted(g, stacks, grads);
+    const LayerParams& stacked = blocks_[0];
+    e_.set_category("gradients");
+    std::vector<V> carried = {e_.scalar(PrimitiveType::kS32), g};
+    for (const V* p : {&stacked.b1, &stacked.b2, &stacked.ln1_b, &stacked.ln1_g, &stacked.ln2_b,
+                       &stacked.ln2_g, &stacked.w1, &stacked.w2, &stacked.wo, &stacked.wqkv})
+      carried.push_back(zeros(p->shape.dims));
+    const size_t read_at = carried.size();
+    // The residuals, the weights each transpose reads placed where JAX's order puts them.
+    LayerParams p;              // inside the body: which weight a carried element's slice is
+    std::vector<V*> weight_of;  // per carried element from read_at: the weight it is, or null (a residual)
+    auto residuals = [&](size_t from, size_t to) {
+      for (size_t j = from; j < to; ++j) {
+        carried.push_back(stacks[j]);
+        weight_of.push_back(nullptr);
+      }
+    };
+    auto weight = [&](const V& stacked_weight, V* slot) {
+      carried.push_back(stacked_weight);
+      weight_of.push_back(slot);
+    };
+    residuals(0, 6);
+    weight(stacked.wqkv, &p.wqkv);
+    residuals(6, 14);
+    weight(stacked.wo, &p.wo);
+    residuals(14, 21);
+    weight(stacked.w1, &p.w1);
+    residuals(21, 26);
+    weight(stacked.w2, &p.w2);
+    residuals(26, 27);
+    if (!vit_) carried.push_back(scan_mask_);
+    const std::vector<V> done = e_.loop(carried, s_.layers, [&](const std::vector<V>& c) {
+      const V last = e_.scalar(PrimitiveType::kS32);
+      const V at = e_.binary("subtract", last, c[0]);  // L - 1 - i
+      std::vector<V> r;
+      for (size_t j = 0; j < weight_of.size(); ++j) {
+        const V slice = e_.index_leading(c[read_at + j], at);
+        if (weight_of[j]) {
+          *weight_of[j] = slice;
+        } else {
+          r.push_back(slice);
+        }
+      }
+      if (!vit_) scan_mask_ = c.back();
+      e_.set_category("temporaries");
+      BlockSaved k = saved_from(r, p);
+      std::vector<V> layer;
+      const V dx = block_transpose(p, k, c[1], layer);
+      std::vector<V> next = {e_.binary("add", c[0], e_.scalar(PrimitiveType::kS32)), dx};
+      for (size_t j = 0; j < layer.size(); ++j) next.push_back(e_.update_leading(c[2 + j], layer[j], at));
+      next.insert(next.end(), c.begin() + static_cast<std::ptrdiff_t>(read_at), c.end());
+      return next;
+    });
+    grads.assign(done.begin() + 2, done.begin() + static_cast<std::ptrdiff_t>(read_at));
+    scan_mask_ = scan_fill_ = V{};
+    return done[1];
+  }
+  // backward_scan of a checkpointed body (the shared gpt_fp32_donate_scan_remat_full): the loop carries
+  // the stacked residuals (the policy's GEMM results, the blocks' inputs) and the parameters (not b2), and
+  // its body is rematted_transpose over one layer's slices, GPT's mask a constant of the body.
+  V backward_scan_rematted(const V& g, const std::vector<V>& stacks, std::vector<V>& grads) {
+    const LayerParams& stacked = blocks_[0];
+    e_.set_category("gradients");
+    std::vector<V> carried = {e_.scalar(PrimitiveType::kS32), g};
+    for (const V* p : {&stacked.b1, &stacked.b2, &stacked.ln1_b, &stacked.ln1_g, &stacked.ln2_b,
+                       &stacked.ln2_g, &stacked.w1, &stacked.w2, &stacked.wo, &stacked.wqkv})
+      carried.push_back(zeros(p->shape.dims));
+    const size_t read_at = carried.size();
+    carried.insert(carried.end(), stacks.begin(), stacks.end());
+    for (const V* p : {&stacked.b1, &stacked.ln1_b, &stacked.ln1_g, &stacked.ln2_b, &stacked.ln2_g,
+                       &stacked.w1, &stacked.w2, &stacked.wo, &stacked.wqkv})
+      carried.push_back(*p);
+    scan_mask_ = scan_fill_ = V{};  // the recomputation masks from the body's own constant
+    const V entry_mask = mask_;
+    const std::vector<V> done = e_.loop(carried, s_.layers, [&](const std::vector<V>& c) {
+      const V at = e_.binary("subtract", e_.scalar(PrimitiveType::kS32), c[0]);  // L - 1 - i
+      Residuals saved;
+      size_t j = read_at;
+      for (size_t d = 0; d < kDots; ++d)
+        if (saves(static_cast<Dot>(d))) saved[d] = e_.index_leading(c[j++], at);
+      const V input = e_.index_leading(c[j++], at);
+      LayerParams p;
+      for (V* slot : {&p.b1, &p.ln1_b, &p.ln1_g, &p.ln2_b, &p.ln2_g, &p.w1, &p.w2, &p.wo, &p.wqkv})
+        *slot = e_.index_leading(c[j++], at);
+      if (!vit_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
+      std::vector<V> layer;
+      const V dx = rematted_transpose(p, input, saved, c[1], layer);
+      e_.set_category("gradients");
+      std::vector<V> next = {e_.binary("add", c[0], e_.scalar(PrimitiveType::kS32)), dx};
+      for (size_t k = 0; k < layer.size(); ++k) next.push_back(e_.update_leading(c[2 + k], layer[k], at));
+      next.insert(next.end(), c.begin() + static_cast<std::ptrdiff_t>(read_at), c.end());
+      return next;
+    });
+    mask_ = entry_mask;
+    grads.assign(done.begin() + 2, done.begin() + static_cast<std::ptrdiff_t>(read_at));
+    return done[1];
+  }
+
+  // The shapes the forward loop stacks, [L, ...] each: scan_residuals', or under a remat policy the saved
+  // GEMM results and the blocks' inputs.
+  std::vector<std::vector<uint64_t>> residual_dims() const {
+    const uint64_t b = batch_, sq = seq_, d = s_.d_model, h = s_.heads, hd = d / h, L = s_.layers;
+    const std::vector<uint64_t> act = {L, b, sq, d}, row = {L, b, sq, 1}, scale = {L, 1, 1, d};
+    if (checkpointed(0)) {
+      const std::vector<uint64_t> dot_dims[kDots] = {
+          {L, b, sq, 3 * d}, {L, b, h, sq, sq}, {L, b, h, sq, hd}, act, {L, b, sq, 4 * d}};
+      std::vector<std::vector<uint64_t>> dims;
+      for (size_t k = 0; k < kDots; ++k)
+        if (saves(static_cast<Dot>(k))) dims.push_back(dot_dims[k]);
+      dims.push_back(act);
+      return dims;
+    }
+    const std::vector<std::vector<uint64_t>> norm = {act, row, row, act, scale, act, act};
+    std::vector<std::vector<uint64_t>> dims = norm;
+    const std::vector<uint64_t> heads = {L, b, h, sq, hd}, probs = {L, b, h, sq, sq}, hrow = {L, b, h, sq, 1};
+    for (const auto& x :
+         {std::vector<uint64_t>{L, b, h, hd, sq}, heads, probs, hrow, hrow, heads, probs, act})
+      dims.push_back(x);
+    dims.insert(dims.end(), norm.begin(), norm.end());
+    for (int j = 0; j < 5; ++j) dims.push_back({L, b, sq, 4 * d});
+    return dims;
   }
 
   // Whether block l runs under jax.checkpoint (reference_programs.py's rblock; spec.remat_layers names
@@ -403,11 +673,17 @@ class TransformerStep {
     const std::vector<uint64_t>& sq = dprobs.shape.dims;
     const std::vector<uint64_t> rows = {batch, heads, seq}, kept = {batch, heads, seq, 1};
     const V a1 = with("divide", dprobs, e_.reshape(k.sum, rows), {0, 1, 2});
-    const V inv2 =
-        e_.binary("divide", e_.splat(PrimitiveType::kF32, kept), e_.binary("multiply", k.sum, k.sum));
+    const V inv2 = !k.inv_sum_sq.name.empty() ? k.inv_sum_sq
+                                              : e_.binary("divide", e_.splat(PrimitiveType::kF32, kept),
+                                                          e_.binary("multiply", k.sum, k.sum));
     const V a3 = e_.binary("multiply", with("multiply", dprobs, e_.reshape(inv2, rows), {0, 1, 2}), k.ex);
     const V s = e_.reduce_sum(e_.unary("negate", e_.reshape(e_.reduce_sum(a3, {3}), kept)), {3});
-    const V a5 = e_.binary("multiply", e_.binary("add", a1, e_.broadcast(s, sq, {0, 1, 2})), k.ex);
+    V a5 = e_.binary("multiply", e_.binary("add", a1, e_.broadcast(s, sq, {0, 1, 2})), k.ex);
+    // GPT: jnp.where(mask, att, -1e4)'s transpose passes the cotangent where the mask holds.
+    if (!vit_) {
+      const V mask = scan_mask_.name.empty() ? e_.broadcast(mask_, sq, {2, 3}) : scan_mask_;
+      a5 = e_.select(mask, a5, e_.splat(PrimitiveType::kF32, sq));
+    }
     const V dscores = e_.binary("divide", a5, e_.splat(PrimitiveType::kF32, sq));
     auto merge = [&](const V& per_head, const std::vector<int64_t>& permutation) {
       return e_.reshape(e_.transpose(per_head, permutation), {batch, seq, d});
@@ -464,7 +740,7 @@ class TransformerStep {
     const V normalized = with("multiply", xm, e_.reshape(inv, row), {0, 1});
     const V y =
         with("add", with("multiply", normalized, cast(g, x.shape.type), {2}), cast(b, x.shape.type), {2});
-    if (saved) *saved = Norm{xm, d, var_eps, inv, normalized, y};
+    if (saved) *saved = Norm{xm, d, var_eps, inv, normalized, y, {}, {}};
     return y;
   }
 
@@ -500,7 +776,9 @@ class TransformerStep {
     att = e_.binary("divide", att, e_.splat(cdt_, att.shape.dims));
     // GPT: jnp.where(mask, att, -1e4)
     if (!vit_)
-      att = e_.select(e_.broadcast(mask_, att.shape.dims, {2, 3}), att, e_.splat(cdt_, att.shape.dims));
+      att = scan_mask_.name.empty()
+                ? e_.select(e_.broadcast(mask_, att.shape.dims, {2, 3}), att, e_.splat(cdt_, att.shape.dims))
+                : e_.select(scan_mask_, att, scan_fill_);
     k.probs = cast(softmax(cast(att, PrimitiveType::kF32), &k.ex, &k.sum), cdt_);
     k.v = head_split({0, 2, 1, 3});
     const V o = gemm(kAttention, k.probs, k.v, {batch, heads, seq, hd}, 2);
@@ -510,7 +788,8 @@ class TransformerStep {
     k.gelu = write_gelu(
         e_, with("add", gemm(kMlpIn, h, cast(p.w1, cdt_), {batch, seq, 4 * d}), cast(p.b1, cdt_), {2}));
     const V x2 = e_.binary("add", x1, e_.dot(k.gelu.out, cast(p.w2, cdt_), {batch, seq, d}, cdt_));
-    return with("add", x2, cast(p.b2, cdt_), {2});
+    // A scanned recomputation has no b2 (nothing its transpose reads depends on it): its output is unused.
+    return p.b2.name.empty() ? x2 : with("add", x2, cast(p.b2, cdt_), {2});
   }
 
   // jax.nn.softmax over the last axis: exp(x - max) / sum, the max floored at -inf.
@@ -535,6 +814,8 @@ class TransformerStep {
   uint64_t seq_ = 0;    // tokens: GPT's sequence, ViT's patches and the class token
   uint64_t batch_ = 0;  // the rows the ops see: the batch, or a microbatch inside the accumulation loop
   V embed_, cls_, head_, lnf_b_, lnf_g_, pos_, tokens_, labels_, mask_;
+  V scan_mask_, scan_fill_;  // scan: GPT's mask and fill broadcast to the scores, as the loops read them
+  std::vector<std::pair<std::vector<uint64_t>, V>> zeros_;  // the entry's zeros, by shape
   V token_rows_;           // GPT: the wrapped token ids as the lookup's indices, [B,S,1]
   std::vector<V> params_;  // every parameter, in jax's order
   std::vector<std::string> param_names_;
@@ -549,8 +830,12 @@ class TransformerStep {
 // inference step evaluates the block as written (jax/_src/ad_checkpoint.py, remat_lowering).
 bool transformer_lowers(const ModelSpec& spec) {
   const bool one_gpu = spec.backend == Backend::kGpu && spec.devices() == 1 &&
-                       spec.sharding == ShardingKind::kReplicated && !spec.scan &&
-                       spec.attn == AttentionKind::kXla;
+                       spec.sharding == ShardingKind::kReplicated && spec.attn == AttentionKind::kXla;
+  // Scanned: training, no accumulation, remat kept on the device (an offload into a scan's stacked
+  // residuals is not modeled: xla_gpu_model.h).
+  if (spec.scan &&
+      (spec.step != StepKind::kTrain || spec.remat == RematPolicy::kOffloadDotsNoBatch || spec.accum != 1))
+    return false;
   if (!one_gpu) return false;
   if (spec.step == StepKind::kInfer)
     return spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit;

@@ -89,8 +89,9 @@ void expect_zoo_plans(const std::string& list) {
 
 TEST(StepPlan, PredictsEverySharedProgram) { expect_zoo_plans("programs.json"); }
 
-// Thirteen more GPU programs, bundled for their lowered forms: mixed and bf16 precision, cuDNN attention,
-// remat, accumulation, GPT and ViT inference, small-batch MLPs (mean and per-example gradients), ViT and the
+// Fifteen more GPU programs, bundled for their lowered forms: mixed and bf16 precision, cuDNN attention,
+// remat (with a scan too), accumulation, GPT and ViT inference, small-batch MLPs (mean and per-example
+// gradients), ViT and the
 // flax encoder (its own family since
 // optax.adafactor and flax's layers were built: refused before, +0.17% now).
 TEST(StepPlan, PredictsTheLoweredProgramsConfigs) { expect_zoo_plans("lowered_programs.json"); }
@@ -259,13 +260,14 @@ TEST(StepPlan, TheZoosTransformersAreTheProgramsJaxLowers) {
             1);
   // GPT training (fp32, adam): the loss over [B,S,vocab] op for op, the tied table's two gradients (the
   // logits' GEMM and the lookup's scatter-add), accumulation as JAX's scan over microbatches, and
-  // jax.checkpoint's barrier and recomputation under nothing_saveable and dots_saveable - the programs
-  // whose lowered text is bundled (gpt_fp32, gpt_fp32_donate, gpt_fp32_donate_remat_full,
-  // gpt_fp32_donate_remat_dots, gpt_fp32_donate_accum4_b32).
-  auto fp32_gpt = [&](const Json& c) {
-    return !infer(c) && !c.contains("precision") && !c.contains("scan") && !c.contains("attn");
-  };
-  EXPECT_EQ(expect_zoo_writes_jaxs_program("gpt_", fp32_gpt, 128u << 10), 5);
+  // jax.checkpoint's barrier and recomputation under nothing_saveable and dots_saveable, and jax.lax.scan
+  // over the layers (the forward loop stacking 27 residuals per block, GPT's broadcast mask a loop operand,
+  // the reversed loop stacking the gradients; with full remat the inputs stacked and each body a barrier and
+  // a recomputation) - the programs whose lowered text is bundled (gpt_fp32, gpt_fp32_donate,
+  // gpt_fp32_donate_remat_full, gpt_fp32_donate_remat_dots, gpt_fp32_donate_scan,
+  // gpt_fp32_donate_scan_remat_full, gpt_fp32_donate_accum4_b32).
+  auto fp32_gpt = [&](const Json& c) { return !infer(c) && !c.contains("precision") && !c.contains("attn"); };
+  EXPECT_EQ(expect_zoo_writes_jaxs_program("gpt_", fp32_gpt, 128u << 10), 7);
 }
 
 }  // namespace
