@@ -46,6 +46,9 @@ struct BlockSaved {
   V inv_sum_sq;      // 1 / sum^2, when a scan saves it (empty: the transpose computes it)
   V merged;          // the heads' output, [B,S,D], before the projection
   Gelu gelu;         // the MLP's activation, over its first GEMM's biased result
+  // The weights as the GEMMs read them (w.astype(cdt): in mixed precision a bf16 copy, which the backward
+  // pass's GEMMs read too).
+  V wqkv, wo, w1, w2;
 };
 
 class TransformerStep {
@@ -227,23 +230,29 @@ class TransformerStep {
     V loss, dy, dhead_or_table;
     if (vit_) {
       // loss = -mean(take_along_axis(log_softmax(mean(y, 1) @ head), labels[:, None]))
-      const V pooled = e_.binary("divide", e_.reduce_sum(y, {1}), e_.splat(PrimitiveType::kF32, {batch, d}));
-      const V logits = e_.dot(pooled, head_, {batch, s_.classes}, cdt_);
+      // (jnp.mean(y, axis=1) @ head.astype(cdt)).astype(f32); jnp.mean sums a half type in f32
+      const V sum = e_.reduce_sum(cast(y, PrimitiveType::kF32), {1});
+      const V pooled = cast(e_.binary("divide", sum, e_.splat(PrimitiveType::kF32, {batch, d})), cdt_);
+      const V head = cast(head_, cdt_);
+      const V logits = e_.dot(pooled, head, {batch, s_.classes}, cdt_);
       V dlogits;
-      loss = cross_entropy(logits, labels_, dlogits);
+      loss = cross_entropy(cast(logits, PrimitiveType::kF32), labels_, dlogits);
+      dlogits = cast(dlogits, cdt_);
       // Through the head and the mean over the tokens.
-      const V dpooled = e_.dot(dlogits, head_, {batch, d}, cdt_);
-      dhead_or_table = e_.transpose(e_.dot(dlogits, pooled, {s_.classes, d}, cdt_), {1, 0});
-      dy = e_.broadcast(e_.binary("divide", dpooled, e_.splat(PrimitiveType::kF32, {batch, d})),
-                        {batch, seq, d}, {0, 2});
+      const V dpooled = cast(e_.dot(dlogits, head, {batch, d}, cdt_), PrimitiveType::kF32);
+      dhead_or_table = cast(e_.transpose(e_.dot(dlogits, pooled, {s_.classes, d}, cdt_), {1, 0}), pdt_);
+      dy = cast(e_.broadcast(e_.binary("divide", dpooled, e_.splat(PrimitiveType::kF32, {batch, d})),
+                             {batch, seq, d}, {0, 2}),
+                cdt_);
     } else {
       // loss = -mean(take_along_axis(log_softmax(y @ embed.T), labels[..., None])), the logits [B,S,vocab]
-      const V table = e_.transpose(embed_, {1, 0});
+      const V table = e_.transpose(cast(embed_, cdt_), {1, 0});
       const V logits = e_.dot(y, table, {batch, seq, s_.vocab}, cdt_);
       V dlogits;
-      loss = cross_entropy(logits, labels_, dlogits);
+      loss = cross_entropy(cast(logits, PrimitiveType::kF32), labels_, dlogits);
+      dlogits = cast(dlogits, cdt_);  // the transpose of logits.astype(f32)
       // Through the tied table: its gradient from the logits, and the cotangent into the final norm.
-      dhead_or_table = e_.dot(dlogits, y, {s_.vocab, d}, cdt_);
+      dhead_or_table = cast(e_.dot(dlogits, y, {s_.vocab, d}, cdt_), pdt_);
       dy = e_.dot(dlogits, table, {batch, seq, d}, cdt_);
     }
     V g = norm_transpose(lnf, lnf_g_, dy, nullptr);
@@ -257,19 +266,25 @@ class TransformerStep {
       }
     }
     e_.set_category("gradients");
+    V for_pos;  // the cotangent pos receives: ViT adds pos.astype(cdt); GPT casts after adding it
     if (vit_) {
       // The embedding: the class token's row, the patches' projection; then the head.
-      const V dcls = e_.reduce_sum(e_.slice(g, 1, 1), {0, 1});
-      const V dembed = e_.transpose(
-          e_.dot(e_.slice(g, 1, seq - 1), tokens_, {d, s_.patch * s_.patch * s_.channels}, cdt_), {1, 0});
+      const V dcls = cast(e_.reduce_sum(e_.slice(g, 1, 1), {0, 1}), pdt_);
+      const V dembed = cast(e_.transpose(e_.dot(e_.slice(g, 1, seq - 1), cast(tokens_, cdt_),
+                                                {d, s_.patch * s_.patch * s_.channels}, cdt_),
+                                         {1, 0}),
+                            pdt_);
       grads = {dcls, dembed, dhead_or_table};
+      for_pos = g;
     } else {
-      // The token lookup's transpose, a scatter-add into zeros, added to the tied table's gradient.
-      const V rows = e_.scatter(e_.splat(PrimitiveType::kF32, embed_.shape.dims), token_rows_, g);
+      // The token lookup's transpose, a scatter-add into zeros, added to the tied table's gradient; both in
+      // the parameters' type (the transpose of (embed[tokens] + pos).astype(cdt)).
+      for_pos = cast(g, pdt_);
+      const V rows = e_.scatter(e_.splat(pdt_, embed_.shape.dims), token_rows_, for_pos);
       grads = {e_.binary("add", dhead_or_table, rows)};
     }
-    const V dpos =
-        e_.reduce_sum(e_.reshape(e_.reduce_sum(g, {0}), {1, seq, d}), {0});  // pos broadcast as [1,S,D]
+    const V dpos = cast(e_.reduce_sum(e_.reshape(e_.reduce_sum(for_pos, {0}), {1, seq, d}), {0}),
+                        pdt_);  // pos broadcast as [1,S,D]
     for (const std::vector<V>& lg : layer_grads) grads.insert(grads.end(), lg.begin(), lg.end());
     grads.push_back(vector_grad(dy));                                         // lnf_b
     grads.push_back(vector_grad(e_.binary("multiply", lnf.normalized, dy)));  // lnf_g
@@ -323,7 +338,7 @@ class TransformerStep {
   // the broadcast's [1,1,D] reshape as jnp writes it.
   V vector_grad(const V& per_token) {
     const uint64_t n = per_token.shape.dims.back();
-    return e_.reduce_sum(e_.reshape(e_.reduce_sum(per_token, {0, 1}), {1, 1, n}), {0, 1});
+    return cast(e_.reduce_sum(e_.reshape(e_.reduce_sum(per_token, {0, 1}), {1, 1, n}), {0, 1}), pdt_);
   }
 
   // The transpose of a layer norm: `dy` (the output's cotangent) back to its input, added to `r` (the
@@ -332,22 +347,23 @@ class TransformerStep {
   V norm_transpose(const Norm& n, const V& gamma, const V& dy, const V* r) {
     const std::vector<uint64_t> row = {batch_, seq_}, kept = {batch_, seq_, 1};
     const std::vector<uint64_t>& dims = dy.shape.dims;
+    const PrimitiveType t = dy.shape.type;  // the activations' type: bf16 in mixed precision
     e_.set_category("temporaries");
-    const V a = with("multiply", dy, gamma, {2});
+    const V a = with("multiply", dy, cast(gamma, dy.shape.type), {2});
     const V t1 = with("multiply", a, e_.reshape(n.inv, row), {0, 1});
     const V r1 = r ? e_.binary("add", *r, t1) : t1;
     const V s1 = e_.reshape(e_.reduce_sum(e_.binary("multiply", n.xm, a), {2}), kept);
-    const V k = !n.k.name.empty() ? n.k
-                                  : e_.binary("multiply", e_.binary("divide", n.inv, n.var_eps),
-                                              e_.splat(PrimitiveType::kF32, kept));
-    const V s2 = e_.binary("divide", e_.binary("multiply", s1, k), e_.splat(PrimitiveType::kF32, kept));
+    const V k = !n.k.name.empty()
+                    ? n.k
+                    : e_.binary("multiply", e_.binary("divide", n.inv, n.var_eps), e_.splat(t, kept));
+    const V s2 = e_.binary("divide", e_.binary("multiply", s1, k), e_.splat(t, kept));
     const V s3 = e_.broadcast(e_.reduce_sum(s2, {2}), dims, {0, 1});
-    const V d2 = !n.d2.name.empty() ? n.d2 : e_.binary("multiply", n.d, e_.splat(PrimitiveType::kF32, dims));
+    const V d2 = !n.d2.name.empty() ? n.d2 : e_.binary("multiply", n.d, e_.splat(t, dims));
     const V t2 = e_.binary("multiply", s3, d2);
     const V r2 = r ? e_.binary("add", r1, t2) : e_.binary("add", t1, t2);
     const V n1 = e_.reshape(e_.reduce_sum(e_.unary("negate", t1), {2}), kept);
     const V n2 = e_.reshape(e_.reduce_sum(e_.unary("negate", t2), {2}), kept);
-    const V s4 = e_.binary("divide", e_.binary("add", n1, n2), e_.splat(PrimitiveType::kF32, kept));
+    const V s4 = e_.binary("divide", e_.binary("add", n1, n2), e_.splat(t, kept));
     return e_.binary("add", r2, e_.broadcast(e_.reduce_sum(s4, {2}), dims, {0, 1}));
   }
 
@@ -386,7 +402,8 @@ class TransformerStep {
     for (const V& v : {g.cube_slope, g.dtanh, g.half, g.z, g.out}) r.push_back(v);
     return r;
   }
-  // The inverse of scan_residuals: a block's saved values from one layer's slice of each stack.
+  // The inverse of scan_residuals: a block's saved values from one layer's slice of each stack (and the
+  // weights `p` holds, sliced from theirs).
   BlockSaved saved_from(const std::vector<V>& r, LayerParams& p) {
     const uint64_t d = s_.d_model;
     BlockSaved k;
@@ -414,6 +431,10 @@ class TransformerStep {
     k.gelu.half = r[24];
     k.gelu.z = r[25];
     k.gelu.out = r[26];
+    k.wqkv = cast(p.wqkv, cdt_);
+    k.wo = cast(p.wo, cdt_);
+    k.w1 = cast(p.w1, cdt_);
+    k.w2 = cast(p.w2, cdt_);
     return k;
   }
 
@@ -662,14 +683,15 @@ class TransformerStep {
     const uint64_t batch = batch_, seq = seq_, d = s_.d_model, heads = s_.heads, hd = d / heads, f = 4 * d;
     e_.set_category("temporaries");
     // x2 = x1 + h @ w2 + b2, h = gelu(z), z = ln2(x1) @ w1 + b1
-    const V dh = e_.dot(g, p.w2, {batch, seq, f}, cdt_);
+    const V dh = e_.dot(g, k.w2, {batch, seq, f}, cdt_);
     const V dz = write_gelu_transpose(e_, k.gelu, dh);
-    const V dln2 = e_.dot(dz, p.w1, {batch, seq, d}, cdt_);
+    const V dln2 = e_.dot(dz, k.w1, {batch, seq, d}, cdt_);
     const V dx1 = norm_transpose(k.ln2, p.ln2_g, dln2, &g);
     // x1 = x + merged @ wo, merged = the heads of softmax(q k^T / sqrt(hd)) v
-    const V dmerged = e_.dot(dx1, p.wo, {batch, seq, d}, cdt_);
+    const V dmerged = e_.dot(dx1, k.wo, {batch, seq, d}, cdt_);
     const V dout = e_.transpose(e_.reshape(dmerged, {batch, seq, heads, hd}), {0, 2, 1, 3});
-    const V dprobs = e_.dot(dout, k.v, {batch, heads, seq, seq}, cdt_, 2);
+    // The softmax ran in f32 (att.astype(jnp.float32)): its transpose too, from the probabilities' cast.
+    const V dprobs = cast(e_.dot(dout, k.v, {batch, heads, seq, seq}, cdt_, 2), PrimitiveType::kF32);
     const std::vector<uint64_t>& sq = dprobs.shape.dims;
     const std::vector<uint64_t> rows = {batch, heads, seq}, kept = {batch, heads, seq, 1};
     const V a1 = with("divide", dprobs, e_.reshape(k.sum, rows), {0, 1, 2});
@@ -678,13 +700,13 @@ class TransformerStep {
                                                           e_.binary("multiply", k.sum, k.sum));
     const V a3 = e_.binary("multiply", with("multiply", dprobs, e_.reshape(inv2, rows), {0, 1, 2}), k.ex);
     const V s = e_.reduce_sum(e_.unary("negate", e_.reshape(e_.reduce_sum(a3, {3}), kept)), {3});
-    V a5 = e_.binary("multiply", e_.binary("add", a1, e_.broadcast(s, sq, {0, 1, 2})), k.ex);
+    V a5 = cast(e_.binary("multiply", e_.binary("add", a1, e_.broadcast(s, sq, {0, 1, 2})), k.ex), cdt_);
     // GPT: jnp.where(mask, att, -1e4)'s transpose passes the cotangent where the mask holds.
     if (!vit_) {
       const V mask = scan_mask_.name.empty() ? e_.broadcast(mask_, sq, {2, 3}) : scan_mask_;
-      a5 = e_.select(mask, a5, e_.splat(PrimitiveType::kF32, sq));
+      a5 = e_.select(mask, a5, e_.splat(cdt_, sq));
     }
-    const V dscores = e_.binary("divide", a5, e_.splat(PrimitiveType::kF32, sq));
+    const V dscores = e_.binary("divide", a5, e_.splat(cdt_, sq));
     auto merge = [&](const V& per_head, const std::vector<int64_t>& permutation) {
       return e_.reshape(e_.transpose(per_head, permutation), {batch, seq, d});
     };
@@ -692,12 +714,13 @@ class TransformerStep {
     const V dk = merge(e_.dot(dscores, k.q, {batch, heads, seq, hd}, cdt_, 2), {0, 2, 1, 3});
     const V dv = merge(e_.dot(dout, k.probs, {batch, heads, hd, seq}, cdt_, 2), {0, 3, 1, 2});
     const V dqkv = e_.concatenate({dq, dk, dv}, 2);
-    const V dln1 = e_.dot(dqkv, p.wqkv, {batch, seq, d}, cdt_);
+    const V dln1 = e_.dot(dqkv, k.wqkv, {batch, seq, d}, cdt_);
     const V dx = norm_transpose(k.ln1, p.ln1_g, dln1, &dx1);
     e_.set_category("gradients");
     auto weight_grad = [&](const V& dy, const V& in, uint64_t rows_out, uint64_t cols_out) {
-      // dot(dy, in) over the batch and the tokens, then transposed to the weight's [in, out]
-      return e_.transpose(e_.dot(dy, in, {rows_out, cols_out}, cdt_), {1, 0});
+      // dot(dy, in) over the batch and the tokens, then transposed to the weight's [in, out] and cast to
+      // the parameter's type (the transpose of w.astype(cdt))
+      return cast(e_.transpose(e_.dot(dy, in, {rows_out, cols_out}, cdt_), {1, 0}), pdt_);
     };
     grads = {vector_grad(dz),
              vector_grad(g),
@@ -765,8 +788,12 @@ class TransformerStep {
       }
       return r;
     };
+    k.wqkv = cast(p.wqkv, cdt_);
+    k.wo = cast(p.wo, cdt_);
+    k.w1 = cast(p.w1, cdt_);
+    k.w2 = cast(p.w2, cdt_);
     V h = layer_norm(x, p.ln1_g, p.ln1_b, &k.ln1);
-    const V qkv = gemm(kQkv, h, cast(p.wqkv, cdt_), {batch, seq, 3 * d});
+    const V qkv = gemm(kQkv, h, k.wqkv, {batch, seq, 3 * d});
     auto head_split = [&](const std::vector<int64_t>& permutation) {
       return e_.transpose(e_.reshape(e_.slice(qkv, 2, d), {batch, seq, heads, hd}), permutation);
     };
@@ -783,11 +810,10 @@ class TransformerStep {
     k.v = head_split({0, 2, 1, 3});
     const V o = gemm(kAttention, k.probs, k.v, {batch, heads, seq, hd}, 2);
     k.merged = e_.reshape(e_.transpose(o, {0, 2, 1, 3}), {batch, seq, d});
-    const V x1 = e_.binary("add", x, gemm(kProjection, k.merged, cast(p.wo, cdt_), {batch, seq, d}));
+    const V x1 = e_.binary("add", x, gemm(kProjection, k.merged, k.wo, {batch, seq, d}));
     h = layer_norm(x1, p.ln2_g, p.ln2_b, &k.ln2);
-    k.gelu = write_gelu(
-        e_, with("add", gemm(kMlpIn, h, cast(p.w1, cdt_), {batch, seq, 4 * d}), cast(p.b1, cdt_), {2}));
-    const V x2 = e_.binary("add", x1, e_.dot(k.gelu.out, cast(p.w2, cdt_), {batch, seq, d}, cdt_));
+    k.gelu = write_gelu(e_, with("add", gemm(kMlpIn, h, k.w1, {batch, seq, 4 * d}), cast(p.b1, cdt_), {2}));
+    const V x2 = e_.binary("add", x1, e_.dot(k.gelu.out, k.w2, {batch, seq, d}, cdt_));
     // A scanned recomputation has no b2 (nothing its transpose reads depends on it): its output is unused.
     return p.b2.name.empty() ? x2 : with("add", x2, cast(p.b2, cdt_), {2});
   }
@@ -839,9 +865,10 @@ bool transformer_lowers(const ModelSpec& spec) {
   if (!one_gpu) return false;
   if (spec.step == StepKind::kInfer)
     return spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit;
-  // Training: fp32, any remat policy, the elementwise optimizers; gradient accumulation as a scan.
+  // Training: fp32, mixed or bf16 (a scan in fp32), any remat policy, the elementwise optimizers; gradient
+  // accumulation as a scan.
   return (spec.model == ModelFamily::kVit || spec.model == ModelFamily::kGpt) &&
-         spec.step == StepKind::kTrain && spec.precision == Precision::kFp32 &&
+         spec.step == StepKind::kTrain && (spec.precision == Precision::kFp32 || !spec.scan) &&
          spec.optimizer != OptimizerKind::kAdafactor;
 }
 
