@@ -96,6 +96,19 @@ LoweredEmitter::V LoweredEmitter::place(const V& x, const char* placement) {
   return push(std::move(i));
 }
 
+std::vector<LoweredEmitter::V> LoweredEmitter::custom_call(const char* target, const char* primitive,
+                                                           const std::vector<V>& operands,
+                                                           const std::vector<Shape>& results) {
+  Shape shape;
+  shape.elements = results;
+  std::vector<std::string> names;
+  for (const V& v : operands) names.push_back(v.name);
+  HloInstruction i = make(shape, "custom-call", std::move(names));
+  i.custom_call_target = target;
+  i.op_name = fmt::format("{}/{}", op_name_, primitive);
+  return elements(push(std::move(i)));
+}
+
 LoweredEmitter::V LoweredEmitter::binary(const char* opcode, const V& a, const V& b) {
   return push(make(a.shape, opcode, {a.name, b.name}));
 }

@@ -55,6 +55,10 @@ class LoweredEmitter {
   // annotate_device_placement custom call whose _xla_buffer_placement is `placement` ("pinned_host",
   // "device").
   V place(const V& x, const char* placement);
+  // A custom call (a library kernel such as cuDNN's fused attention) returning a tuple of `results`; their
+  // values are returned. `primitive` names it in op_name as JAX does ("dot_product_attention_fwd").
+  std::vector<V> custom_call(const char* target, const char* primitive, const std::vector<V>& operands,
+                             const std::vector<Shape>& results);
   V compare(const V& a, const V& b);  // pred of a's dims
   V select(const V& predicate, const V& on_true, const V& on_false);
   // An array constant JAX folded (jnp.tril's mask): its bytes, not its literal.

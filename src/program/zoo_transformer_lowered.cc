@@ -56,6 +56,8 @@ class TransformerStep {
   TransformerStep(const ModelSpec& s, HloModule& m) : s_(s), e_(m) {
     train_ = s.step == StepKind::kTrain;
     vit_ = s.model == ModelFamily::kVit;
+    cudnn_ = s.attn == AttentionKind::kCudnn;
+    masked_ = !vit_ && !cudnn_;
     seq_ = vit_ ? (s.image / s.patch) * (s.image / s.patch) + 1 : s.seq;
     pdt_ = s.precision == Precision::kBf16 ? PrimitiveType::kBF16 : PrimitiveType::kF32;
     cdt_ = s.precision == Precision::kFp32 ? PrimitiveType::kF32 : PrimitiveType::kBF16;
@@ -72,7 +74,7 @@ class TransformerStep {
       return;
     }
     V x = vit_ ? patches() : embed();
-    if (!vit_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
+    if (masked_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
     for (const LayerParams& p : blocks_) x = block(x, p, nullptr);
     x = layer_norm(x, lnf_g_, lnf_b_, nullptr);
     V logits;
@@ -210,7 +212,7 @@ class TransformerStep {
   // forward pass, the loss and the transposes. Returns the loss; `grads` one gradient per parameter.
   V value_and_grad(std::vector<V>& grads) {
     V x = vit_ ? patches() : embed();
-    if (!vit_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
+    if (masked_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
     const uint64_t batch = batch_, seq = seq_, d = s_.d_model;
     zeros_.clear();
     std::vector<BlockSaved> saved(blocks_.size());
@@ -451,7 +453,7 @@ class TransformerStep {
     const size_t params_at = carried.size();
     for (const V* p : params) carried.push_back(*p);
     V mask;
-    if (!vit_) {
+    if (masked_) {
       const std::vector<uint64_t> scores = {batch_, s_.heads, seq_, seq_};
       mask = e_.broadcast(mask_, scores, {2, 3});
       carried.push_back(mask);
@@ -461,7 +463,7 @@ class TransformerStep {
       LayerParams p;
       V* const slots[] = {&p.b1, &p.b2, &p.ln1_b, &p.ln1_g, &p.ln2_b, &p.ln2_g, &p.w1, &p.w2, &p.wo, &p.wqkv};
       for (size_t j = 0; j < std::size(slots); ++j) *slots[j] = e_.index_leading(c[params_at + j], c[0]);
-      if (!vit_) {
+      if (masked_) {
         scan_mask_ = c[params_at + std::size(slots)];
         scan_fill_ = c[params_at + std::size(slots) + 1];
       }
@@ -525,7 +527,7 @@ class TransformerStep {
     residuals(21, 26);
     weight(stacked.w2, &p.w2);
     residuals(26, 27);
-    if (!vit_) carried.push_back(scan_mask_);
+    if (masked_) carried.push_back(scan_mask_);
     const std::vector<V> done = e_.loop(carried, s_.layers, [&](const std::vector<V>& c) {
       const V last = e_.scalar(PrimitiveType::kS32);
       const V at = e_.binary("subtract", last, c[0]);  // L - 1 - i
@@ -538,7 +540,7 @@ class TransformerStep {
           r.push_back(slice);
         }
       }
-      if (!vit_) scan_mask_ = c.back();
+      if (masked_) scan_mask_ = c.back();
       e_.set_category("temporaries");
       BlockSaved k = saved_from(r, p);
       std::vector<V> layer;
@@ -579,7 +581,7 @@ class TransformerStep {
       LayerParams p;
       for (V* slot : {&p.b1, &p.ln1_b, &p.ln1_g, &p.ln2_b, &p.ln2_g, &p.w1, &p.w2, &p.wo, &p.wqkv})
         *slot = e_.index_leading(c[j++], at);
-      if (!vit_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
+      if (masked_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
       std::vector<V> layer;
       const V dx = rematted_transpose(p, input, saved, c[1], layer);
       e_.set_category("gradients");
@@ -646,7 +648,7 @@ class TransformerStep {
     std::vector<V> through;
     for (size_t d = 0; d < kDots; ++d)
       if (saves(static_cast<Dot>(d))) through.push_back(saved[d]);
-    if (!vit_) through.push_back(mask_);
+    if (masked_) through.push_back(mask_);
     through.push_back(input);
     LayerParams again = p;
     V* const read[] = {&again.b1, &again.ln1_b, &again.ln1_g, &again.ln2_b, &again.ln2_g,
@@ -662,7 +664,7 @@ class TransformerStep {
       if (offloads()) from[d] = e_.place(from[d], "device");  // back from the host where it is read
     }
     const V mask = mask_;
-    if (!vit_) mask_ = kept[at++];
+    if (masked_) mask_ = kept[at++];
     const V x = kept[at++];
     for (V* v : read) *v = kept[at++];
     const V cotangent = kept[at++];
@@ -677,18 +679,10 @@ class TransformerStep {
     return dx;
   }
 
-  // A block's transpose: `g` (the cotangent of its output) back to its input; its parameters' gradients in
-  // jax's order (b1, b2, ln1_b, ln1_g, ln2_b, ln2_g, w1, w2, wo, wqkv) into `grads`.
-  V block_transpose(const LayerParams& p, const BlockSaved& k, const V& g, std::vector<V>& grads) {
-    const uint64_t batch = batch_, seq = seq_, d = s_.d_model, heads = s_.heads, hd = d / heads, f = 4 * d;
-    e_.set_category("temporaries");
-    // x2 = x1 + h @ w2 + b2, h = gelu(z), z = ln2(x1) @ w1 + b1
-    const V dh = e_.dot(g, k.w2, {batch, seq, f}, cdt_);
-    const V dz = write_gelu_transpose(e_, k.gelu, dh);
-    const V dln2 = e_.dot(dz, k.w1, {batch, seq, d}, cdt_);
-    const V dx1 = norm_transpose(k.ln2, p.ln2_g, dln2, &g);
-    // x1 = x + merged @ wo, merged = the heads of softmax(q k^T / sqrt(hd)) v
-    const V dmerged = e_.dot(dx1, k.wo, {batch, seq, d}, cdt_);
+  // The attention's transpose: the cotangent of the merged heads ([B,S,D]) back to the qkv projection's
+  // output ([B,S,3D]): the values' and scores' GEMMs, the f32 softmax's transpose, the mask's and scale's.
+  V attention_transpose(const BlockSaved& k, const V& dmerged) {
+    const uint64_t batch = batch_, seq = seq_, d = s_.d_model, heads = s_.heads, hd = d / heads;
     const V dout = e_.transpose(e_.reshape(dmerged, {batch, seq, heads, hd}), {0, 2, 1, 3});
     // The softmax ran in f32 (att.astype(jnp.float32)): its transpose too, from the probabilities' cast.
     const V dprobs = cast(e_.dot(dout, k.v, {batch, heads, seq, seq}, cdt_, 2), PrimitiveType::kF32);
@@ -702,7 +696,7 @@ class TransformerStep {
     const V s = e_.reduce_sum(e_.unary("negate", e_.reshape(e_.reduce_sum(a3, {3}), kept)), {3});
     V a5 = cast(e_.binary("multiply", e_.binary("add", a1, e_.broadcast(s, sq, {0, 1, 2})), k.ex), cdt_);
     // GPT: jnp.where(mask, att, -1e4)'s transpose passes the cotangent where the mask holds.
-    if (!vit_) {
+    if (masked_) {
       const V mask = scan_mask_.name.empty() ? e_.broadcast(mask_, sq, {2, 3}) : scan_mask_;
       a5 = e_.select(mask, a5, e_.splat(cdt_, sq));
     }
@@ -713,7 +707,36 @@ class TransformerStep {
     const V dq = merge(e_.dot(dscores, k.kt, {batch, heads, seq, hd}, cdt_, 2), {0, 2, 1, 3});
     const V dk = merge(e_.dot(dscores, k.q, {batch, heads, seq, hd}, cdt_, 2), {0, 2, 1, 3});
     const V dv = merge(e_.dot(dout, k.probs, {batch, heads, hd, seq}, cdt_, 2), {0, 3, 1, 2});
-    const V dqkv = e_.concatenate({dq, dk, dv}, 2);
+    return e_.concatenate({dq, dk, dv}, 2);
+  }
+  // cuDNN's: one __cudnn$fmhaSoftmaxBackward call reading q, k, v, the forward's statistics, the output's
+  // cotangent and the forward's output, returning dq, dk and dv ([B,H,S,hd]) and a workspace.
+  V fused_attention_transpose(const BlockSaved& k, const V& dmerged) {
+    const uint64_t batch = batch_, seq = seq_, d = s_.d_model, heads = s_.heads, hd = d / heads;
+    const V dout = e_.reshape(dmerged, {batch, seq, heads, hd});
+    const Shape per_head = LoweredEmitter::array(cdt_, {batch, heads, seq, hd});
+    const std::vector<V> grads = e_.custom_call(
+        "__cudnn$fmhaSoftmaxBackward", "dot_product_attention_bwd", {k.q, k.kt, k.v, k.sum, dout, k.probs},
+        {per_head, per_head, per_head, LoweredEmitter::array(PrimitiveType::kU8, {0})});
+    std::vector<V> merged;
+    for (size_t j = 0; j < 3; ++j)
+      merged.push_back(e_.reshape(e_.transpose(grads[j], {0, 2, 1, 3}), {batch, seq, d}));
+    return e_.concatenate(merged, 2);
+  }
+
+  // A block's transpose: `g` (the cotangent of its output) back to its input; its parameters' gradients in
+  // jax's order (b1, b2, ln1_b, ln1_g, ln2_b, ln2_g, w1, w2, wo, wqkv) into `grads`.
+  V block_transpose(const LayerParams& p, const BlockSaved& k, const V& g, std::vector<V>& grads) {
+    const uint64_t batch = batch_, seq = seq_, d = s_.d_model, f = 4 * d;
+    e_.set_category("temporaries");
+    // x2 = x1 + h @ w2 + b2, h = gelu(z), z = ln2(x1) @ w1 + b1
+    const V dh = e_.dot(g, k.w2, {batch, seq, f}, cdt_);
+    const V dz = write_gelu_transpose(e_, k.gelu, dh);
+    const V dln2 = e_.dot(dz, k.w1, {batch, seq, d}, cdt_);
+    const V dx1 = norm_transpose(k.ln2, p.ln2_g, dln2, &g);
+    // x1 = x + merged @ wo, merged = the heads of softmax(q k^T / sqrt(hd)) v
+    const V dmerged = e_.dot(dx1, k.wo, {batch, seq, d}, cdt_);
+    const V dqkv = cudnn_ ? fused_attention_transpose(k, dmerged) : attention_transpose(k, dmerged);
     const V dln1 = e_.dot(dqkv, k.wqkv, {batch, seq, d}, cdt_);
     const V dx = norm_transpose(k.ln1, p.ln1_g, dln1, &dx1);
     e_.set_category("gradients");
@@ -797,19 +820,37 @@ class TransformerStep {
     auto head_split = [&](const std::vector<int64_t>& permutation) {
       return e_.transpose(e_.reshape(e_.slice(qkv, 2, d), {batch, seq, heads, hd}), permutation);
     };
-    k.q = head_split({0, 2, 1, 3});
-    k.kt = head_split({0, 2, 3, 1});  // k.transpose(0, 1, 3, 2), folded into the head split
-    V att = gemm(kScores, k.q, k.kt, {batch, heads, seq, seq}, 2);
-    att = e_.binary("divide", att, e_.splat(cdt_, att.shape.dims));
-    // GPT: jnp.where(mask, att, -1e4)
-    if (!vit_)
-      att = scan_mask_.name.empty()
-                ? e_.select(e_.broadcast(mask_, att.shape.dims, {2, 3}), att, e_.splat(cdt_, att.shape.dims))
-                : e_.select(scan_mask_, att, scan_fill_);
-    k.probs = cast(softmax(cast(att, PrimitiveType::kF32), &k.ex, &k.sum), cdt_);
-    k.v = head_split({0, 2, 1, 3});
-    const V o = gemm(kAttention, k.probs, k.v, {batch, heads, seq, hd}, 2);
-    k.merged = e_.reshape(e_.transpose(o, {0, 2, 1, 3}), {batch, seq, d});
+    if (cudnn_) {
+      // jax.nn.dot_product_attention(q, k, v, is_causal=..., implementation="cudnn"): q, k and v in its
+      // [B,S,H,hd] layout (the head split's transposes cancel), one __cudnn$fmhaSoftmax call returning
+      // the output, the softmax's row statistics (f32) and a workspace - gpt_mixed_donate_cudnn's program.
+      auto heads_of = [&] { return e_.reshape(e_.slice(qkv, 2, d), {batch, seq, heads, hd}); };
+      k.q = heads_of();
+      k.kt = heads_of();  // k, as the kernel reads it
+      k.v = heads_of();
+      const std::vector<V> fmha =
+          e_.custom_call("__cudnn$fmhaSoftmax", "dot_product_attention_fwd", {k.q, k.kt, k.v},
+                         {LoweredEmitter::array(cdt_, {batch, heads, seq, hd}),
+                          LoweredEmitter::array(PrimitiveType::kF32, {batch, heads, seq}),
+                          LoweredEmitter::array(PrimitiveType::kU8, {0})});
+      k.probs = e_.transpose(fmha[0], {0, 2, 1, 3});  // the output in [B,S,H,hd], which its backward reads
+      k.sum = fmha[1];                                // the statistics
+      k.merged = e_.reshape(k.probs, {batch, seq, d});
+    } else {
+      k.q = head_split({0, 2, 1, 3});
+      k.kt = head_split({0, 2, 3, 1});  // k.transpose(0, 1, 3, 2), folded into the head split
+      V att = gemm(kScores, k.q, k.kt, {batch, heads, seq, seq}, 2);
+      att = e_.binary("divide", att, e_.splat(cdt_, att.shape.dims));
+      // GPT: jnp.where(mask, att, -1e4)
+      if (masked_)
+        att = scan_mask_.name.empty() ? e_.select(e_.broadcast(mask_, att.shape.dims, {2, 3}), att,
+                                                  e_.splat(cdt_, att.shape.dims))
+                                      : e_.select(scan_mask_, att, scan_fill_);
+      k.probs = cast(softmax(cast(att, PrimitiveType::kF32), &k.ex, &k.sum), cdt_);
+      k.v = head_split({0, 2, 1, 3});
+      const V o = gemm(kAttention, k.probs, k.v, {batch, heads, seq, hd}, 2);
+      k.merged = e_.reshape(e_.transpose(o, {0, 2, 1, 3}), {batch, seq, d});
+    }
     const V x1 = e_.binary("add", x, gemm(kProjection, k.merged, k.wo, {batch, seq, d}));
     h = layer_norm(x1, p.ln2_g, p.ln2_b, &k.ln2);
     k.gelu = write_gelu(e_, with("add", gemm(kMlpIn, h, k.w1, {batch, seq, 4 * d}), cast(p.b1, cdt_), {2}));
@@ -837,8 +878,10 @@ class TransformerStep {
   LoweredEmitter e_;
   PrimitiveType pdt_, cdt_;
   bool vit_ = false, train_ = false, moments_ = false;
-  uint64_t seq_ = 0;    // tokens: GPT's sequence, ViT's patches and the class token
-  uint64_t batch_ = 0;  // the rows the ops see: the batch, or a microbatch inside the accumulation loop
+  bool cudnn_ = false;   // attn: cudnn - jax.nn.dot_product_attention's fused kernel
+  bool masked_ = false;  // GPT's scores masked by jnp.where (the cuDNN kernel masks inside: is_causal)
+  uint64_t seq_ = 0;     // tokens: GPT's sequence, ViT's patches and the class token
+  uint64_t batch_ = 0;   // the rows the ops see: the batch, or a microbatch inside the accumulation loop
   V embed_, cls_, head_, lnf_b_, lnf_g_, pos_, tokens_, labels_, mask_;
   V scan_mask_, scan_fill_;  // scan: GPT's mask and fill broadcast to the scores, as the loops read them
   std::vector<std::pair<std::vector<uint64_t>, V>> zeros_;  // the entry's zeros, by shape
@@ -855,8 +898,10 @@ class TransformerStep {
 // Any remat policy: jax.checkpoint adds its optimization barrier only to a differentiated function, and an
 // inference step evaluates the block as written (jax/_src/ad_checkpoint.py, remat_lowering).
 bool transformer_lowers(const ModelSpec& spec) {
-  const bool one_gpu = spec.backend == Backend::kGpu && spec.devices() == 1 &&
-                       spec.sharding == ShardingKind::kReplicated && spec.attn == AttentionKind::kXla;
+  const bool one_gpu =
+      spec.backend == Backend::kGpu && spec.devices() == 1 && spec.sharding == ShardingKind::kReplicated;
+  // A scan's residuals are XLA attention's (scan_residuals).
+  if (spec.scan && spec.attn != AttentionKind::kXla) return false;
   // Scanned: training, no accumulation, remat kept on the device (an offload into a scan's stacked
   // residuals is not modeled: xla_gpu_model.h).
   if (spec.scan &&
