@@ -1,4 +1,5 @@
 // The model zoo's options move the peak the way the seed says they do, and nonsense specs are refused.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -404,6 +405,25 @@ TEST(ModelZoo, CudnnAttentionHoldsNoScores) {
   auto fp32 = model_spec_from_json(parse_json(R"({"model": "gpt", "attn": "cudnn"})", "spec").value());
   ASSERT_FALSE(fp32.ok());
   EXPECT_NE(fp32.error().message().find("bf16"), std::string::npos);
+}
+
+// A few tokens through a deep model: every GEMM is split along its contraction (128 rows leave the GPU's
+// cores idle), and the residual stream adds each layer's split sum. Recomputing that stream in every
+// consumer from every layer's partials would hold all of them at once (a 48-layer model held 95); XLA
+// writes it once, so the step's temp does not grow with the depth.
+TEST(ModelZoo, AFewTokensResidualStreamDoesNotGrowWithDepth) {
+  auto temp = [](int layers) {
+    auto spec = model_spec_from_json(Json::parse(fmt::format(
+        R"({{"model": "gpt", "step": "infer", "batch": 1, "seq": 128, "layers": {}, "precision": "bf16"}})",
+        layers)));
+    EXPECT_TRUE(spec.ok());
+    auto p = plan_step(*spec);
+    EXPECT_TRUE(p.ok()) << p.error().message();
+    return p.ok() ? p->hlo.temp_bytes : 0;
+  };
+  const uint64_t shallow = temp(8), deep = temp(48);
+  EXPECT_GT(shallow, 0u);
+  EXPECT_LE(deep, shallow + shallow / 2) << "8 layers: " << shallow << " B, 48 layers: " << deep << " B";
 }
 
 TEST(ModelZoo, NonsenseSpecsAreRefusedWithAReason) {

@@ -6,8 +6,10 @@
 //     (tuple_simplifier.cc, hlo_dce.cc);
 //   - fusion (xla/service/gpu/transforms/priority_fusion.cc, instruction_fusion.cc): elementwise ops,
 //     broadcasts, reshapes, transposes, converts, slices, pads, concatenates, iotas and gathers fuse into
-//     their consumers and get no buffer; cheap ones are duplicated into every consumer, expensive ones
-//     (transcendentals, divisions: HloInstruction::IsExpensive) with several consumers keep one buffer;
+//     their consumers and get no buffer; cheap ones are duplicated into every consumer unless recomputing
+//     them costs far more memory traffic than writing them once (a few-token residual stream over split
+//     GEMMs' partials), expensive ones (transcendentals, divisions: HloInstruction::IsExpensive) with
+//     several consumers keep one buffer;
 //   - library calls and fusion roots get a buffer: dots and convolutions (cuBLAS, cuDNN, Triton GEMM, with
 //     one elementwise epilogue such as a bias add or a convert folded into the GEMM's output,
 //     gemm_rewriter.cc; a convolution's bias and then a relu no one else reads,
