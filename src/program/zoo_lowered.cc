@@ -277,6 +277,13 @@ LoweredEmitter::V LoweredEmitter::update_leading(const V& x, const V& update, co
   return push(make(x.shape, "dynamic-update-slice", std::move(operands)));
 }
 
+LoweredEmitter::V LoweredEmitter::dynamic_update_slice(const V& x, const V& update,
+                                                       const std::vector<V>& starts) {
+  std::vector<std::string> operands = {x.name, update.name};
+  for (const V& v : starts) operands.push_back(v.name);
+  return push(make(x.shape, "dynamic-update-slice", std::move(operands)));
+}
+
 std::vector<LoweredEmitter::V> LoweredEmitter::unpack_parameter(const Shape& tuple_shape) {
   HloInstruction p = make(tuple_shape, "parameter", {});
   p.parameter_number = 0;

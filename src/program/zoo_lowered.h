@@ -88,6 +88,8 @@ class LoweredEmitter {
   // lax.dynamic_update_index_in_dim(x, update, index, 0): `x` with `update` written at `index` along its
   // leading dimension, as a scan's body stacks its outputs.
   V update_leading(const V& x, const V& update, const V& index);
+  // lax.dynamic_update_slice(x, update, starts): `update` written into `x` at the scalar `starts`.
+  V dynamic_update_slice(const V& x, const V& update, const std::vector<V>& starts);
   // jax.lax.scan as JAX lowers it: a while loop over a tuple of carried values whose element 0 is the
   // s32 counter, run `trips` times. `body` writes the body's instructions (into their own computation)
   // from the carried values and returns their next values; the loop's results are returned.

@@ -73,6 +73,11 @@ class TransformerStep {
       e_.finish();
       return;
     }
+    if (s_.step == StepKind::kDecode) {
+      decode();
+      e_.finish();
+      return;
+    }
     V x = vit_ ? patches() : embed();
     if (masked_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
     for (const LayerParams& p : blocks_) x = block(x, p, nullptr);
@@ -133,6 +138,21 @@ class TransformerStep {
     // adam's moments and count come between the parameters and the batch (jax's order: params, opt).
     moments_ = train_ && (s_.optimizer == OptimizerKind::kAdam || s_.optimizer == OptimizerKind::kAdamW);
     if (moments_) state_ = declare_optimizer_state(e_, params_, param_names_, args);
+    if (s_.step == StepKind::kDecode) {
+      // decode's arguments after the parameters: the cache [(k, v) per layer], the tokens [B,1], the position
+      for (uint64_t l = 0; l < s_.layers; ++l) {
+        for (const char* kv : {"k", "v"}) {
+          cache_.push_back(
+              e_.parameter(LoweredEmitter::array(cdt_, {s_.batch, s_.heads, s_.seq, d / s_.heads}),
+                           fmt::format("cache[{}][{}]", l, kv), "kv_cache"));
+          args.kv_cache_bytes += cache_.back().shape.own_bytes();
+        }
+      }
+      tokens_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {s_.batch, 1}), "tok", "activations");
+      position_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {}), "pos", "activations");
+      args.batch_bytes += tokens_.shape.own_bytes() + position_.shape.own_bytes();
+      return;
+    }
     tokens_ =
         vit_ ? e_.parameter(LoweredEmitter::array(PrimitiveType::kF32,
                                                   {s_.batch, seq_ - 1, s_.patch * s_.patch * s_.channels}),
@@ -620,6 +640,63 @@ class TransformerStep {
     return dims;
   }
 
+  // reference_programs.py's decode step: one new token per sequence against each layer's KV cache of `seq`
+  // positions. The token's embedding and its position's row; per layer the qkv projection of one token, its
+  // keys and values written into the cache at `pos` (lax.dynamic_update_slice over the donated cache: XLA
+  // aliases it, so the cache is held once), the scores against the whole cache with the positions after
+  // `pos` masked (jnp.where), the f32 softmax, the MLP; then the one token's logits. The step returns the
+  // logits and the new cache, each layer's keys and values written over the cache they replace.
+  void decode() {
+    const uint64_t batch = s_.batch, d = s_.d_model, heads = s_.heads, hd = d / heads, cached = s_.seq;
+    const V zero = e_.scalar(PrimitiveType::kS32);
+    // (params['embed'][tok] + dynamic_slice_in_dim(params['pos'], pos, 1)[None]).astype(cdt)
+    token_rows_ = e_.reshape(tokens_, {batch, 1, 1});
+    const V rows = e_.gather(embed_, token_rows_);
+    const V at = e_.reshape(e_.dynamic_slice(pos_, {position_, zero}, {1, d}), {d});
+    V x = cast(with("add", rows, at, {2}), cdt_);
+    seq_ = 1;  // the activations hold one token; the cache holds `cached` positions
+    // (jnp.arange(S) <= pos)[None, None, None, :]
+    const V live = e_.compare(e_.constant(LoweredEmitter::array(PrimitiveType::kS32, {cached})),
+                              e_.broadcast(position_, {cached}, {}));
+    std::vector<V> new_cache;
+    for (size_t l = 0; l < blocks_.size(); ++l) {
+      const LayerParams& p = blocks_[l];
+      const V h = layer_norm(x, p.ln1_g, p.ln1_b, nullptr);
+      const V qkv = e_.dot(h, cast(p.wqkv, cdt_), {batch, 1, 3 * d}, cdt_);
+      auto head = [&] {
+        return e_.transpose(e_.reshape(e_.slice(qkv, 2, d), {batch, 1, heads, hd}), {0, 2, 1, 3});
+      };
+      const V q = head(), k = head(), v = head();
+      auto write = [&](const V& cache, const V& row) {
+        return e_.dynamic_update_slice(cache, cast(row, cache.shape.type), {zero, zero, position_, zero});
+      };
+      const V kc = write(cache_[2 * l], k), vc = write(cache_[2 * l + 1], v);
+      new_cache.push_back(kc);
+      new_cache.push_back(vc);
+      V att = e_.dot(q, e_.transpose(kc, {0, 1, 3, 2}), {batch, heads, 1, cached}, cdt_, 2);
+      att = e_.binary("divide", att, e_.splat(cdt_, att.shape.dims));
+      att = e_.select(e_.broadcast(live, att.shape.dims, {3}), att, e_.splat(cdt_, att.shape.dims));
+      V ex, sum;
+      const V probs = cast(softmax(cast(att, PrimitiveType::kF32), &ex, &sum), cdt_);
+      const V o = e_.dot(probs, vc, {batch, heads, 1, hd}, cdt_, 2);
+      const V merged = e_.reshape(e_.transpose(o, {0, 2, 1, 3}), {batch, 1, d});
+      const V x1 = e_.binary("add", x, e_.dot(merged, cast(p.wo, cdt_), {batch, 1, d}, cdt_));
+      const V h2 = layer_norm(x1, p.ln2_g, p.ln2_b, nullptr);
+      const Gelu g = write_gelu(
+          e_, with("add", e_.dot(h2, cast(p.w1, cdt_), {batch, 1, 4 * d}, cdt_), cast(p.b1, cdt_), {2}));
+      const V x2 = e_.binary("add", x1, e_.dot(g.out, cast(p.w2, cdt_), {batch, 1, d}, cdt_));
+      x = with("add", x2, cast(p.b2, cdt_), {2});
+    }
+    x = layer_norm(x, lnf_g_, lnf_b_, nullptr);
+    const V table = e_.transpose(cast(embed_, cdt_), {1, 0});
+    std::vector<V> results = {cast(e_.dot(x, table, {batch, 1, s_.vocab}, cdt_), PrimitiveType::kF32)};
+    results.insert(results.end(), new_cache.begin(), new_cache.end());
+    e_.root(results);
+    // donate_argnums=(1,): each layer's new keys and values over the cache they replace.
+    const auto first_cache = static_cast<int64_t>(params_.size());
+    for (size_t k = 0; k < new_cache.size(); ++k) e_.alias(1 + k, first_cache + static_cast<int64_t>(k));
+  }
+
   // Whether block l runs under jax.checkpoint (reference_programs.py's rblock; spec.remat_layers names
   // the checkpointed blocks when it is not empty).
   bool checkpointed(size_t l) const {
@@ -883,6 +960,8 @@ class TransformerStep {
   uint64_t seq_ = 0;     // tokens: GPT's sequence, ViT's patches and the class token
   uint64_t batch_ = 0;   // the rows the ops see: the batch, or a microbatch inside the accumulation loop
   V embed_, cls_, head_, lnf_b_, lnf_g_, pos_, tokens_, labels_, mask_;
+  V position_;               // decode: where the new token is written (an s32 argument)
+  std::vector<V> cache_;     // decode: each layer's keys and values, [B,H,S,hd]
   V scan_mask_, scan_fill_;  // scan: GPT's mask and fill broadcast to the scores, as the loops read them
   std::vector<std::pair<std::vector<uint64_t>, V>> zeros_;  // the entry's zeros, by shape
   V token_rows_;           // GPT: the wrapped token ids as the lookup's indices, [B,S,1]
@@ -910,6 +989,7 @@ bool transformer_lowers(const ModelSpec& spec) {
   if (!one_gpu) return false;
   if (spec.step == StepKind::kInfer)
     return spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit;
+  if (spec.step == StepKind::kDecode) return spec.model == ModelFamily::kGpt && !spec.scan;
   // Training: fp32, mixed or bf16 (a scan in fp32), any remat policy, the elementwise optimizers; gradient
   // accumulation as a scan.
   return (spec.model == ModelFamily::kVit || spec.model == ModelFamily::kGpt) &&

@@ -291,7 +291,8 @@ TEST(ModelZoo, FlaxCnnFamilyPlans) {
 }
 
 // step decode (reference_programs.py's mode "decode"): an LLM server's step - one token per sequence
-// against a donated KV cache of seq positions per layer, written in place.
+// against a donated KV cache of seq positions per layer, written in place; written as JAX lowers it and
+// planned through the model of XLA:GPU.
 TEST(ModelZoo, DecodeHoldsTheKvCacheOnce) {
   const uint64_t B = 4, S = 256, L = 2, D = 256, H = 4, V = 1000, F = 4 * D, hd = D / H;
   const char* spec = R"({"model": "gpt", "step": "decode", "batch": 4, "seq": 256, "layers": 2,
@@ -315,6 +316,11 @@ TEST(ModelZoo, DecodeHoldsTheKvCacheOnce) {
   // The cache grows with batch x seq x layers and halves in 16-bit compute.
   EXPECT_EQ(with(R"(, "seq": 512)").arguments.kv_cache_bytes, 2 * cache);
   EXPECT_EQ(with(R"(, "precision": "bf16")").arguments.kv_cache_bytes, cache / 2);
+  auto decode = model_spec_from_json(Json::parse(R"({"model": "gpt", "step": "decode"})"));
+  ASSERT_TRUE(decode.ok());
+  auto built = build_step_module(*decode);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  EXPECT_FALSE(built->is_scheduled) << "the zoo wrote XLA's fused program, not the lowered one";
   for (const char* refused :
        {R"({"model": "mlp", "step": "decode"})", R"({"model": "gpt", "step": "decode", "scan": true})",
         R"({"model": "gpt", "step": "decode", "sharding": "fsdp", "mesh": [2], "mesh_axes": ["data"]})"}) {
