@@ -269,6 +269,7 @@ Status validate_model_spec(const ModelSpec& s) {
     if (s.scan) return invalid_argument("step decode is built without scan");
     if (s.sharding != ShardingKind::kReplicated || s.devices() > 1)
       return invalid_argument("step decode is built for one device (no mesh)");
+    if (s.backend != Backend::kGpu) return invalid_argument("step decode is built for one GPU (backend gpu)");
     if (s.attn == AttentionKind::kCudnn) return invalid_argument("step decode attends with XLA's attention");
   }
   if (s.remat == RematPolicy::kOffloadDotsNoBatch) {

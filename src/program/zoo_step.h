@@ -320,13 +320,6 @@ class Step {
   const StepArguments& arguments() const { return args_; }
 
   bool train() const { return c_.s.step == StepKind::kTrain || c_.s.step == StepKind::kVmapGrads; }
-  // step decode's cache of keys and values: an argument the step writes over (donate_argnums=(1,)).
-  T kv_cache_argument(const Shape& shape, const std::string& name) {
-    T t = argument(shape, name, "kv_cache");
-    args_.kv_cache_bytes += t.shape.own_bytes();
-    return t;
-  }
-
   // The weight as the compute uses it: FSDP gathers it (a transient full copy).
   T use(Param& p, const std::string& where) {
     if (p.stacked != nullptr) {  // scan: the body slices its layer out of the stack

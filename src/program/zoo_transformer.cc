@@ -109,10 +109,6 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
   const uint64_t Hl = H / c.tp, Fl = F / c.tp, hd = D / H;
   const uint64_t k = s.accum, Bm = B / k;
   TransformerBuild build{c, e, step, find, D, S, V, Bm, c.cdt};
-  if (s.step == StepKind::kDecode) {
-    build_decode(build, family, bp, module);
-    return;
-  }
   T tokens, labels;
   family.add_batch(build, B, tokens, labels);
   step.accumulating_ = k > 1;

@@ -78,8 +78,4 @@ void positions_backward(TransformerBuild& x, const T& dx);
 
 void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerFamily& family);
 
-// step decode (zoo_decode.cc): the KV cache, one new token per sequence, the logits; after the parameters.
-void build_decode(TransformerBuild& x, const TransformerFamily& family, const BlockParams& bp,
-                  HloModule& module);
-
 }  // namespace memfit::zoo

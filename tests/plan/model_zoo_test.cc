@@ -323,7 +323,8 @@ TEST(ModelZoo, DecodeHoldsTheKvCacheOnce) {
   EXPECT_FALSE(built->is_scheduled) << "the zoo wrote XLA's fused program, not the lowered one";
   for (const char* refused :
        {R"({"model": "mlp", "step": "decode"})", R"({"model": "gpt", "step": "decode", "scan": true})",
-        R"({"model": "gpt", "step": "decode", "sharding": "fsdp", "mesh": [2], "mesh_axes": ["data"]})"}) {
+        R"({"model": "gpt", "step": "decode", "sharding": "fsdp", "mesh": [2], "mesh_axes": ["data"]})",
+        R"({"model": "gpt", "step": "decode", "backend": "cpu"})"}) {
     EXPECT_FALSE(model_spec_from_json(Json::parse(refused)).ok()) << refused;
   }
 }
