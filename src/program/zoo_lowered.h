@@ -25,6 +25,9 @@ class LoweredEmitter {
   };
 
   explicit LoweredEmitter(HloModule& module) : m_(module) {}
+  // Room for about `instructions` in the computation being written: a deep model's entry is written
+  // without moving its instructions each time the vector grows.
+  void reserve(size_t instructions) { entry_.reserve(instructions); }
 
   static Shape array(PrimitiveType type, std::vector<uint64_t> dims) {
     Shape s;
