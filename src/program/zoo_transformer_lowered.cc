@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <functional>
 
 #include "memfit/program/model_zoo.h"
 #include "zoo_lowered.h"
@@ -20,6 +21,14 @@ using V = LoweredEmitter::V;
 
 struct LayerParams {
   V b1, b2, ln1_b, ln1_g, ln2_b, ln2_g, w1, w2, wo, wqkv;
+  // The ten in jax's order (the layer dict's sorted keys), as arguments, gradients and loop elements are.
+  std::array<V*, 10> in_jax_order() {
+    return {&b1, &b2, &ln1_b, &ln1_g, &ln2_b, &ln2_g, &w1, &w2, &wo, &wqkv};
+  }
+  // The nine a checkpointed block's barrier and recomputation read: all but b2, which nothing in it reads.
+  std::array<V*, 9> read_by_recomputation() {
+    return {&b1, &ln1_b, &ln1_g, &ln2_b, &ln2_g, &w1, &w2, &wo, &wqkv};
+  }
 };
 
 // A layer norm's values its transpose reads: the two centred copies jnp writes, var + eps, its rsqrt, the
@@ -467,13 +476,11 @@ class TransformerStep {
   // its residuals into stacks of zeros ([L, ...]); GPT's mask and fill, broadcast to the scores' shape, are
   // loop operands. `stacks` receives the stacked residuals; returns the last block's output.
   V forward_scan(const V& x, std::vector<V>& stacks) {
-    const LayerParams& stacked = blocks_[0];
-    const V* const params[] = {&stacked.b1,    &stacked.b2, &stacked.ln1_b, &stacked.ln1_g, &stacked.ln2_b,
-                               &stacked.ln2_g, &stacked.w1, &stacked.w2,    &stacked.wo,    &stacked.wqkv};
+    LayerParams& stacked = blocks_[0];
     std::vector<V> carried = {e_.scalar(PrimitiveType::kS32), x};
     for (const std::vector<uint64_t>& dims : residual_dims()) carried.push_back(zeros(dims));
     const size_t params_at = carried.size();
-    for (const V* p : params) carried.push_back(*p);
+    for (const V* p : stacked.in_jax_order()) carried.push_back(*p);
     V mask;
     if (masked_) {
       const std::vector<uint64_t> scores = {batch_, s_.heads, seq_, seq_};
@@ -483,11 +490,11 @@ class TransformerStep {
     }
     const std::vector<V> done = e_.loop(carried, s_.layers, [&](const std::vector<V>& c) {
       LayerParams p;
-      V* const slots[] = {&p.b1, &p.b2, &p.ln1_b, &p.ln1_g, &p.ln2_b, &p.ln2_g, &p.w1, &p.w2, &p.wo, &p.wqkv};
-      for (size_t j = 0; j < std::size(slots); ++j) *slots[j] = e_.index_leading(c[params_at + j], c[0]);
+      size_t at = params_at;
+      for (V* slot : p.in_jax_order()) *slot = e_.index_leading(c[at++], c[0]);
       if (masked_) {
-        scan_mask_ = c[params_at + std::size(slots)];
-        scan_fill_ = c[params_at + std::size(slots) + 1];
+        scan_mask_ = c[at];
+        scan_fill_ = c[at + 1];
       }
       e_.set_category("activations");
       std::vector<V> r;
@@ -514,30 +521,53 @@ class TransformerStep {
     return done[1];
   }
 
-  // The transpose of forward_scan: a while loop over the layers in reverse whose body slices each stacked
-  // residual (and the four weights) at L - 1 - i, runs the block's transpose and writes the parameters'
-  // gradients into stacks of zeros. `grads` receives the ten stacked gradients; returns the cotangent of
-  // the first block's input.
+  // The loop both backward scans are: a while loop over the layers in reverse carrying the cotangent, one
+  // stack of zeros per parameter gradient (jax's order) and `read` (passed through unchanged). The body
+  // gets the read elements, the cotangent of the block's output and L - 1 - i, returns the cotangent of its
+  // input and puts the layer's
+  // ten gradients in `layer`, which are written into their stacks at L - 1 - i. `grads` receives the
+  // stacked gradients; returns the cotangent of the first block's input.
+  using LayerTranspose =
+      std::function<V(const std::vector<V>& read, const V& cotangent, const V& at, std::vector<V>& layer)>;
+  V reversed_layer_loop(const V& g, const std::vector<V>& read, const LayerTranspose& body,
+                        std::vector<V>& grads) {
+    e_.set_category("gradients");
+    std::vector<V> carried = {e_.scalar(PrimitiveType::kS32), g};
+    for (const V* p : blocks_[0].in_jax_order()) carried.push_back(zeros(p->shape.dims));
+    const size_t read_at = carried.size();
+    carried.insert(carried.end(), read.begin(), read.end());
+    const std::vector<V> done = e_.loop(carried, s_.layers, [&](const std::vector<V>& c) {
+      const V at = e_.binary("subtract", e_.scalar(PrimitiveType::kS32), c[0]);  // L - 1 - i
+      std::vector<V> layer;
+      const V dx =
+          body(std::vector<V>(c.begin() + static_cast<std::ptrdiff_t>(read_at), c.end()), c[1], at, layer);
+      e_.set_category("gradients");
+      std::vector<V> next = {e_.binary("add", c[0], e_.scalar(PrimitiveType::kS32)), dx};
+      for (size_t k = 0; k < layer.size(); ++k) next.push_back(e_.update_leading(c[2 + k], layer[k], at));
+      next.insert(next.end(), c.begin() + static_cast<std::ptrdiff_t>(read_at), c.end());
+      return next;
+    });
+    grads.assign(done.begin() + 2, done.begin() + static_cast<std::ptrdiff_t>(read_at));
+    return done[1];
+  }
+
+  // The transpose of forward_scan: each layer's slice of every stacked residual (and of the four weights its
+  // transpose reads), the block's transpose over them.
   V backward_scan(const V& g, const std::vector<V>& stacks, std::vector<V>& grads) {
     if (checkpointed(0)) return backward_scan_rematted(g, stacks, grads);
     const LayerParams& stacked = blocks_[0];
-    e_.set_category("gradients");
-    std::vector<V> carried = {e_.scalar(PrimitiveType::kS32), g};
-    for (const V* p : {&stacked.b1, &stacked.b2, &stacked.ln1_b, &stacked.ln1_g, &stacked.ln2_b,
-                       &stacked.ln2_g, &stacked.w1, &stacked.w2, &stacked.wo, &stacked.wqkv})
-      carried.push_back(zeros(p->shape.dims));
-    const size_t read_at = carried.size();
     // The residuals, the weights each transpose reads placed where JAX's order puts them.
-    LayerParams p;              // inside the body: which weight a carried element's slice is
-    std::vector<V*> weight_of;  // per carried element from read_at: the weight it is, or null (a residual)
+    std::vector<V> read;
+    LayerParams p;              // inside the body: which weight a read element's slice is
+    std::vector<V*> weight_of;  // per read element: the weight it is, or null (a residual)
     auto residuals = [&](size_t from, size_t to) {
       for (size_t j = from; j < to; ++j) {
-        carried.push_back(stacks[j]);
+        read.push_back(stacks[j]);
         weight_of.push_back(nullptr);
       }
     };
     auto weight = [&](const V& stacked_weight, V* slot) {
-      carried.push_back(stacked_weight);
+      read.push_back(stacked_weight);
       weight_of.push_back(slot);
     };
     residuals(0, 6);
@@ -549,72 +579,51 @@ class TransformerStep {
     residuals(21, 26);
     weight(stacked.w2, &p.w2);
     residuals(26, 27);
-    if (masked_) carried.push_back(scan_mask_);
-    const std::vector<V> done = e_.loop(carried, s_.layers, [&](const std::vector<V>& c) {
-      const V last = e_.scalar(PrimitiveType::kS32);
-      const V at = e_.binary("subtract", last, c[0]);  // L - 1 - i
-      std::vector<V> r;
-      for (size_t j = 0; j < weight_of.size(); ++j) {
-        const V slice = e_.index_leading(c[read_at + j], at);
-        if (weight_of[j]) {
-          *weight_of[j] = slice;
-        } else {
-          r.push_back(slice);
-        }
-      }
-      if (masked_) scan_mask_ = c.back();
-      e_.set_category("temporaries");
-      BlockSaved k = saved_from(r, p);
-      std::vector<V> layer;
-      const V dx = block_transpose(p, k, c[1], layer);
-      std::vector<V> next = {e_.binary("add", c[0], e_.scalar(PrimitiveType::kS32)), dx};
-      for (size_t j = 0; j < layer.size(); ++j) next.push_back(e_.update_leading(c[2 + j], layer[j], at));
-      next.insert(next.end(), c.begin() + static_cast<std::ptrdiff_t>(read_at), c.end());
-      return next;
-    });
-    grads.assign(done.begin() + 2, done.begin() + static_cast<std::ptrdiff_t>(read_at));
+    if (masked_) read.push_back(scan_mask_);
+    const V dx = reversed_layer_loop(
+        g, read,
+        [&](const std::vector<V>& c, const V& cotangent, const V& at, std::vector<V>& layer) {
+          std::vector<V> r;
+          for (size_t j = 0; j < weight_of.size(); ++j) {
+            const V slice = e_.index_leading(c[j], at);
+            if (weight_of[j]) {
+              *weight_of[j] = slice;
+            } else {
+              r.push_back(slice);
+            }
+          }
+          if (masked_) scan_mask_ = c.back();
+          e_.set_category("temporaries");
+          return block_transpose(p, saved_from(r, p), cotangent, layer);
+        },
+        grads);
     scan_mask_ = scan_fill_ = V{};
-    return done[1];
+    return dx;
   }
   // backward_scan of a checkpointed body (the shared gpt_fp32_donate_scan_remat_full): the loop carries
   // the stacked residuals (the policy's GEMM results, the blocks' inputs) and the parameters (not b2), and
   // its body is rematted_transpose over one layer's slices, GPT's mask a constant of the body.
   V backward_scan_rematted(const V& g, const std::vector<V>& stacks, std::vector<V>& grads) {
-    const LayerParams& stacked = blocks_[0];
-    e_.set_category("gradients");
-    std::vector<V> carried = {e_.scalar(PrimitiveType::kS32), g};
-    for (const V* p : {&stacked.b1, &stacked.b2, &stacked.ln1_b, &stacked.ln1_g, &stacked.ln2_b,
-                       &stacked.ln2_g, &stacked.w1, &stacked.w2, &stacked.wo, &stacked.wqkv})
-      carried.push_back(zeros(p->shape.dims));
-    const size_t read_at = carried.size();
-    carried.insert(carried.end(), stacks.begin(), stacks.end());
-    for (const V* p : {&stacked.b1, &stacked.ln1_b, &stacked.ln1_g, &stacked.ln2_b, &stacked.ln2_g,
-                       &stacked.w1, &stacked.w2, &stacked.wo, &stacked.wqkv})
-      carried.push_back(*p);
+    std::vector<V> read = stacks;
+    for (const V* p : blocks_[0].read_by_recomputation()) read.push_back(*p);
     scan_mask_ = scan_fill_ = V{};  // the recomputation masks from the body's own constant
     const V entry_mask = mask_;
-    const std::vector<V> done = e_.loop(carried, s_.layers, [&](const std::vector<V>& c) {
-      const V at = e_.binary("subtract", e_.scalar(PrimitiveType::kS32), c[0]);  // L - 1 - i
-      Residuals saved;
-      size_t j = read_at;
-      for (size_t d = 0; d < kDots; ++d)
-        if (saves(static_cast<Dot>(d))) saved[d] = e_.index_leading(c[j++], at);
-      const V input = e_.index_leading(c[j++], at);
-      LayerParams p;
-      for (V* slot : {&p.b1, &p.ln1_b, &p.ln1_g, &p.ln2_b, &p.ln2_g, &p.w1, &p.w2, &p.wo, &p.wqkv})
-        *slot = e_.index_leading(c[j++], at);
-      if (masked_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
-      std::vector<V> layer;
-      const V dx = rematted_transpose(p, input, saved, c[1], layer);
-      e_.set_category("gradients");
-      std::vector<V> next = {e_.binary("add", c[0], e_.scalar(PrimitiveType::kS32)), dx};
-      for (size_t k = 0; k < layer.size(); ++k) next.push_back(e_.update_leading(c[2 + k], layer[k], at));
-      next.insert(next.end(), c.begin() + static_cast<std::ptrdiff_t>(read_at), c.end());
-      return next;
-    });
+    const V dx = reversed_layer_loop(
+        g, read,
+        [&](const std::vector<V>& c, const V& cotangent, const V& at, std::vector<V>& layer) {
+          Residuals saved;
+          size_t j = 0;
+          for (size_t d = 0; d < kDots; ++d)
+            if (saves(static_cast<Dot>(d))) saved[d] = e_.index_leading(c[j++], at);
+          const V input = e_.index_leading(c[j++], at);
+          LayerParams p;
+          for (V* slot : p.read_by_recomputation()) *slot = e_.index_leading(c[j++], at);
+          if (masked_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
+          return rematted_transpose(p, input, saved, cotangent, layer);
+        },
+        grads);
     mask_ = entry_mask;
-    grads.assign(done.begin() + 2, done.begin() + static_cast<std::ptrdiff_t>(read_at));
-    return done[1];
+    return dx;
   }
 
   // The shapes the forward loop stacks, [L, ...] each: scan_residuals', or under a remat policy the saved
@@ -730,8 +739,7 @@ class TransformerStep {
     if (masked_) through.push_back(mask_);
     through.push_back(input);
     LayerParams again = p;
-    V* const read[] = {&again.b1, &again.ln1_b, &again.ln1_g, &again.ln2_b, &again.ln2_g,
-                       &again.w1, &again.w2,    &again.wo,    &again.wqkv};
+    const auto read = again.read_by_recomputation();
     for (V* v : read) through.push_back(*v);
     through.push_back(g);
     const std::vector<V> kept = e_.barrier(through);
