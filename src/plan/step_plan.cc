@@ -87,7 +87,11 @@ struct Trial {
 // The order trials are taken in: every change and every family's first member, then every family's second,
 // and so on; a family's member waits for the one before it, and is not planned at all when that one (or an
 // earlier one) fits - it would not be shown. The worst case (nothing fits) plans every trial.
-std::vector<size_t> planning_order(const std::vector<Trial>& trials) {
+struct PlanningOrder {
+  std::vector<size_t> order;     // trials to plan (those with a program of their own), in taking order
+  std::vector<size_t> previous;  // per trial, its family's member before it (SIZE_MAX: none)
+};
+PlanningOrder planning_order(const std::vector<Trial>& trials) {
   std::vector<std::vector<size_t>> chains;  // a change alone, or a family's members in order
   std::vector<size_t> chain_of_family;
   for (size_t i = 0; i < trials.size(); ++i) {
@@ -104,12 +108,15 @@ std::vector<size_t> planning_order(const std::vector<Trial>& trials) {
     }
     chains[chain_of_family[f]].push_back(i);
   }
-  std::vector<size_t> order;
+  PlanningOrder p{{}, std::vector<size_t>(trials.size(), SIZE_MAX)};
   for (size_t round = 0;; ++round) {
-    const size_t before = order.size();
-    for (const std::vector<size_t>& c : chains)
-      if (round < c.size()) order.push_back(c[round]);
-    if (order.size() == before) return order;
+    const size_t before = p.order.size();
+    for (const std::vector<size_t>& c : chains) {
+      if (round >= c.size()) continue;
+      p.order.push_back(c[round]);
+      if (round > 0) p.previous[c[round]] = c[round - 1];
+    }
+    if (p.order.size() == before) return p;
   }
 }
 
@@ -120,19 +127,9 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
     const std::vector<Trial>& trials, uint64_t capacity_bytes,
     const std::function<void(size_t, size_t)>& progress) {
   std::vector<std::optional<Expected<StepPlan>>> plans(trials.size());
-  const std::vector<size_t> order = planning_order(trials);
-  // Per trial, the family member before it (SIZE_MAX: none).
-  std::vector<size_t> previous(trials.size(), SIZE_MAX);
-  {
-    std::vector<size_t> last_of_family;
-    for (size_t i = 0; i < trials.size(); ++i) {
-      const auto f = static_cast<size_t>(trials[i].family);
-      if (f == 0 || trials[i].same_program_as != SIZE_MAX) continue;
-      if (f >= last_of_family.size()) last_of_family.resize(f + 1, SIZE_MAX);
-      previous[i] = last_of_family[f];
-      last_of_family[f] = i;
-    }
-  }
+  const PlanningOrder planned = planning_order(trials);
+  const std::vector<size_t>& order = planned.order;  // references, not a structured binding: lambdas use them
+  const std::vector<size_t>& previous = planned.previous;
   enum class State { kWaiting, kPlanning, kDone };
   std::vector<State> state(trials.size(), State::kWaiting);
   std::vector<bool> fits_or_after_fit(trials.size(), false);  // it, or a member before it, fits
