@@ -434,22 +434,10 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     }
     return true;
   };
-  // The bytes a value is computed from, through cheap elementwise and data-movement ops (a broadcast
-  // counts its operand, not its result).
-  auto input_bytes = [&](uint32_t v, auto&& self, int depth) -> uint64_t {
-    uint64_t sum = 0;
-    for (uint32_t o : operands[v]) {
-      if (role[o] == Role::kCheap && depth < 8 && !operands[o].empty()) {
-        sum += self(o, self, depth + 1);
-      } else {
-        sum += comp.instructions[o].shape.own_bytes();
-      }
-    }
-    return sum;
-  };
-  // The bytes a fusion recomputing `v` reads, as XLA's performance model counts them: through cheap ops, a
-  // slice reading only its result's bytes, and a split GEMM's sum its result's (the GEMM's epilogue could
-  // write it in place of the partials).
+  // The bytes a fusion recomputing `v` reads, as XLA's performance model counts them: through cheap
+  // elementwise and data-movement ops (a broadcast counts its operand, not its result), a slice reading only
+  // its result's bytes, and a split GEMM's sum its result's (the GEMM's epilogue could write it in place of
+  // the partials).
   auto read_bytes = [&](uint32_t v, auto&& self, int depth) -> uint64_t {
     uint64_t sum = 0;
     for (uint32_t o : operands[v]) {
@@ -492,7 +480,7 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
         // from narrower buffers than its result - exp over bf16 scores widened to f32 - is recomputed in
         // each consumer rather than written out wide.
         if (role[i] == Role::kExpensive && distinct.size() > 1 && !normalization_diamond(i) &&
-            input_bytes(i, input_bytes, 0) >= inst.shape.own_bytes())
+            read_bytes(i, read_bytes, 0) >= inst.shape.own_bytes())
           needed = true;
         // (A slice reads only its result's bytes: it is never written for traffic.)
         if (role[i] == Role::kCheap && distinct.size() > 1 && inst.opcode != HloOpcode::kSlice &&
