@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <numeric>
 #include <string_view>
@@ -21,22 +22,35 @@ struct Span {
 };
 
 // The allocations a temporary may move into, as a tree over the order they were made in, so that the
-// search for the latest-made one that can take it skips whole runs of allocations that cannot: each node
-// knows its largest allocation and, for the first and the last value placed in each (a parameter and its
-// new value, an output), the extremes of their ranges. A run whose allocations are all too small, or all
-// occupied over the temporary's range by their first (or all by their last) value, is passed over; that is
-// the same verdict the value-by-value check would reach, so the result is exactly the linear scan's,
-// without its cost: a 512-layer step made 2e8 such checks.
+// search for the latest-made one that can take it skips whole runs of allocations that cannot. Each node
+// knows its largest allocation; for the first and the last value placed in each (a parameter and its new
+// value, an output), the extremes of their ranges; and, over time cut into kBuckets equal buckets, the
+// buckets every allocation below holds one value across from before the bucket to after it. A run whose
+// allocations are all too small, all occupied over the temporary's range by their first (or all by their
+// last) value, or all holding a value across the bucket the temporary starts in, is passed over; each is the
+// verdict the value-by-value check would reach, so the result is exactly the linear scan's, without its
+// cost: a 512-layer step made 2e8 such checks, and with the first two tests alone a 1024-layer one still
+// made 2e7 (small temporaries passing hundreds of allocations held by a long-lived activation each).
 class ReuseIndex {
  public:
-  explicit ReuseIndex(size_t capacity) {
+  ReuseIndex(size_t capacity, uint64_t time_end) : bucket_width_(time_end / kBuckets + 1) {
     while (leaves_ < capacity) leaves_ *= 2;
     nodes_.assign(2 * leaves_, Node{});
   }
 
-  void set(uint32_t slot, uint64_t size_bytes, Span first, Span last) {
+  // The allocation in `slot`: its size, its first and last value's ranges, and the values it now also
+  // holds.
+  void set(uint32_t slot, uint64_t size_bytes, Span first, Span last, const std::vector<Span>& added) {
     size_t n = leaves_ + slot;
-    nodes_[n] = Node{true, size_bytes, first.end, first.start, last.end, last.start};
+    Node& leaf = nodes_[n];
+    const Buckets held = leaf.held;
+    leaf = Node{true, size_bytes, first.end, first.start, last.end, last.start, held};
+    // Buckets b with span.start < b's first time and span.end >= the next bucket's first: held across.
+    for (const Span& span : added) {
+      const uint64_t lo = span.start / bucket_width_ + 1;
+      const uint64_t hi = std::min<uint64_t>(span.end / bucket_width_, kBuckets);  // exclusive
+      for (uint64_t b = lo; b < hi; ++b) leaf.held[b / 64] |= uint64_t{1} << (b % 64);
+    }
     for (n /= 2; n >= 1; n /= 2) nodes_[n] = combine(nodes_[2 * n], nodes_[2 * n + 1]);
   }
 
@@ -44,42 +58,52 @@ class ReuseIndex {
   // first, until f returns true; returns whether one did.
   template <typename F>
   bool find_latest(uint64_t size_bytes, Span range, F&& f) const {
-    return visit(1, 0, leaves_, size_bytes, range, f);
+    const uint64_t b = range.start / bucket_width_;  // < kBuckets: every time is below time_end + 1
+    return visit(1, 0, leaves_, size_bytes, range, b / 64, uint64_t{1} << (b % 64), f);
   }
 
  private:
+  static constexpr uint64_t kBuckets = 256;
+  using Buckets = std::array<uint64_t, kBuckets / 64>;
   struct Node {
     bool any = false;
     uint64_t max_size = 0;
     uint64_t first_min_end = 0, first_max_start = 0;  // over the first values placed
     uint64_t last_min_end = 0, last_max_start = 0;    // over the last values placed
+    Buckets held{};                                   // buckets every allocation below holds a value across
   };
   static Node combine(const Node& a, const Node& b) {
     if (!a.any) return b;
     if (!b.any) return a;
-    return Node{true,
-                std::max(a.max_size, b.max_size),
-                std::min(a.first_min_end, b.first_min_end),
-                std::max(a.first_max_start, b.first_max_start),
-                std::min(a.last_min_end, b.last_min_end),
-                std::max(a.last_max_start, b.last_max_start)};
+    Node n{true,
+           std::max(a.max_size, b.max_size),
+           std::min(a.first_min_end, b.first_min_end),
+           std::max(a.first_max_start, b.first_max_start),
+           std::min(a.last_min_end, b.last_min_end),
+           std::max(a.last_max_start, b.last_max_start),
+           {}};
+    for (size_t w = 0; w < n.held.size(); ++w) n.held[w] = a.held[w] & b.held[w];
+    return n;
   }
   // Every allocation below holds a value x with x.end > start and x.start < end: live across part of the
-  // range and not ending or starting at its edge, so it meets the new value whatever may share.
-  static bool all_blocked(const Node& n, Span r) {
+  // range and not ending or starting at its edge, so it meets the new value whatever may share. A value held
+  // across the start's bucket starts before the range and ends after its start: the same.
+  static bool all_blocked(const Node& n, Span r, size_t word, uint64_t bit) {
     return (n.first_min_end > r.start && n.first_max_start < r.end) ||
-           (n.last_min_end > r.start && n.last_max_start < r.end);
+           (n.last_min_end > r.start && n.last_max_start < r.end) || (n.held[word] & bit) != 0;
   }
   template <typename F>
-  bool visit(size_t node, size_t lo, size_t hi, uint64_t size_bytes, Span range, F& f) const {
+  bool visit(size_t node, size_t lo, size_t hi, uint64_t size_bytes, Span range, size_t word, uint64_t bit,
+             F& f) const {
     const Node& n = nodes_[node];
-    if (!n.any || n.max_size < size_bytes || all_blocked(n, range)) return false;
+    if (!n.any || n.max_size < size_bytes || all_blocked(n, range, word, bit)) return false;
     if (hi - lo == 1) return f(static_cast<uint32_t>(lo));
     const size_t mid = (lo + hi) / 2;
-    return visit(2 * node + 1, mid, hi, size_bytes, range, f) ||
-           visit(2 * node, lo, mid, size_bytes, range, f);
+    return visit(2 * node + 1, mid, hi, size_bytes, range, word, bit, f) ||
+           visit(2 * node, lo, mid, size_bytes, range, word, bit, f);
   }
 
+  uint64_t bucket_width_;
   size_t leaves_ = 1;
   std::vector<Node> nodes_;
 };
@@ -109,18 +133,25 @@ void Builder::assign_allocations() {
   };
   std::vector<Allocation> allocs;
   std::vector<uint32_t> alloc_of(model_.buffers.size(), UINT32_MAX);
-  std::vector<uint32_t> reusable;                 // candidate allocations in creation order
-  ReuseIndex reuse_index(model_.buffers.size());  // the same allocations, searchable
+  std::vector<uint32_t> reusable;  // candidate allocations in creation order
+  uint64_t time_end = 0;
+  for (const HloValue& value : model_.values) time_end = std::max(time_end, value.end);
+  ReuseIndex reuse_index(model_.buffers.size(), time_end);  // the same allocations, searchable
   auto span_of = [&](uint32_t v) { return Span{model_.values[v].start, model_.values[v].end}; };
-  auto index_slot = [&](uint32_t a) {
+  std::vector<Span> added;
+  // Tells the index of allocation a, which now also holds the values of `buffers`.
+  auto index_slot = [&](uint32_t a, const std::vector<uint32_t>& buffers) {
     const Allocation& alloc = allocs[a];
+    added.clear();
+    for (uint32_t b : buffers)
+      for (uint32_t v : model_.buffers[b].values) added.push_back(span_of(v));
     reuse_index.set(alloc.reuse_slot, alloc.size, span_of(alloc.spans.front().second),
-                    span_of(alloc.spans.back().second));
+                    span_of(alloc.spans.back().second), added);
   };
   auto make_reusable = [&](uint32_t a) {
     allocs[a].reuse_slot = static_cast<uint32_t>(reusable.size());
     reusable.push_back(a);
-    index_slot(a);
+    index_slot(a, allocs[a].buffers);
   };
   std::vector<uint32_t> order(model_.buffers.size());
   std::iota(order.begin(), order.end(), 0u);
@@ -185,7 +216,7 @@ void Builder::assign_allocations() {
     }
     alloc.add(model_, b);
     alloc_of[b] = a;
-    if (alloc.reuse_slot != UINT32_MAX) index_slot(a);
+    if (alloc.reuse_slot != UINT32_MAX) index_slot(a, {b});
     return true;
   };
   for (uint32_t b : order) {
