@@ -173,20 +173,23 @@ uint64_t elements(const Shape& s) {
 // hlo_dce.cc). Side-effecting and control instructions stay.
 void simplify_tuples_and_dce(HloComputation& comp) {
   const size_t n = comp.instructions.size();
-  std::unordered_map<std::string, uint32_t> index;
+  std::unordered_map<std::string_view, uint32_t> index;
+  index.reserve(n);
   for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
+  // A get-tuple-element of a tuple -> the element's name (itself resolved); the map keeps the names, as
+  // the instructions they came from are rewritten.
   std::unordered_map<std::string, std::string> replaced;
-  auto resolve = [&](std::string name) {
+  auto resolve = [&](std::string& name) {
     for (int hops = 0; hops < 64; ++hops) {
       auto r = replaced.find(name);
       if (r == replaced.end()) break;
       name = r->second;
     }
-    return name;
   };
   for (uint32_t i = 0; i < n; ++i) {
     HloInstruction& x = comp.instructions[i];
-    for (std::string& o : x.operands) o = resolve(o);
+    if (!replaced.empty())
+      for (std::string& o : x.operands) resolve(o);
     if (x.opcode != HloOpcode::kGetTupleElement || x.operands.size() != 1 || x.tuple_index < 0) continue;
     auto t = index.find(x.operands[0]);
     if (t == index.end()) continue;
@@ -194,10 +197,13 @@ void simplify_tuples_and_dce(HloComputation& comp) {
     if (tuple.opcode != HloOpcode::kTuple || static_cast<size_t>(x.tuple_index) >= tuple.operands.size())
       continue;
     if (x.is_root) continue;  // the root keeps its name
-    replaced[x.name] = resolve(tuple.operands[static_cast<size_t>(x.tuple_index)]);
+    std::string element = tuple.operands[static_cast<size_t>(x.tuple_index)];
+    resolve(element);
+    replaced[x.name] = std::move(element);
   }
   // Dead code: in reverse order, drop what nothing reads.
   std::unordered_map<std::string_view, uint32_t> uses;
+  uses.reserve(n);
   for (const HloInstruction& x : comp.instructions) {
     for (const std::string& o : x.operands) ++uses[o];
   }
@@ -212,6 +218,7 @@ void simplify_tuples_and_dce(HloComputation& comp) {
     dead[k] = true;
     for (const std::string& o : x.operands) --uses[o];
   }
+  if (std::find(dead.begin(), dead.end(), true) == dead.end()) return;
   std::vector<HloInstruction> out;
   out.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
@@ -351,9 +358,11 @@ void split_k_gemms(HloComputation& comp) {
       if (l != shapes.end() && r != shapes.end()) split[i] = split_k_of(x, *l->second, *r->second);
     }
   }
-  if (std::all_of(split.begin(), split.end(), [](uint64_t s) { return s == 1; })) return;
+  const auto splits =
+      static_cast<size_t>(std::count_if(split.begin(), split.end(), [](uint64_t s) { return s != 1; }));
+  if (splits == 0) return;
   std::vector<HloInstruction> out;
-  out.reserve(comp.instructions.size() + 8);
+  out.reserve(comp.instructions.size() + splits);
   for (size_t i = 0; i < comp.instructions.size(); ++i) {
     HloInstruction& x = comp.instructions[i];
     if (split[i] == 1) {
@@ -387,6 +396,7 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
   split_k_gemms(comp);
   const size_t n = comp.instructions.size();
   std::unordered_map<std::string_view, uint32_t> index;
+  index.reserve(n);
   for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
   std::vector<Role> role(n);
   std::vector<std::vector<uint32_t>> operands(n), users(n);

@@ -466,16 +466,20 @@ std::string buffer_placement_attribute(std::string_view attributes) {
 std::vector<uint32_t> instruction_post_order(const HloComputation& comp) {
   const auto& insts = comp.instructions;
   std::unordered_map<std::string_view, uint32_t> index;
+  index.reserve(insts.size());
   for (uint32_t i = 0; i < insts.size(); ++i) index.emplace(insts[i].name, i);
-  std::vector<std::vector<uint32_t>> operands(insts.size());
+  // Each instruction's operands, as indices: operand_list[first[i], first[i + 1]).
+  std::vector<uint32_t> first(insts.size() + 1, 0);
+  std::vector<uint32_t> operand_list;
   std::vector<bool> read(insts.size(), false);
   for (uint32_t i = 0; i < insts.size(); ++i) {
     for (const std::string& o : insts[i].operands) {
       auto it = index.find(o);
       if (it == index.end()) continue;
-      operands[i].push_back(it->second);
+      operand_list.push_back(it->second);
       read[it->second] = true;
     }
+    first[i + 1] = static_cast<uint32_t>(operand_list.size());
   }
   std::vector<uint32_t> order;
   order.reserve(insts.size());
@@ -494,8 +498,8 @@ std::vector<uint32_t> instruction_post_order(const HloComputation& comp) {
         order.push_back(x);
       } else {
         state[x] = 1;
-        for (size_t k = operands[x].size(); k-- > 0;)  // pushed last first: the first operand is walked first
-          if (state[operands[x][k]] != 2) stack.push_back(operands[x][k]);
+        for (uint32_t k = first[x + 1]; k-- > first[x];)  // pushed last first: the first is walked first
+          if (state[operand_list[k]] != 2) stack.push_back(operand_list[k]);
       }
     }
   }
