@@ -102,6 +102,9 @@ void BM_PlanLayers(benchmark::State& state, bool scan) {
   }
 }
 BENCHMARK_CAPTURE(BM_PlanLayers, unrolled, false)->Apply(at_two_sizes_once<256, 512>);
+// Deeper than 512 unrolled layers the step is planned at 64, 128 and 192 and extrapolated (target: 10^4
+// layers < 5 s, linear in the layers: the same three plans at any depth).
+BENCHMARK_CAPTURE(BM_PlanLayers, deep, false)->Apply(at_two_sizes_once<10000, 100000>);
 // A scan is one layer in a while loop: the program is the same at any count (target: 10^4 layers < 5 s).
 BENCHMARK_CAPTURE(BM_PlanLayers, scan, true)->Apply(at_two_sizes_once<10000, 100000>);
 
@@ -154,6 +157,7 @@ class ScalingReporter : public TimingReporter {
       out << "\n10x module / 1x module time: " << ten->second / one->second << "x (10 = linear)\n";
     for (const auto& [form, name, small, large, expect] :
          {std::tuple{"unrolled", "BM_PlanLayers/unrolled", 256, 512, "2 = linear"},
+          std::tuple{"unrolled, extrapolated", "BM_PlanLayers/deep", 10000, 100000, "1 = three plans"},
           std::tuple{"scan", "BM_PlanLayers/scan", 10000, 100000, "1 = one loop"},
           std::tuple{"encoder", "BM_PlanEncoderLayers", 256, 512, "2 = linear"}}) {
       const auto a = times.find(fmt::format("{}/{}/iterations:1", name, small));

@@ -12,11 +12,30 @@
 #include <thread>
 
 #include "memfit/core/bytes.h"
+#include "memfit/core/checked.h"
 #include "memfit/core/xla_env.h"
+#include "step_plan_internal.h"
 
 namespace memfit {
+
 Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
                              double memory_fraction) {
+  if (plan_is_extrapolated(spec))
+    return extrapolate_step_plan(spec, kExtrapolationLayers, capacity_bytes, memory_fraction);
+  return step_plan_internal::plan_whole_step(spec, capacity_bytes, memory_fraction);
+}
+
+namespace step_plan_internal {
+
+void set_capacity(StepPlan& plan, std::optional<uint64_t> capacity_bytes, double memory_fraction) {
+  plan.capacity_bytes = capacity_bytes;
+  plan.memory_fraction = memory_fraction;
+  if (capacity_bytes) plan.limit_bytes = bfc_memory_limit(memory_fraction, *capacity_bytes);
+  plan.fits = !capacity_bytes || plan.peak_bytes <= plan.limit_bytes;
+}
+
+Expected<StepPlan> plan_whole_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
+                                   double memory_fraction) {
   StepPlan plan;
   plan.spec = spec;
   MEMFIT_ASSIGN_OR_RETURN(HloModule module, build_step_module(spec, &plan.arguments));
@@ -40,8 +59,9 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
     const uint64_t opt_share =
         plan.arguments.parameter_bytes + plan.arguments.optimizer_state_bytes == 0
             ? 0
-            : new_values * plan.arguments.optimizer_state_bytes /
-                  (plan.arguments.parameter_bytes + plan.arguments.optimizer_state_bytes);
+            // In 128 bits: a 64-layer GPT's 10 GB of new values times 7 GB of state wraps 64.
+            : static_cast<uint64_t>(uint128_t{new_values} * plan.arguments.optimizer_state_bytes /
+                                    (plan.arguments.parameter_bytes + plan.arguments.optimizer_state_bytes));
     b.optimizer_state += opt_share;
     b.parameters += new_values - opt_share;
   }
@@ -64,12 +84,11 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
   const uint64_t sum =
       b.parameters + b.optimizer_state + b.gradients + b.activations + b.kv_cache + b.temporaries;
   if (sum > plan.peak_bytes) b.temporaries -= std::min(b.temporaries, sum - plan.peak_bytes);
-  plan.capacity_bytes = capacity_bytes;
-  plan.memory_fraction = memory_fraction;
-  if (capacity_bytes) plan.limit_bytes = bfc_memory_limit(memory_fraction, *capacity_bytes);
-  plan.fits = !capacity_bytes || plan.peak_bytes <= plan.limit_bytes;
+  set_capacity(plan, capacity_bytes, memory_fraction);
   return plan;
 }
+
+}  // namespace step_plan_internal
 
 namespace {
 

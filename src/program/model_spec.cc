@@ -320,19 +320,19 @@ Status validate_model_spec(const ModelSpec& s) {
       return invalid_argument(fmt::format("remat_layers: layer {} does not exist (0..{})", l, n - 1));
   }
   if (s.devices() > (1u << 20)) return invalid_argument("mesh: more than 2^20 devices");
-  // Budgets, so that a typo (--layers 1000000) is an error in a millisecond, not minutes and gigabytes.
+  // Budgets, so that a typo (--layers 100000000) is an error in a millisecond, not minutes and gigabytes.
   // Without scan the program holds every layer, as jax.jit unrolls a Python loop; the largest models have
-  // ~100-200.
+  // ~100-200, and one deeper than kMaxUnrolledLayers is planned at smaller depths and extrapolated.
   const uint64_t blocks = s.model == ModelFamily::kMlp ? s.depth : s.layers;
-  if (!s.scan && blocks > kMaxUnrolledLayers) {
+  const char* key = s.model == ModelFamily::kMlp ? "depth" : "layers";
+  if (!s.scan && blocks > kMaxExtrapolatedLayers)
+    return invalid_argument(
+        fmt::format("{}: {} is more than memfit plans (at most {})", key, blocks, kMaxExtrapolatedLayers));
+  if (!s.scan && blocks > kMaxUnrolledLayers && !s.remat_layers.empty())
     return invalid_argument(fmt::format(
-        "{}: {} layers unrolled is beyond what memfit plans (at most {}; real models have a few hundred){}",
-        s.model == ModelFamily::kMlp ? "depth" : "layers", blocks, kMaxUnrolledLayers,
-        s.model == ModelFamily::kMlp
-            ? ""
-            : ": a transformer that deep is written with jax.lax.scan over its layers "
-              "- plan it with --scan (a loop of one layer, its activations stacked)"));
-  }
+        "remat_layers: with {} unrolled layers memfit extrapolates from identical layers (more than {} are "
+        "not built whole); rematerializing only some of them makes the layers differ",
+        blocks, kMaxUnrolledLayers));
   if (s.scan && blocks > kMaxScannedLayers)
     return invalid_argument(fmt::format("layers: {} is more than memfit plans (at most {} with scan)", blocks,
                                         kMaxScannedLayers));

@@ -174,7 +174,11 @@ run("units: doctor keeps 16.00EiB", ["doctor", "--log", write("eib.log",
     "--json"], 1, json_check=lambda j: None if "16.00EiB" in j["findings"][0]["message"] else "lost 16.00EiB")
 
 # -- 6. Time that grows too fast: a budget or a fast answer ---------------------------------------------------
-run("time: plan --layers 1000", ["plan", "--model", "gpt", "--layers", "1000"], 2, limit_s=5, stderr_has="--scan")
+# Deeper than 512 unrolled layers: planned at 64, 128 and 192 layers and extrapolated, in seconds.
+run("time: plan --layers 10^4", ["plan", "--model", "gpt", "--layers", "10000", "--json"], 0, limit_s=5,
+    json_check=lambda j: None if j["extrapolated_from_layers"] == [64, 128, 192] else "not extrapolated")
+run("time: plan --layers 10^4 --html", ["plan", "--model", "gpt", "--layers", "10000", "--html",
+    os.path.join(WORK, "deep.html")], 2, limit_s=5, stderr_has="extrapolated")
 run("time: plan --layers 10^6", ["plan", "--model", "gpt", "--layers", "1000000"], 2, limit_s=5)
 # A scan is one layer in a loop: a million layers plan at once (petabytes of stacks), ten million are refused.
 run("time: plan --layers 10^6 --scan", ["plan", "--model", "gpt", "--layers", "1000000", "--scan"], 0, limit_s=5)

@@ -4,6 +4,7 @@
 
 #include "memfit/plan/hlo_plan.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "memfit/core/file_io.h"
 #include "memfit/core/json.h"
@@ -273,6 +275,87 @@ TEST(StepPlan, TheZoosTransformersAreTheProgramsJaxLowers) {
   // (gpt_mixed_donate_cudnn).
   auto gpt_training = [&](const Json& c) { return !infer(c); };
   EXPECT_EQ(expect_zoo_writes_jaxs_program("gpt_", gpt_training, 128u << 10), 11);
+}
+
+// The peak's parts of a model of billions of parameters: the new values split between parameters and adam's
+// moments in proportion (1 : 2), not wrapped - their product (14 GB x 10 GB) is beyond 64 bits.
+TEST(StepPlan, TheBreakdownOfABillionParameterStepDoesNotWrap) {
+  auto spec = model_spec_from_json(
+      Json::parse(R"({"model": "gpt", "d_model": 2048, "heads": 16, "layers": 24, "seq": 256, "batch": 1})"));
+  ASSERT_TRUE(spec.ok());
+  auto plan = plan_step(*spec);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  const StepArguments& a = plan->arguments;
+  ASSERT_EQ(a.optimizer_state_bytes, 2 * a.parameter_bytes + 4);  // mu, nu and the step count
+  const uint64_t new_values = plan->hlo.output_bytes - plan->hlo.alias_bytes;
+  ASSERT_GT(static_cast<double>(new_values) * static_cast<double>(a.optimizer_state_bytes), 0x1p64);
+  EXPECT_EQ(plan->breakdown.parameters + plan->breakdown.optimizer_state,
+            a.parameter_bytes + a.optimizer_state_bytes + new_values);
+  EXPECT_NEAR(
+      static_cast<double>(plan->breakdown.optimizer_state) / static_cast<double>(plan->breakdown.parameters),
+      2.0, 1e-6);
+}
+
+// A step unrolled deeper than memfit builds whole is planned at three smaller depths and extended: for a
+// stack of identical layers the line through them is the whole plan's, to the byte (here from 16, 32 and 48
+// layers to 100, planned whole too), and plan_step's 10^4-layer plan lies on the line of its 64- and
+// 128-layer ones.
+TEST(StepPlan, ADeepStackIsExtrapolatedFromSmallerDepthsToTheByte) {
+  auto spec_of = [](uint64_t layers, const char* extra) {
+    auto spec = model_spec_from_json(Json::parse(
+        fmt::format(R"({{"model": "gpt", "d_model": 256, "heads": 4, "seq": 128, "batch": 4, "vocab": 8000,
+                        "layers": {}{}}})",
+                    layers, extra)));
+    EXPECT_TRUE(spec.ok()) << spec.error().message();
+    return *spec;
+  };
+  for (const char* extra : {"", R"(, "remat": "full", "donate": true)"}) {
+    SCOPED_TRACE(extra);
+    auto whole = plan_step(spec_of(100, extra), 16ull << 30);
+    auto line = extrapolate_step_plan(spec_of(100, extra), 16, 16ull << 30);
+    ASSERT_TRUE(whole.ok()) << whole.error().message();
+    ASSERT_TRUE(line.ok()) << line.error().message();
+    EXPECT_TRUE(whole->extrapolated_from.empty());
+    EXPECT_EQ(line->extrapolated_from, (std::vector<uint64_t>{16, 32, 48}));
+    EXPECT_TRUE(line->extrapolation_exact);
+    EXPECT_EQ(line->arguments.parameter_count, whole->arguments.parameter_count);
+    EXPECT_EQ(line->hlo.argument_bytes, whole->hlo.argument_bytes);
+    EXPECT_EQ(line->hlo.output_bytes, whole->hlo.output_bytes);
+    EXPECT_EQ(line->hlo.alias_bytes, whole->hlo.alias_bytes);
+    EXPECT_EQ(line->hlo.temp_bytes, whole->hlo.temp_bytes);
+    EXPECT_EQ(line->hlo.lower_bound_bytes, whole->hlo.lower_bound_bytes);
+    EXPECT_EQ(line->peak_bytes, whole->peak_bytes);
+    EXPECT_EQ(line->fits, whole->fits);
+    EXPECT_EQ(line->breakdown.parameters, whole->breakdown.parameters);
+    EXPECT_EQ(line->breakdown.optimizer_state, whole->breakdown.optimizer_state);
+    EXPECT_EQ(line->breakdown.gradients, whole->breakdown.gradients);
+    EXPECT_EQ(line->breakdown.activations, whole->breakdown.activations);
+    EXPECT_TRUE(line->hlo.buffers.empty()) << "no program was built at 100 layers";
+  }
+  // 10^4 layers: the line through the whole plans of 64 and 128 layers.
+  std::vector<uint64_t> peak;
+  for (uint64_t layers : {64, 128, 10000}) {
+    auto p = plan_step(spec_of(layers, ""));
+    ASSERT_TRUE(p.ok()) << p.error().message();
+    EXPECT_EQ(p->extrapolated_from.empty(), layers <= kMaxUnrolledLayers);
+    peak.push_back(p->peak_bytes);
+  }
+  EXPECT_EQ(peak[2] - peak[1], (peak[1] - peak[0]) / 64 * (10000 - 128));
+  EXPECT_EQ((peak[1] - peak[0]) % 64, 0u) << "each layer adds the same bytes";
+  // Not extrapolated: a scan (already one layer in a loop), a step built whole.
+  auto scanned = spec_of(10000, "");
+  scanned.scan = true;
+  EXPECT_FALSE(plan_is_extrapolated(scanned));
+  EXPECT_FALSE(plan_is_extrapolated(spec_of(kMaxUnrolledLayers, "")));
+  // Refused: the program itself at that depth, and layers rematerialized one by one (they would differ).
+  StepArguments args;
+  auto built = build_step_module(spec_of(kMaxUnrolledLayers + 1, ""), &args);
+  ASSERT_FALSE(built.ok());
+  EXPECT_NE(built.error().message().find("extrapolates"), std::string::npos) << built.error().message();
+  auto uneven = model_spec_from_json(
+      Json::parse(R"({"model": "gpt", "layers": 1000, "remat": "full", "remat_layers": [3]})"));
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_EQ(uneven.error().message().rfind("remat_layers", 0), 0u) << uneven.error().message();
 }
 
 }  // namespace

@@ -49,6 +49,11 @@ Json step_plan_to_json(const StepPlan& p) {
                       {"shape", g.shape},
                       {"op_name", g.op_name}});
   j["groups_at_peak"] = groups;
+  if (!p.extrapolated_from.empty()) {
+    // Too deep to build whole: the depths planned, and whether every figure grew alike between them.
+    j["extrapolated_from_layers"] = p.extrapolated_from;
+    j["extrapolation_exact"] = p.extrapolation_exact;
+  }
   return j;
 }
 
@@ -115,6 +120,17 @@ void print(std::ostream& out, const StepPlan& p) {
   out << fmt::format("  (XLA would report argument {}, output {}, alias {}, temp {})\n",
                      format_bytes(p.hlo.argument_bytes), format_bytes(p.hlo.output_bytes),
                      format_bytes(p.hlo.alias_bytes), format_bytes(p.hlo.temp_bytes));
+  if (!p.extrapolated_from.empty()) {
+    const std::vector<uint64_t>& d = p.extrapolated_from;
+    out << fmt::format(
+        "  extrapolated: {} unrolled layers are more than memfit builds whole ({}); planned at {}, {} and {} "
+        "layers, {}\n",
+        p.spec.model == ModelFamily::kMlp ? p.spec.depth : p.spec.layers, kMaxUnrolledLayers, d[0], d[1],
+        d[2],
+        p.extrapolation_exact
+            ? "every figure grew by the same bytes per layer at each depth"
+            : "the heap's packing grew unevenly between depths: the larger growth is taken");
+  }
   if (p.capacity_bytes) {
     out << fmt::format("  device {}, XLA's pool {:.0f}% of it = {}: {}\n", format_bytes(*p.capacity_bytes),
                        100 * p.memory_fraction, format_bytes(p.limit_bytes),
@@ -149,6 +165,12 @@ Action add_plan_command(CLI::App& app, Io& io) {
   return [options, html, trace_out, live, &io]() -> int {
     auto in = resolve_plan_inputs(*options);
     if (!in.ok()) return fail(io, in.error());
+    if (plan_is_extrapolated(in->spec) && (!html->empty() || !trace_out->empty()))
+      return fail(
+          io, invalid_argument(fmt::format(
+                  "--html and --trace-out draw a program's buffers; a step of more than {} unrolled layers "
+                  "is extrapolated from smaller depths, not built: draw it with --scan or fewer layers",
+                  kMaxUnrolledLayers)));
     auto plan = plan_step(in->spec, in->capacity_bytes, options->memory_fraction);
     if (!plan.ok()) return fail(io, plan.error());
     if (!html->empty()) {

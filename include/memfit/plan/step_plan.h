@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "memfit/core/status.h"
 #include "memfit/plan/hlo_plan.h"
@@ -37,11 +38,35 @@ struct StepPlan {
   double memory_fraction = 0.75;           // of it, XLA's BFC pool (XLA_CLIENT_MEM_FRACTION)
   uint64_t limit_bytes = 0;                // the pool: what the step must fit in
   bool fits = true;
+  // A step unrolled deeper than kMaxUnrolledLayers: the depths it was planned at, whole, before each figure
+  // was extended to its own depth (see extrapolate_step_plan); empty when it was planned whole.
+  std::vector<uint64_t> extrapolated_from;
+  // Every figure grew by the same bytes at each of those depths: the plan is that straight line's.
+  bool extrapolation_exact = true;
 };
 
 // `memory_fraction`: JAX preallocates 75% of the device unless XLA_CLIENT_MEM_FRACTION says otherwise.
+// A step unrolled deeper than kMaxUnrolledLayers is extrapolated (plan_is_extrapolated).
 Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes = std::nullopt,
                              double memory_fraction = 0.75);
+
+// The depths a step too deep to build whole is planned at: kExtrapolationLayers, twice and three times that.
+inline constexpr uint64_t kExtrapolationLayers = 64;
+
+// Whether plan_step extrapolates the step: unrolled (no scan) and deeper than kMaxUnrolledLayers, where the
+// program would hold ~700 instructions a layer (7 x 10^6 at 10^4 layers). Its plan has figures, not buffers:
+// no timeline is drawn for it.
+bool plan_is_extrapolated(const ModelSpec& spec);
+
+// The plan of `spec` from the plans of the same step `layers`, 2 x `layers` and 3 x `layers` deep (in
+// parallel): each figure is the deepest one's plus, per `layers` more, the larger of its two growths. A stack
+// of identical layers grows by the same bytes per layer once the first and last layers' effects are behind
+// (checked: extrapolation_exact says whether both growths were equal for every figure - the heap's packing
+// can wobble by a fraction of a percent). Not drawn: the buffers and the groups are those of no program; the
+// groups at the peak that grow alike at each depth are extended, the rest dropped.
+Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
+                                         std::optional<uint64_t> capacity_bytes = std::nullopt,
+                                         double memory_fraction = 0.75);
 
 // One change the seed suggests, tried on the step.
 struct FitCandidate {

@@ -74,10 +74,12 @@ struct ModelSpec {
   uint64_t axis_size(const std::string& name) const;  // 1 when the mesh has no such axis
 };
 
-// Budgets on the program a spec asks for: an unrolled program holds every layer (a plan of the largest
-// takes a few seconds); a scanned one holds one layer in a loop, whatever the count (its stacks grow).
+// Budgets on the program a spec asks for: an unrolled program holds every layer (the largest built whole,
+// 512 layers, plans in a few seconds; a deeper step is planned at smaller depths and extrapolated, see
+// plan/step_plan.h); a scanned one holds one layer in a loop, whatever the count (its stacks grow).
 inline constexpr uint64_t kMaxUnrolledLayers = 512;
 inline constexpr uint64_t kMaxScannedLayers = 1000000;
+inline constexpr uint64_t kMaxExtrapolatedLayers = 100000;
 
 // From a programs.json `config` object (or a spec file); unknown values and nonsense sizes are errors
 // naming the key (heads must divide d_model, batch must split into accum microbatches and the data axis...).

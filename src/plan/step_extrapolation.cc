@@ -1,0 +1,202 @@
+// A step unrolled deeper than memfit builds whole, planned from the same step at three smaller depths.
+//
+// Why extrapolate: the unrolled program holds ~700 instructions a layer, so 10^4 layers are 7 x 10^6 - more
+// than any real XLA compile takes, and minutes of planning. Its layers are identical, and so is what XLA
+// does with each: the parameters, optimizer state and gradients grow by one layer's worth, the saved
+// activations by one layer's residuals, and the heap by what one more layer adds at the peak. Planned at
+// 64, 128 and 192 layers a GPT step's argument, output, temp and peak grow by exactly the same bytes from
+// the first depth to the second as from the second to the third, and the line they draw gives the whole
+// 256- and 512-layer plans to the byte (tests/plan/step_plan_test.cc). Where the heap's packing wobbles by
+// a fraction of a percent between depths, the larger growth is taken and the plan says it is not exact.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <exception>
+#include <map>
+#include <new>
+#include <optional>
+#include <thread>
+#include <tuple>
+
+#include "memfit/core/checked.h"
+#include "step_plan_internal.h"
+
+namespace memfit {
+namespace {
+
+uint64_t& depth_of(ModelSpec& spec) { return spec.model == ModelFamily::kMlp ? spec.depth : spec.layers; }
+uint64_t depth_of(const ModelSpec& spec) {
+  return spec.model == ModelFamily::kMlp ? spec.depth : spec.layers;
+}
+
+// Extends figures measured at depths d, 2d and 3d to depth `to`; remembers whether every one grew
+// alike and whether one overflowed.
+class Extender {
+ public:
+  Extender(uint64_t d, uint64_t to) : d_(d), to_(to) {}
+
+  uint64_t operator()(uint64_t a, uint64_t b, uint64_t c) {
+    if (b - a != c - b || b < a || c < b) exact_ = false;
+    // Per d_ layers; a figure that shrank with depth (none does) is held where it was.
+    const uint64_t growth = std::max(b >= a ? b - a : 0, c >= b ? c - b : 0);
+    // c + growth x (to - 3d) / d, checked: growth x q + growth x r / d with (to - 3d) = q d + r.
+    const uint64_t beyond = to_ - 3 * d_;
+    const std::optional<uint64_t> whole = checked_mul(growth, beyond / d_);
+    const std::optional<uint64_t> part = checked_mul(growth, beyond % d_);
+    const std::optional<uint64_t> sum = whole && part ? checked_add(*whole, *part / d_) : std::nullopt;
+    const std::optional<uint64_t> value = sum ? checked_add(c, *sum) : std::nullopt;
+    if (!value) {
+      overflow_ = true;
+      return UINT64_MAX;
+    }
+    return *value;
+  }
+  // Whether the three values lie on one line (for what is kept only when they do).
+  static bool on_a_line(uint64_t a, uint64_t b, uint64_t c) { return b >= a && c >= b && b - a == c - b; }
+
+  bool exact() const { return exact_; }
+  bool overflow() const { return overflow_; }
+
+ private:
+  uint64_t d_, to_;
+  bool exact_ = true;
+  bool overflow_ = false;
+};
+
+// The three whole plans, side by side on as many threads: none shares anything with another.
+Expected<std::array<StepPlan, 3>> plan_depths(const ModelSpec& spec, uint64_t layers) {
+  std::array<std::optional<Expected<StepPlan>>, 3> plans;
+  auto plan_at = [&](size_t k) {
+    ModelSpec s = spec;
+    depth_of(s) = layers * (k + 1);
+    // An exception must not leave a thread (that ends the process): it becomes this depth's error.
+    try {
+      plans[k].emplace(step_plan_internal::plan_whole_step(s, std::nullopt, 0.75));
+    } catch (const std::bad_alloc&) {
+      plans[k].emplace(resource_exhausted("out of host memory while planning"));
+    } catch (const std::exception& e) {
+      plans[k].emplace(internal_error(fmt::format("internal error: {} (please report it)", e.what())));
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t cores = std::max<unsigned>(1, std::thread::hardware_concurrency());
+  for (size_t k = 1; k < std::min<size_t>(3, cores); ++k) threads.emplace_back(plan_at, k);
+  plan_at(0);
+  for (std::thread& t : threads) t.join();
+  for (size_t k = threads.size() + 1; k < 3; ++k) plan_at(k);
+  std::array<StepPlan, 3> out;
+  for (size_t k = 0; k < 3; ++k) {
+    if (!plans[k]->ok()) return plans[k]->error();
+    out[k] = std::move(**plans[k]);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool plan_is_extrapolated(const ModelSpec& spec) {
+  return !spec.scan && spec.model != ModelFamily::kFlaxCnn && depth_of(spec) > kMaxUnrolledLayers;
+}
+
+Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
+                                         std::optional<uint64_t> capacity_bytes, double memory_fraction) {
+  MEMFIT_RETURN_IF_ERROR(validate_model_spec(spec));
+  if (spec.scan || spec.model == ModelFamily::kFlaxCnn)
+    return invalid_argument("extrapolation: only an unrolled stack of layers grows layer by layer");
+  if (layers == 0 || depth_of(spec) < 3 * layers)
+    return invalid_argument(
+        fmt::format("extrapolation: {} layers is not beyond the depths planned ({}, {}, {})", depth_of(spec),
+                    layers, 2 * layers, 3 * layers));
+  if (!spec.remat_layers.empty())
+    return invalid_argument("extrapolation: remat_layers makes the layers differ");
+  using Plans = std::array<StepPlan, 3>;  // the macro takes no comma in its declaration
+  MEMFIT_ASSIGN_OR_RETURN(Plans at, plan_depths(spec, layers));
+  Extender extend(layers, depth_of(spec));
+  auto line = [&](auto member) { return extend(at[0].*member, at[1].*member, at[2].*member); };
+
+  StepPlan plan = at[2];  // the deepest plan's kind of program, its figures replaced below
+  plan.spec = spec;
+  plan.extrapolated_from = {layers, 2 * layers, 3 * layers};
+  StepArguments& args = plan.arguments;
+  auto arg = [&](uint64_t StepArguments::*m) {
+    return extend(at[0].arguments.*m, at[1].arguments.*m, at[2].arguments.*m);
+  };
+  args.parameter_count = arg(&StepArguments::parameter_count);
+  args.parameter_bytes = arg(&StepArguments::parameter_bytes);
+  args.optimizer_state_bytes = arg(&StepArguments::optimizer_state_bytes);
+  args.batch_bytes = arg(&StepArguments::batch_bytes);
+  args.kv_cache_bytes = arg(&StepArguments::kv_cache_bytes);
+
+  HloPlan& h = plan.hlo;
+  auto hlo = [&](uint64_t HloPlan::*m) { return extend(at[0].hlo.*m, at[1].hlo.*m, at[2].hlo.*m); };
+  h.instructions = hlo(&HloPlan::instructions);
+  h.argument_bytes = hlo(&HloPlan::argument_bytes);
+  h.output_bytes = hlo(&HloPlan::output_bytes);
+  h.alias_bytes = hlo(&HloPlan::alias_bytes);
+  h.temp_bytes = hlo(&HloPlan::temp_bytes);
+  h.temp_lower_bound_bytes = hlo(&HloPlan::temp_lower_bound_bytes);
+  h.host_temp_bytes = hlo(&HloPlan::host_temp_bytes);
+  h.host_value_bytes = hlo(&HloPlan::host_value_bytes);
+  h.constant_bytes = hlo(&HloPlan::constant_bytes);
+  // The peak as plan_hlo defines it, from the extended parts (so that the parts still add up to it).
+  const uint64_t io = h.argument_bytes + h.output_bytes;
+  const uint64_t fixed = io >= h.alias_bytes ? io - h.alias_bytes : 0;
+  h.peak_bytes = fixed + h.temp_bytes;
+  h.lower_bound_bytes = fixed + h.temp_lower_bound_bytes;
+  if (extend.overflow() || io < h.argument_bytes || h.peak_bytes < fixed || h.lower_bound_bytes < fixed)
+    return invalid_argument(
+        fmt::format("layers: the step's memory at {} layers overflows 64 bits", depth_of(spec)));
+  // Buffers belong to a program; this plan has none. The peak's op stays when every depth peaks at it.
+  h.buffers.clear();
+  h.live_at_peak.clear();
+  h.peak_time = 0;
+  h.peak_instruction.clear();
+  if (at[0].hlo.peak_op_name != at[2].hlo.peak_op_name || at[1].hlo.peak_op_name != at[2].hlo.peak_op_name)
+    h.peak_op_name.clear();
+  // Groups at the peak: those of one op and shape whose count grows alike at each depth, extended.
+  using GroupKey = std::tuple<std::string, std::string, uint64_t>;
+  std::array<std::map<GroupKey, const BufferGroup*>, 2> shallower;
+  for (size_t k = 0; k < 2; ++k)
+    for (const BufferGroup& g : at[k].hlo.groups) shallower[k][{g.op_name, g.shape, g.bytes_each}] = &g;
+  std::vector<BufferGroup> groups;
+  for (const BufferGroup& g : at[2].hlo.groups) {
+    const GroupKey key{g.op_name, g.shape, g.bytes_each};
+    auto a = shallower[0].find(key);
+    auto b = shallower[1].find(key);
+    if (a == shallower[0].end() || b == shallower[1].end()) continue;
+    if (!Extender::on_a_line(a->second->count, b->second->count, g.count) ||
+        !Extender::on_a_line(a->second->total_bytes, b->second->total_bytes, g.total_bytes))
+      continue;
+    BufferGroup e = g;
+    Extender exact_line(layers, depth_of(spec));
+    e.count = exact_line(a->second->count, b->second->count, g.count);
+    e.total_bytes = exact_line(a->second->total_bytes, b->second->total_bytes, g.total_bytes);
+    e.names.clear();  // instructions of a program never built
+    groups.push_back(std::move(e));
+  }
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const BufferGroup& x, const BufferGroup& y) { return x.total_bytes > y.total_bytes; });
+  h.groups = std::move(groups);
+
+  plan.peak_bytes = h.peak_bytes;
+  plan.host_peak_bytes = line(&StepPlan::host_peak_bytes);
+  plan.offloaded_bytes = line(&StepPlan::offloaded_bytes);
+  PeakBreakdown& b = plan.breakdown;
+  auto part = [&](uint64_t PeakBreakdown::*m) {
+    return extend(at[0].breakdown.*m, at[1].breakdown.*m, at[2].breakdown.*m);
+  };
+  b.parameters = part(&PeakBreakdown::parameters);
+  b.optimizer_state = part(&PeakBreakdown::optimizer_state);
+  b.gradients = part(&PeakBreakdown::gradients);
+  b.activations = part(&PeakBreakdown::activations);
+  b.kv_cache = part(&PeakBreakdown::kv_cache);
+  // The rest of the peak: the parts add up to it, as in a whole plan.
+  const uint64_t named = b.parameters + b.optimizer_state + b.gradients + b.activations + b.kv_cache;
+  b.temporaries = plan.peak_bytes > named ? plan.peak_bytes - named : 0;
+  plan.extrapolation_exact = extend.exact();
+  step_plan_internal::set_capacity(plan, capacity_bytes, memory_fraction);
+  return plan;
+}
+
+}  // namespace memfit
