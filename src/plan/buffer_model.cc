@@ -39,6 +39,7 @@ Expected<BufferModel> Builder::build() {
     comp_index_.emplace(m_.computations[c].name, c);
     auto& names = names_.emplace_back();
     const auto& insts = m_.computations[c].instructions;
+    names.reserve(insts.size());
     for (uint32_t i = 0; i < insts.size(); ++i) names.emplace(insts[i].name, i);
   }
   positions_.resize(nc);

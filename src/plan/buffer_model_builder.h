@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "memfit/core/name_map.h"
 #include "memfit/core/text.h"
 #include "memfit/plan/buffer_model.h"
 
@@ -187,8 +188,8 @@ class Builder {
   BufferModel model_;
   uint32_t entry_ = 0;
   uint64_t clock_time_ = 0;  // flattened schedule length so far
-  std::unordered_map<std::string_view, uint32_t> comp_index_;
-  std::vector<std::unordered_map<std::string_view, uint32_t>> names_;
+  NameIndex comp_index_;
+  std::vector<NameIndex> names_;
   std::vector<std::vector<Positions>> positions_;
   std::vector<std::vector<std::vector<uint32_t>>>
       operands_;  // resolved operand indices (sequential computations)

@@ -1,5 +1,7 @@
 #include "memfit/plan/xla_gpu_model.h"
 
+#include "memfit/core/name_map.h"
+
 #include <fmt/format.h>
 
 #include "memfit/core/text.h"
@@ -173,7 +175,7 @@ uint64_t elements(const Shape& s) {
 // hlo_dce.cc). Side-effecting and control instructions stay.
 void simplify_tuples_and_dce(HloComputation& comp) {
   const size_t n = comp.instructions.size();
-  std::unordered_map<std::string_view, uint32_t> index;
+  NameIndex index;
   index.reserve(n);
   for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
   // A get-tuple-element of a tuple -> the element's name (itself resolved); the map keeps the names, as
@@ -202,7 +204,7 @@ void simplify_tuples_and_dce(HloComputation& comp) {
     replaced[x.name] = std::move(element);
   }
   // Dead code: in reverse order, drop what nothing reads.
-  std::unordered_map<std::string_view, uint32_t> uses;
+  NameMap<uint32_t> uses;
   uses.reserve(n);
   for (const HloInstruction& x : comp.instructions) {
     for (const std::string& o : x.operands) ++uses[o];
@@ -244,51 +246,72 @@ HloOpcode combiner_of(const HloInstruction& x, const Combiners& combiners) {
 // zeros, added to the tied weight's other gradient: folded, that GEMM's result is the scatter's operand, not
 // an epilogue waiting for the scatter at the end of the backward pass with the logits' gradient held.
 void fold_add_of_scatter(HloComputation& comp, const Combiners& combiners) {
-  // Keys are copies: an add is rewritten in place below, which replaces its name's storage.
-  std::unordered_map<std::string, uint32_t> index;
-  for (uint32_t i = 0; i < comp.instructions.size(); ++i) index.emplace(comp.instructions[i].name, i);
-  std::unordered_map<std::string, uint32_t> uses;
-  for (const HloInstruction& x : comp.instructions)
-    for (const std::string& o : x.operands) ++uses[o];
-  auto find = [&](const std::string& name) -> const HloInstruction* {
+  auto& insts = comp.instructions;
+  if (std::none_of(insts.begin(), insts.end(),
+                   [](const HloInstruction& x) { return x.opcode == HloOpcode::kScatter; }))
+    return;
+  const size_t n = insts.size();
+  NameIndex index;  // views of the names: nothing is rewritten until every fold is found
+  index.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) index.emplace(insts[i].name, i);
+  std::vector<uint32_t> uses(n, 0);
+  for (const HloInstruction& x : insts)
+    for (const std::string& o : x.operands)
+      if (auto it = index.find(o); it != index.end()) ++uses[it->second];
+  auto find = [&](std::string_view name) -> uint32_t {
     auto it = index.find(name);
-    return it == index.end() ? nullptr : &comp.instructions[it->second];
+    return it == index.end() ? UINT32_MAX : it->second;
   };
-  auto scatter_into_zeros = [&](const HloInstruction* s) {
-    if (s == nullptr || s->opcode != HloOpcode::kScatter || s->operands.size() != 3 || uses[s->name] != 1 ||
-        s->is_root || combiner_of(*s, combiners) != HloOpcode::kAdd)
+  auto scatter_into_zeros = [&](uint32_t i) {
+    if (i == UINT32_MAX) return false;
+    const HloInstruction& s = insts[i];
+    if (s.opcode != HloOpcode::kScatter || s.operands.size() != 3 || uses[i] != 1 || s.is_root ||
+        combiner_of(s, combiners) != HloOpcode::kAdd)
       return false;
-    const HloInstruction* zeros = find(s->operands[0]);
-    if (zeros == nullptr || zeros->opcode != HloOpcode::kBroadcast || zeros->operands.size() != 1)
+    const uint32_t zeros = find(s.operands[0]);
+    if (zeros == UINT32_MAX || insts[zeros].opcode != HloOpcode::kBroadcast ||
+        insts[zeros].operands.size() != 1)
       return false;
-    const HloInstruction* scalar = find(zeros->operands[0]);
-    return scalar != nullptr && scalar->opcode == HloOpcode::kConstant && !scalar->shape.is_tuple() &&
-           scalar->shape.dims.empty();
+    const uint32_t scalar = find(insts[zeros].operands[0]);
+    return scalar != UINT32_MAX && insts[scalar].opcode == HloOpcode::kConstant &&
+           !insts[scalar].shape.is_tuple() && insts[scalar].shape.dims.empty();
   };
-  std::unordered_set<std::string> folded;
-  for (HloInstruction& add : comp.instructions) {
+  // (add, scatter, the add's other operand) - found first, then rewritten: a folded add is a scatter into
+  // its other operand, never into zeros, so no fold depends on another.
+  struct Fold {
+    uint32_t add, scatter;
+    size_t other;
+  };
+  std::vector<Fold> folds;
+  std::vector<bool> folded(n, false);
+  for (uint32_t a = 0; a < n; ++a) {
+    const HloInstruction& add = insts[a];
     if (add.opcode != HloOpcode::kAdd || add.operands.size() != 2) continue;
     for (size_t k = 0; k < 2; ++k) {
-      const HloInstruction* s = find(add.operands[k]);
-      if (!scatter_into_zeros(s) || s->shape.type != add.shape.type || s->shape.dims != add.shape.dims)
+      const uint32_t s = find(add.operands[k]);
+      if (!scatter_into_zeros(s) || folded[s] || insts[s].shape.type != add.shape.type ||
+          insts[s].shape.dims != add.shape.dims)
         continue;
-      const std::string other = add.operands[1 - k];
-      folded.insert(s->name);
-      HloInstruction scatter = *s;
-      scatter.name = add.name;
-      scatter.operands[0] = other;
-      scatter.is_root = add.is_root;
-      scatter.line = add.line;
-      add = std::move(scatter);
+      folds.push_back({a, s, 1 - k});
+      folded[s] = true;
       break;
     }
   }
-  if (folded.empty()) return;
+  if (folds.empty()) return;
+  for (const Fold& f : folds) {
+    HloInstruction& add = insts[f.add];
+    HloInstruction scatter = insts[f.scatter];
+    scatter.name = add.name;
+    scatter.operands[0] = add.operands[f.other];
+    scatter.is_root = add.is_root;
+    scatter.line = add.line;
+    add = std::move(scatter);
+  }
   std::vector<HloInstruction> out;
-  out.reserve(comp.instructions.size());
-  for (HloInstruction& x : comp.instructions)
-    if (!folded.contains(x.name)) out.push_back(std::move(x));
-  comp.instructions = std::move(out);
+  out.reserve(n - folds.size());
+  for (uint32_t i = 0; i < n; ++i)
+    if (!folded[i]) out.push_back(std::move(insts[i]));
+  insts = std::move(out);
 }
 
 // Split-K. A GEMM whose output tiles cannot fill the GPU (a small batch: 128 rows x 1024 columns is 8 tiles
@@ -348,7 +371,8 @@ uint64_t split_k_of(const HloInstruction& dot, const Shape& lhs, const Shape& rh
 void split_k_gemms(HloComputation& comp) {
   std::vector<uint64_t> split(comp.instructions.size(), 1);
   {
-    std::unordered_map<std::string_view, const Shape*> shapes;
+    NameMap<const Shape*> shapes;
+    shapes.reserve(comp.instructions.size());
     for (const HloInstruction& x : comp.instructions) shapes.emplace(x.name, &x.shape);
     for (size_t i = 0; i < comp.instructions.size(); ++i) {
       const HloInstruction& x = comp.instructions[i];
@@ -395,7 +419,7 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
   simplify_tuples_and_dce(comp);
   split_k_gemms(comp);
   const size_t n = comp.instructions.size();
-  std::unordered_map<std::string_view, uint32_t> index;
+  NameIndex index;
   index.reserve(n);
   for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
   std::vector<Role> role(n);
@@ -910,7 +934,8 @@ void place_offloaded_values(HloComputation& comp) {
 // tuple, get-tuple-element, bitcast - defines none), priorities are recomputed when an entry is popped.
 void list_schedule(HloComputation& comp) {
   const size_t n = comp.instructions.size();
-  std::unordered_map<std::string_view, uint32_t> index;
+  NameIndex index;
+  index.reserve(n);
   for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
   std::vector<std::vector<uint32_t>> operands(n), users(n);
   for (uint32_t i = 0; i < n; ++i) {

@@ -1,5 +1,7 @@
 #include "memfit/program/hlo_module.h"
 
+#include "memfit/core/name_map.h"
+
 #include <fmt/format.h>
 
 #include <cctype>
@@ -465,7 +467,7 @@ std::string buffer_placement_attribute(std::string_view attributes) {
 
 std::vector<uint32_t> instruction_post_order(const HloComputation& comp) {
   const auto& insts = comp.instructions;
-  std::unordered_map<std::string_view, uint32_t> index;
+  NameIndex index;
   index.reserve(insts.size());
   for (uint32_t i = 0; i < insts.size(); ++i) index.emplace(insts[i].name, i);
   // Each instruction's operands, as indices: operand_list[first[i], first[i + 1]).
