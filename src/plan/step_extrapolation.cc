@@ -79,12 +79,15 @@ Expected<std::array<StepPlan, 3>> plan_depths(const ModelSpec& spec, uint64_t la
       plans[k].emplace(internal_error(fmt::format("internal error: {} (please report it)", e.what())));
     }
   };
+  // The deepest plan costs what the other two do together: on two cores it runs beside them.
+  const unsigned cores = std::max<unsigned>(1, std::thread::hardware_concurrency());
   std::vector<std::thread> threads;
-  const size_t cores = std::max<unsigned>(1, std::thread::hardware_concurrency());
-  for (size_t k = 1; k < std::min<size_t>(3, cores); ++k) threads.emplace_back(plan_at, k);
+  if (cores >= 2) threads.emplace_back(plan_at, 2);
+  if (cores >= 3) threads.emplace_back(plan_at, 1);
   plan_at(0);
+  if (cores < 3) plan_at(1);
   for (std::thread& t : threads) t.join();
-  for (size_t k = threads.size() + 1; k < 3; ++k) plan_at(k);
+  if (cores < 2) plan_at(2);
   std::array<StepPlan, 3> out;
   for (size_t k = 0; k < 3; ++k) {
     if (!plans[k]->ok()) return plans[k]->error();
