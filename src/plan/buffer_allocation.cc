@@ -136,7 +136,12 @@ void Builder::assign_allocations() {
   std::vector<uint32_t> reusable;  // candidate allocations in creation order
   uint64_t time_end = 0;
   for (const HloValue& value : model_.values) time_end = std::max(time_end, value.end);
-  ReuseIndex reuse_index(model_.buffers.size(), time_end);  // the same allocations, searchable
+  // Only parameters, constants and buffers that are not temporaries get allocations of their own (a
+  // temporary goes to the heap or into another's): the index needs a leaf for each of those alone.
+  const auto own_allocations =
+      static_cast<size_t>(std::count_if(model_.buffers.begin(), model_.buffers.end(),
+                                        [](const HloBuffer& b) { return b.kind != BufferKind::kTemp; }));
+  ReuseIndex reuse_index(own_allocations, time_end);  // the same allocations, searchable
   auto span_of = [&](uint32_t v) { return Span{model_.values[v].start, model_.values[v].end}; };
   std::vector<Span> added;
   // Tells the index of allocation a, which now also holds the values of `buffers`.
