@@ -233,6 +233,11 @@ Action add_fit_command(CLI::App& app, Io& io) {
           "memfit fit: peak {} in a pool of {} ({:.0f}% of {}): {}\n", format_bytes(b.peak_bytes),
           format_bytes(b.limit_bytes), 100 * b.memory_fraction, format_bytes(*b.capacity_bytes),
           b.fits ? "fits already" : fmt::format("{} over", format_bytes(b.peak_bytes - b.limit_bytes)));
+      if (!b.extrapolated_from.empty())
+        io.out << fmt::format(
+            "  (more than {} unrolled layers: each plan below is made at {}, {} and {} layers and "
+            "extrapolated)\n",
+            kMaxUnrolledLayers, b.extrapolated_from[0], b.extrapolated_from[1], b.extrapolated_from[2]);
       io.out << "\n  tried, in the seed's order (allocation, location, shapes, sharding):\n";
       for (const FitCandidate& c : fit->candidates) {
         io.out << fmt::format("  {:<10} {:<50} {:>10}  {}\n", c.step, c.change, format_bytes(c.peak_bytes),
