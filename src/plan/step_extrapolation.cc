@@ -27,11 +27,6 @@
 namespace memfit {
 namespace {
 
-uint64_t& depth_of(ModelSpec& spec) { return spec.model == ModelFamily::kMlp ? spec.depth : spec.layers; }
-uint64_t depth_of(const ModelSpec& spec) {
-  return spec.model == ModelFamily::kMlp ? spec.depth : spec.layers;
-}
-
 // Extends figures measured at depths d, 2d and 3d to depth `to`; remembers whether every one grew
 // alike and whether one overflowed.
 class Extender {
@@ -71,7 +66,7 @@ Expected<std::array<StepPlan, 3>> plan_depths(const ModelSpec& spec, uint64_t la
   std::array<std::optional<Expected<StepPlan>>, 3> plans;
   auto plan_at = [&](size_t k) {
     ModelSpec s = spec;
-    depth_of(s) = layers * (k + 1);
+    s.blocks() = layers * (k + 1);
     // An exception must not leave a thread (that ends the process): it becomes this depth's error.
     try {
       plans[k].emplace(step_plan_internal::plan_whole_step(s, std::nullopt, 0.75));
@@ -100,24 +95,22 @@ Expected<std::array<StepPlan, 3>> plan_depths(const ModelSpec& spec, uint64_t la
 
 }  // namespace
 
-bool plan_is_extrapolated(const ModelSpec& spec) {
-  return !spec.scan && spec.model != ModelFamily::kFlaxCnn && depth_of(spec) > kMaxUnrolledLayers;
-}
+bool plan_is_extrapolated(const ModelSpec& spec) { return !builds_whole(spec); }
 
 Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
                                          std::optional<uint64_t> capacity_bytes, double memory_fraction) {
   MEMFIT_RETURN_IF_ERROR(validate_model_spec(spec));
   if (spec.scan || spec.model == ModelFamily::kFlaxCnn)
     return invalid_argument("extrapolation: only an unrolled stack of layers grows layer by layer");
-  if (layers == 0 || depth_of(spec) < 3 * layers)
+  if (layers == 0 || spec.blocks() < 3 * layers)
     return invalid_argument(
-        fmt::format("extrapolation: {} layers is not beyond the depths planned ({}, {}, {})", depth_of(spec),
+        fmt::format("extrapolation: {} layers is not beyond the depths planned ({}, {}, {})", spec.blocks(),
                     layers, 2 * layers, 3 * layers));
   if (!spec.remat_layers.empty())
     return invalid_argument("extrapolation: remat_layers makes the layers differ");
   using Plans = std::array<StepPlan, 3>;  // the macro takes no comma in its declaration
   MEMFIT_ASSIGN_OR_RETURN(Plans at, plan_depths(spec, layers));
-  Extender extend(layers, depth_of(spec));
+  Extender extend(layers, spec.blocks());
   auto line = [&](auto member) { return extend(at[0].*member, at[1].*member, at[2].*member); };
 
   StepPlan plan = at[2];  // the deepest plan's kind of program, its figures replaced below
@@ -151,7 +144,7 @@ Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
   h.lower_bound_bytes = fixed + h.temp_lower_bound_bytes;
   if (extend.overflow() || io < h.argument_bytes || h.peak_bytes < fixed || h.lower_bound_bytes < fixed)
     return invalid_argument(
-        fmt::format("layers: the step's memory at {} layers overflows 64 bits", depth_of(spec)));
+        fmt::format("layers: the step's memory at {} layers overflows 64 bits", spec.blocks()));
   // Buffers belong to a program; this plan has none. The peak's op stays when every depth peaks at it.
   h.buffers.clear();
   h.live_at_peak.clear();
@@ -174,7 +167,7 @@ Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
         !Extender::on_a_line(a->second->total_bytes, b->second->total_bytes, g.total_bytes))
       continue;
     BufferGroup e = g;
-    Extender exact_line(layers, depth_of(spec));
+    Extender exact_line(layers, spec.blocks());
     e.count = exact_line(a->second->count, b->second->count, g.count);
     e.total_bytes = exact_line(a->second->total_bytes, b->second->total_bytes, g.total_bytes);
     e.names.clear();  // instructions of a program never built

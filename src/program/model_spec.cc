@@ -315,20 +315,19 @@ Status validate_model_spec(const ModelSpec& s) {
     return invalid_argument(
         fmt::format("heads: {} heads do not split over the model axis of {}", s.heads, tp));
   for (uint64_t l : s.remat_layers) {
-    const uint64_t n = s.model == ModelFamily::kMlp ? s.depth : s.layers;
-    if (l >= n)
-      return invalid_argument(fmt::format("remat_layers: layer {} does not exist (0..{})", l, n - 1));
+    if (l >= s.blocks())
+      return invalid_argument(
+          fmt::format("remat_layers: layer {} does not exist (0..{})", l, s.blocks() - 1));
   }
   if (s.devices() > (1u << 20)) return invalid_argument("mesh: more than 2^20 devices");
   // Budgets, so that a typo (--layers 100000000) is an error in a millisecond, not minutes and gigabytes.
   // Without scan the program holds every layer, as jax.jit unrolls a Python loop; the largest models have
   // ~100-200, and one deeper than kMaxUnrolledLayers is planned at smaller depths and extrapolated.
-  const uint64_t blocks = s.model == ModelFamily::kMlp ? s.depth : s.layers;
-  const char* key = s.model == ModelFamily::kMlp ? "depth" : "layers";
+  const uint64_t blocks = s.blocks();
   if (!s.scan && blocks > kMaxExtrapolatedLayers)
-    return invalid_argument(
-        fmt::format("{}: {} is more than memfit plans (at most {})", key, blocks, kMaxExtrapolatedLayers));
-  if (!s.scan && blocks > kMaxUnrolledLayers && !s.remat_layers.empty())
+    return invalid_argument(fmt::format("{}: {} is more than memfit plans (at most {})", s.blocks_key(),
+                                        blocks, kMaxExtrapolatedLayers));
+  if (!builds_whole(s) && !s.remat_layers.empty())
     return invalid_argument(fmt::format(
         "remat_layers: with {} unrolled layers memfit extrapolates from identical layers (more than {} are "
         "not built whole); rematerializing only some of them makes the layers differ",

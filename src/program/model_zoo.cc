@@ -26,12 +26,11 @@ Status check_sizes(const HloModule& built) {
 
 Expected<HloModule> build_step_module(const ModelSpec& spec, StepArguments* arguments) {
   MEMFIT_RETURN_IF_ERROR(validate_model_spec(spec));
-  const uint64_t blocks = spec.model == ModelFamily::kMlp ? spec.depth : spec.layers;
-  if (!spec.scan && spec.model != ModelFamily::kFlaxCnn && blocks > kMaxUnrolledLayers)
+  if (!builds_whole(spec))
     return invalid_argument(fmt::format(
         "{}: {} layers unrolled is more than memfit builds whole (at most {}); plan_step extrapolates such a "
         "step from smaller depths",
-        spec.model == ModelFamily::kMlp ? "depth" : "layers", blocks, kMaxUnrolledLayers));
+        spec.blocks_key(), spec.blocks(), kMaxUnrolledLayers));
   HloModule module;
   module.name = "jit_step";
   module.is_scheduled = true;

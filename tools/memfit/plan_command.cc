@@ -125,8 +125,7 @@ void print(std::ostream& out, const StepPlan& p) {
     out << fmt::format(
         "  extrapolated: {} unrolled layers are more than memfit builds whole ({}); planned at {}, {} and {} "
         "layers, {}\n",
-        p.spec.model == ModelFamily::kMlp ? p.spec.depth : p.spec.layers, kMaxUnrolledLayers, d[0], d[1],
-        d[2],
+        p.spec.blocks(), kMaxUnrolledLayers, d[0], d[1], d[2],
         p.extrapolation_exact
             ? "every figure grew by the same bytes per layer at each depth"
             : "the heap's packing grew unevenly between depths: the larger growth is taken");

@@ -72,6 +72,11 @@ struct ModelSpec {
 
   uint64_t devices() const;
   uint64_t axis_size(const std::string& name) const;  // 1 when the mesh has no such axis
+  // The repeated blocks of the model: an MLP's hidden layers (`depth`), a transformer's `layers`; and the
+  // key that names them.
+  uint64_t blocks() const { return model == ModelFamily::kMlp ? depth : layers; }
+  uint64_t& blocks() { return model == ModelFamily::kMlp ? depth : layers; }
+  const char* blocks_key() const { return model == ModelFamily::kMlp ? "depth" : "layers"; }
 };
 
 // Budgets on the program a spec asks for: an unrolled program holds every layer (the largest built whole,
@@ -80,6 +85,12 @@ struct ModelSpec {
 inline constexpr uint64_t kMaxUnrolledLayers = 512;
 inline constexpr uint64_t kMaxScannedLayers = 1000000;
 inline constexpr uint64_t kMaxExtrapolatedLayers = 100000;
+
+// Whether build_step_module builds the spec's program: not an unrolled stack (no scan) deeper than
+// kMaxUnrolledLayers. A flax_cnn's blocks are its widths, always built.
+inline bool builds_whole(const ModelSpec& spec) {
+  return spec.scan || spec.model == ModelFamily::kFlaxCnn || spec.blocks() <= kMaxUnrolledLayers;
+}
 
 // From a programs.json `config` object (or a spec file); unknown values and nonsense sizes are errors
 // naming the key (heads must divide d_model, batch must split into accum microbatches and the data axis...).
