@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <exception>
+#include <initializer_list>
 #include <map>
 #include <new>
 #include <optional>
@@ -48,6 +49,11 @@ class Extender {
       return UINT64_MAX;
     }
     return *value;
+  }
+  // Each of `fields` of `out` from the same field of a, b and c.
+  template <typename S>
+  void fields(S& out, const S& a, const S& b, const S& c, std::initializer_list<uint64_t S::*> members) {
+    for (uint64_t S::*m : members) out.*m = (*this)(a.*m, b.*m, c.*m);
   }
   // Whether the three values lie on one line (for what is kept only when they do).
   static bool on_a_line(uint64_t a, uint64_t b, uint64_t c) { return b >= a && c >= b && b - a == c - b; }
@@ -111,32 +117,19 @@ Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
   using Plans = std::array<StepPlan, 3>;  // the macro takes no comma in its declaration
   MEMFIT_ASSIGN_OR_RETURN(Plans at, plan_depths(spec, layers));
   Extender extend(layers, spec.blocks());
-  auto line = [&](auto member) { return extend(at[0].*member, at[1].*member, at[2].*member); };
 
   StepPlan plan = at[2];  // the deepest plan's kind of program, its figures replaced below
   plan.spec = spec;
   plan.extrapolated_from = {layers, 2 * layers, 3 * layers};
-  StepArguments& args = plan.arguments;
-  auto arg = [&](uint64_t StepArguments::*m) {
-    return extend(at[0].arguments.*m, at[1].arguments.*m, at[2].arguments.*m);
-  };
-  args.parameter_count = arg(&StepArguments::parameter_count);
-  args.parameter_bytes = arg(&StepArguments::parameter_bytes);
-  args.optimizer_state_bytes = arg(&StepArguments::optimizer_state_bytes);
-  args.batch_bytes = arg(&StepArguments::batch_bytes);
-  args.kv_cache_bytes = arg(&StepArguments::kv_cache_bytes);
-
+  using A = StepArguments;
+  extend.fields(plan.arguments, at[0].arguments, at[1].arguments, at[2].arguments,
+                {&A::parameter_count, &A::parameter_bytes, &A::optimizer_state_bytes, &A::batch_bytes,
+                 &A::kv_cache_bytes});
   HloPlan& h = plan.hlo;
-  auto hlo = [&](uint64_t HloPlan::*m) { return extend(at[0].hlo.*m, at[1].hlo.*m, at[2].hlo.*m); };
-  h.instructions = hlo(&HloPlan::instructions);
-  h.argument_bytes = hlo(&HloPlan::argument_bytes);
-  h.output_bytes = hlo(&HloPlan::output_bytes);
-  h.alias_bytes = hlo(&HloPlan::alias_bytes);
-  h.temp_bytes = hlo(&HloPlan::temp_bytes);
-  h.temp_lower_bound_bytes = hlo(&HloPlan::temp_lower_bound_bytes);
-  h.host_temp_bytes = hlo(&HloPlan::host_temp_bytes);
-  h.host_value_bytes = hlo(&HloPlan::host_value_bytes);
-  h.constant_bytes = hlo(&HloPlan::constant_bytes);
+  extend.fields(h, at[0].hlo, at[1].hlo, at[2].hlo,
+                {&HloPlan::instructions, &HloPlan::argument_bytes, &HloPlan::output_bytes,
+                 &HloPlan::alias_bytes, &HloPlan::temp_bytes, &HloPlan::temp_lower_bound_bytes,
+                 &HloPlan::host_temp_bytes, &HloPlan::host_value_bytes, &HloPlan::constant_bytes});
   // The peak as plan_hlo defines it, from the extended parts (so that the parts still add up to it).
   const uint64_t io = h.argument_bytes + h.output_bytes;
   const uint64_t fixed = io >= h.alias_bytes ? io - h.alias_bytes : 0;
@@ -178,17 +171,11 @@ Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
   h.groups = std::move(groups);
 
   plan.peak_bytes = h.peak_bytes;
-  plan.host_peak_bytes = line(&StepPlan::host_peak_bytes);
-  plan.offloaded_bytes = line(&StepPlan::offloaded_bytes);
+  extend.fields(plan, at[0], at[1], at[2], {&StepPlan::host_peak_bytes, &StepPlan::offloaded_bytes});
   PeakBreakdown& b = plan.breakdown;
-  auto part = [&](uint64_t PeakBreakdown::*m) {
-    return extend(at[0].breakdown.*m, at[1].breakdown.*m, at[2].breakdown.*m);
-  };
-  b.parameters = part(&PeakBreakdown::parameters);
-  b.optimizer_state = part(&PeakBreakdown::optimizer_state);
-  b.gradients = part(&PeakBreakdown::gradients);
-  b.activations = part(&PeakBreakdown::activations);
-  b.kv_cache = part(&PeakBreakdown::kv_cache);
+  using B = PeakBreakdown;
+  extend.fields(b, at[0].breakdown, at[1].breakdown, at[2].breakdown,
+                {&B::parameters, &B::optimizer_state, &B::gradients, &B::activations, &B::kv_cache});
   // The rest of the peak: the parts add up to it, as in a whole plan.
   const uint64_t named = b.parameters + b.optimizer_state + b.gradients + b.activations + b.kv_cache;
   b.temporaries = plan.peak_bytes > named ? plan.peak_bytes - named : 0;
