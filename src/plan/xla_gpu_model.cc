@@ -276,8 +276,9 @@ void fold_add_of_scatter(HloComputation& comp, const Combiners& combiners) {
     return scalar != UINT32_MAX && insts[scalar].opcode == HloOpcode::kConstant &&
            !insts[scalar].shape.is_tuple() && insts[scalar].shape.dims.empty();
   };
-  // (add, scatter, the add's other operand) - found first, then rewritten: a folded add is a scatter into
-  // its other operand, never into zeros, so no fold depends on another.
+  // (add, scatter, the add's other operand): every fold is found on the program as written, then rewritten.
+  // A folded add becomes a scatter into its other operand; only if that operand were zeros could it feed a
+  // second fold, an add of zeros JAX does not emit, so finding the folds first loses none.
   struct Fold {
     uint32_t add, scatter;
     size_t other;
@@ -289,7 +290,8 @@ void fold_add_of_scatter(HloComputation& comp, const Combiners& combiners) {
     if (add.opcode != HloOpcode::kAdd || add.operands.size() != 2) continue;
     for (size_t k = 0; k < 2; ++k) {
       const uint32_t s = find(add.operands[k]);
-      if (!scatter_into_zeros(s) || folded[s] || insts[s].shape.type != add.shape.type ||
+      // The scatter is read once (scatter_into_zeros), so by this add alone.
+      if (!scatter_into_zeros(s) || insts[s].shape.type != add.shape.type ||
           insts[s].shape.dims != add.shape.dims)
         continue;
       folds.push_back({a, s, 1 - k});
