@@ -101,6 +101,30 @@ struct Trial {
   int family = 0;  // 0: a change of its own
   // The trial whose program this one is (only XLA's pool differs): planned once, its limit taken anew.
   size_t same_program_as = SIZE_MAX;
+  int stack_group = 0;  // a change a combined round may stack (kStack*), 0: none
+};
+
+// The groups of changes a combined round stacks, one of each at most.
+constexpr int kStackDonation = 1;
+constexpr int kStackPrecision = 2;
+constexpr int kStackRemat = 3;
+constexpr size_t kStackGroups = 4;
+
+// Changes made before the one a row tries: the row names them all, its code applies them all, and it
+// costs their sum.
+struct OnTop {
+  std::string changes, code, notes;
+  double cost = 0;
+  void push(const FitCandidate& row, int group) {
+    // Donation and bf16 compute by short names: the row names every change it stacks.
+    const std::string name = group == kStackDonation    ? "donation"
+                             : group == kStackPrecision ? "mixed precision"
+                                                        : row.change;
+    changes += (changes.empty() ? "" : " + ") + name;
+    code += (code.empty() ? "" : "\n") + row.code;
+    notes += (notes.empty() ? "" : "; ") + row.cost_note;
+    cost += row.cost;
+  }
 };
 
 // The order trials are taken in: every change and every family's first member, then every family's second,
@@ -141,10 +165,11 @@ PlanningOrder planning_order(const std::vector<Trial>& trials) {
 
 // Plans the trials, on as many threads as the machine has: each plan builds and plans its own program and
 // shares nothing, and a fit of a 300-layer model is a dozen such plans of a second each. A family member
-// after one that fits is not planned (nullopt).
+// after one that fits is not planned (nullopt). `run_ahead`: a member does not wait for the one before it
+// to finish (it is planned, and not shown, if that one fits) - for a round with little else to plan.
 Expected<std::vector<std::optional<StepPlan>>> plan_trials(
     const std::vector<Trial>& trials, uint64_t capacity_bytes,
-    const std::function<void(size_t, size_t)>& progress) {
+    const std::function<void(size_t, size_t)>& progress, bool run_ahead = false) {
   std::vector<std::optional<Expected<StepPlan>>> plans(trials.size());
   const PlanningOrder planned = planning_order(trials);
   const std::vector<size_t>& order = planned.order;  // references, not a structured binding: lambdas use them
@@ -162,7 +187,7 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
       for (size_t i : order) {
         if (state[i] != State::kWaiting) continue;
         const size_t p = previous[i];
-        if (p != SIZE_MAX && state[p] != State::kDone) {
+        if (p != SIZE_MAX && state[p] != State::kDone && !run_ahead) {
           waiting = true;  // its family's member before it is being planned
           continue;
         }
@@ -271,16 +296,69 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   FitResult result;
   std::vector<Trial> trials;
   int family = 0;
+  // The changes every trial is made on top of: none in the first round, the stack in the combined one.
+  OnTop on_top;
   auto add = [&](const char* step, std::string change, std::string code, double cost, std::string note,
-                 const ModelSpec& changed, double fraction, bool in_family = false) {
+                 const ModelSpec& changed, double fraction, bool in_family = false, int stack_group = 0) {
     if (!validate_model_spec(changed).ok()) return;  // not applicable to this model
     FitCandidate row;
-    row.step = step;
-    row.change = std::move(change);
-    row.code = std::move(code);
-    row.cost = cost;
-    row.cost_note = std::move(note);
-    trials.push_back({std::move(row), changed, fraction, in_family ? family : 0});
+    row.step = on_top.changes.empty() ? step : "combined";
+    row.change = on_top.changes.empty() ? std::move(change) : on_top.changes + " + " + change;
+    row.code = on_top.code.empty() ? std::move(code) : on_top.code + "\n" + code;
+    row.cost = on_top.cost + cost;
+    row.cost_note = on_top.notes.empty() ? std::move(note) : on_top.notes + "; " + note;
+    trials.push_back({std::move(row), changed, fraction, in_family ? family : 0, SIZE_MAX, stack_group});
+  };
+  const bool serving = spec.step == StepKind::kInfer || spec.step == StepKind::kDecode;
+  // The families of changes with a size (more accumulation, a smaller batch, more devices), each tried on
+  // `base`.
+  auto add_accumulation = [&](const ModelSpec& base) {
+    if (base.step != StepKind::kTrain) return;
+    ++family;
+    for (uint64_t k : {2, 4, 8, 16}) {
+      ModelSpec s = base;
+      s.accum = base.accum * k;
+      add("shapes", fmt::format("gradient accumulation over {} microbatches", s.accum),
+          fmt::format("optax.MultiSteps(optimizer, every_k_schedule={})  # or scan over {} microbatches",
+                      s.accum, s.accum),
+          0.05 * static_cast<double>(k),
+          fmt::format("{} sequential microbatches: less parallel work per kernel", k), s, memory_fraction,
+          true);
+    }
+  };
+  auto add_smaller_batch = [&](const ModelSpec& base) {
+    ++family;
+    for (uint64_t div : {2, 4}) {
+      ModelSpec s = base;
+      if (s.batch % div != 0) continue;
+      s.batch /= div;
+      add("shapes", fmt::format("batch {} instead of {}", s.batch, base.batch),
+          fmt::format("batch_size = {}", s.batch), 0.5 * static_cast<double>(div),
+          // Only training learns from the batch; an inference or decode step serves fewer sequences at once.
+          serving ? "fewer sequences per step: the same requests take more steps"
+                  : "changes the optimization: retune the learning rate",
+          s, memory_fraction, true);
+    }
+  };
+  // 4. sharding: FSDP over more devices (parameters, gradients and optimizer state split; batch split).
+  auto fsdp_applies = [](const ModelSpec& base) {
+    return base.sharding == ShardingKind::kReplicated && base.devices() <= 1 && base.step == StepKind::kTrain;
+  };
+  auto add_fsdp = [&](const ModelSpec& base) {
+    if (!fsdp_applies(base)) return;
+    ++family;
+    for (uint64_t n : {2, 4, 8, 16, 32, 64}) {
+      ModelSpec s = base;
+      s.sharding = ShardingKind::kFsdp;
+      s.mesh = {n};
+      s.mesh_axes = {"data"};
+      if (s.batch % n != 0) s.batch = (s.batch + n - 1) / n * n;  // the global batch must split
+      add("sharding", fmt::format("FSDP over {} devices", n),
+          fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
+                      "jax.device_put(params, NamedSharding(mesh, P('data')))  # largest axis of each array",
+                      n),
+          static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction, true);
+    }
   };
   // 1. allocation: a larger pool, then donation.
   size_t larger_pool_trial = SIZE_MAX;  // the step as it is, in a larger pool
@@ -294,7 +372,7 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
     ModelSpec s = spec;
     s.donate = true;
     add("allocation", "donate parameters and optimizer state", "jax.jit(step, donate_argnums=(0, 1))", 0.01,
-        "free; the old arrays are gone after the call", s, memory_fraction);
+        "free; the old arrays are gone after the call", s, memory_fraction, false, kStackDonation);
   }
   // 2. location: the activations saved for the backward pass kept in pinned host memory instead.
   size_t offload_trial = SIZE_MAX;
@@ -311,7 +389,6 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
     if (trials.size() > before) offload_trial = before;
   }
   // 3. shapes: precision, rematerialization, accumulation, batch.
-  const bool serving = spec.step == StepKind::kInfer || spec.step == StepKind::kDecode;
   if (spec.precision == Precision::kFp32) {
     ModelSpec s = spec;
     s.precision = Precision::kMixed;
@@ -319,7 +396,7 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
         "x @ W.astype(jnp.bfloat16)  # compute in bfloat16, keep fp32 parameters", 0.02,
         serving ? "faster on tensor cores; check the outputs against fp32"
                 : "faster on tensor cores; check the loss curve",
-        s, memory_fraction);
+        s, memory_fraction, false, kStackPrecision);
   }
   if (spec.step == StepKind::kTrain) {
     const struct {
@@ -342,49 +419,14 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
       s.remat = r.policy;
       s.remat_layers.clear();
       const size_t before = trials.size();
-      add("shapes", fmt::format("remat {}", to_string(r.policy)), r.jax, r.cost, r.note, s, memory_fraction);
+      add("shapes", fmt::format("remat {}", to_string(r.policy)), r.jax, r.cost, r.note, s, memory_fraction,
+          false, kStackRemat);
       if (r.policy == RematPolicy::kDotsNoBatch && trials.size() > before) dots_no_batch_trial = before;
     }
-    ++family;
-    for (uint64_t k : {2, 4, 8, 16}) {
-      ModelSpec s = spec;
-      s.accum = spec.accum * k;
-      add("shapes", fmt::format("gradient accumulation over {} microbatches", s.accum),
-          fmt::format("optax.MultiSteps(optimizer, every_k_schedule={})  # or scan over {} microbatches",
-                      s.accum, s.accum),
-          0.05 * static_cast<double>(k),
-          fmt::format("{} sequential microbatches: less parallel work per kernel", k), s, memory_fraction,
-          true);
-    }
   }
-  ++family;
-  for (uint64_t div : {2, 4}) {
-    ModelSpec s = spec;
-    if (s.batch % div != 0) continue;
-    s.batch /= div;
-    add("shapes", fmt::format("batch {} instead of {}", s.batch, spec.batch),
-        fmt::format("batch_size = {}", s.batch), 0.5 * static_cast<double>(div),
-        // Only training learns from the batch; an inference or decode step serves fewer sequences at once.
-        serving ? "fewer sequences per step: the same requests take more steps"
-                : "changes the optimization: retune the learning rate",
-        s, memory_fraction, true);
-  }
-  // 4. sharding: FSDP over more devices (parameters, gradients and optimizer state split; batch split).
-  if (spec.sharding == ShardingKind::kReplicated && spec.devices() <= 1 && spec.step == StepKind::kTrain) {
-    ++family;
-    for (uint64_t n : {2, 4, 8, 16, 32, 64}) {
-      ModelSpec s = spec;
-      s.sharding = ShardingKind::kFsdp;
-      s.mesh = {n};
-      s.mesh_axes = {"data"};
-      if (s.batch % n != 0) s.batch = (s.batch + n - 1) / n * n;  // the global batch must split
-      add("sharding", fmt::format("FSDP over {} devices", n),
-          fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
-                      "jax.device_put(params, NamedSharding(mesh, P('data')))  # largest axis of each array",
-                      n),
-          static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction, true);
-    }
-  }
+  add_accumulation(spec);
+  add_smaller_batch(spec);
+  add_fsdp(spec);
   // The baseline is planned with the trials (last, so that its plan is not waited on first); the larger
   // pool is the same program.
   trials.push_back({FitCandidate{}, spec, memory_fraction, 0});
@@ -397,17 +439,82 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   trials.pop_back();
   if (offload_trial != SIZE_MAX)
     describe_offload(trials, plans, offload_trial, dots_no_batch_trial, result.baseline);
+  // The stack for a combined round, taken before the rows move into the result.
+  ModelSpec stacked = spec;
+  size_t stacked_changes = 0;
+  {
+    std::vector<size_t> best(kStackGroups, SIZE_MAX);  // per group, the trial that lowered the peak most
+    for (size_t i = 0; i < trials.size(); ++i) {
+      const int g = trials[i].stack_group;
+      if (g == 0 || !plans[i] || plans[i]->peak_bytes >= result.baseline.peak_bytes) continue;
+      if (best[g] == SIZE_MAX || plans[i]->peak_bytes < plans[best[g]]->peak_bytes) best[g] = i;
+    }
+    for (size_t i : best) {
+      if (i == SIZE_MAX) continue;
+      const Trial& t = trials[i];
+      stacked.donate = t.spec.donate || stacked.donate;
+      if (t.stack_group == kStackPrecision) stacked.precision = t.spec.precision;
+      if (t.stack_group == kStackRemat) {
+        stacked.remat = t.spec.remat;
+        stacked.remat_layers = t.spec.remat_layers;
+      }
+      on_top.push(t.row, t.stack_group);
+      ++stacked_changes;
+    }
+  }
   std::vector<bool> family_fits(static_cast<size_t>(family) + 1, false);
-  for (size_t i = 0; i < trials.size(); ++i) {
-    Trial& t = trials[i];
-    if (t.family != 0 && family_fits[static_cast<size_t>(t.family)]) continue;  // a smaller step already fits
-    // Planned: only a member after one that fits goes unplanned, and the line above passed those.
-    const StepPlan& p = *plans[i];
-    t.row.peak_bytes = p.peak_bytes;
-    t.row.limit_bytes = p.limit_bytes;
-    t.row.fits = p.fits;
-    if (t.family != 0 && t.row.fits) family_fits[static_cast<size_t>(t.family)] = true;
-    result.candidates.push_back(std::move(t.row));
+  auto take_rows = [&](std::vector<Trial>& planned, const std::vector<std::optional<StepPlan>>& their_plans) {
+    family_fits.resize(static_cast<size_t>(family) + 1, false);
+    for (size_t i = 0; i < planned.size(); ++i) {
+      Trial& t = planned[i];
+      if (t.family != 0 && family_fits[static_cast<size_t>(t.family)])
+        continue;  // a smaller step already fits
+      // Planned: only a member after one that fits goes unplanned, and the line above passed those.
+      const StepPlan& p = *their_plans[i];
+      t.row.peak_bytes = p.peak_bytes;
+      t.row.limit_bytes = p.limit_bytes;
+      t.row.fits = p.fits;
+      if (t.family != 0 && t.row.fits) family_fits[static_cast<size_t>(t.family)] = true;
+      result.candidates.push_back(std::move(t.row));
+    }
+  };
+  take_rows(trials, plans);
+  auto any_fits = [&] {
+    return std::any_of(result.candidates.begin(), result.candidates.end(),
+                       [](const FitCandidate& c) { return c.fits && !c.only_moves_to_host; });
+  };
+  // 5. combined: no single change fits. The seed's steps are meant to be taken together, in its order: the
+  // changes that lowered the peak are stacked (donation, bf16 compute, the remat policy that saved most:
+  // allocation and shapes), and the stack is tried alone and then over more devices (sharding, the last
+  // step; a step that cannot be sharded so: more accumulation or a smaller batch, a server: a smaller
+  // batch), the family stopping at its first member that fits. These plans run ahead of the family's order
+  // on idle cores (a 300-layer fit would otherwise wait on them one by one).
+  if (!result.baseline.fits && !any_fits() && stacked_changes > 0) {
+    auto planned_so_far = [&, offset = result.programs_planned](size_t done, size_t total) {
+      if (progress) progress(offset + done, offset + total);
+    };
+    trials.clear();
+    if (stacked_changes > 1) {
+      FitCandidate row;
+      row.step = "combined";
+      row.change = on_top.changes;
+      row.code = on_top.code;
+      row.cost = on_top.cost;
+      row.cost_note = on_top.notes;
+      trials.push_back({std::move(row), stacked, memory_fraction, 0});
+    }
+    if (serving) {
+      add_smaller_batch(stacked);
+    } else if (fsdp_applies(stacked)) {
+      add_fsdp(stacked);
+    } else {
+      add_accumulation(stacked);
+      add_smaller_batch(stacked);
+    }
+    MEMFIT_ASSIGN_OR_RETURN(std::vector<std::optional<StepPlan>> on_stack,
+                            plan_trials(trials, capacity_bytes, planned_so_far, /*run_ahead=*/true));
+    for (const std::optional<StepPlan>& p : on_stack) result.programs_planned += p.has_value();
+    take_rows(trials, on_stack);
   }
   // A change that only moves memory to the host is not offered: remat dots_no_batch does as well for less.
   for (size_t i = 0; i < result.candidates.size(); ++i)

@@ -86,6 +86,26 @@ TEST(PlanCommand, FitJsonHasTheArchitecturesKeys) {
   EXPECT_TRUE(nlohmann::json::parse(roomy.out)["fits"].get<bool>());
 }
 
+// When no change fits alone, fit's answer is a combination: exit 0, its change names every change it stacks
+// and its code is one line each (text: indented under it); when even that does not fit, exit 1.
+TEST(PlanCommand, FitOffersACombinationWhenNoChangeFitsAlone) {
+  const auto run =
+      testing::run_cli({"fit", "--model", "gpt", "--layers", "4", "--capacity", "1GiB", "--json"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  const auto j = nlohmann::json::parse(run.out);
+  ASSERT_FALSE(j["changes"].empty());
+  const auto& best = j["changes"][0];
+  EXPECT_EQ(best["step"], "combined");
+  EXPECT_EQ(best["change"], "donation + mixed precision + remat full + FSDP over 4 devices");
+  EXPECT_NE(best["code"].get<std::string>().find("donate_argnums=(0, 1))\nx @ W.astype"), std::string::npos);
+  const auto text = testing::run_cli({"fit", "--model", "gpt", "--layers", "4", "--capacity", "1GiB"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("donate_argnums=(0, 1))\n       x @ W.astype"), std::string::npos) << text.out;
+  const auto hopeless = testing::run_cli({"fit", "--model", "gpt", "--layers", "4", "--capacity", "64MiB"});
+  EXPECT_EQ(hopeless.code, 1) << hopeless.err;
+  EXPECT_NE(hopeless.out.find("no change fits, alone or stacked"), std::string::npos) << hopeless.out;
+}
+
 // --trace-out: the step's plan as a memfit trace; memfit replay runs it through the allocator policies, its
 // live bytes the plan's no-fragmentation bound and each pool at least that.
 TEST(PlanCommand, TraceOutReplaysTheStep) {

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "memfit/core/json.h"
@@ -522,6 +523,60 @@ TEST(ModelZoo, RematLeavesAnInferenceStepAsItIs) {
       EXPECT_EQ(with.host_peak_bytes, 0u);
     }
   }
+}
+
+// No single change fits a 4-layer GPT step into a 1 GiB card: fit stacks the ones that lowered the peak
+// (donation, bf16 compute, the best remat policy) and shards the stack over more devices, and the
+// combination it offers plans to the byte as the same spec written by hand.
+TEST(ModelZoo, FitStacksTheChangesThatHelpWhenNoneFitsAlone) {
+  auto spec = model_spec_from_json(Json::parse(R"({"model": "gpt", "layers": 4})"));
+  ASSERT_TRUE(spec.ok());
+  auto fit = fit_step(*spec, 1ull << 30);
+  ASSERT_TRUE(fit.ok()) << fit.error().message();
+  EXPECT_FALSE(fit->baseline.fits);
+  double donation = 0, mixed = 0, remat_full = 0;
+  uint64_t best_remat = UINT64_MAX;
+  std::string best_remat_name;
+  for (const FitCandidate& c : fit->candidates) {
+    if (c.step == "combined") continue;
+    EXPECT_FALSE(c.fits && !c.only_moves_to_host) << c.change << " fits alone";
+    if (c.change.rfind("donate", 0) == 0) donation = c.cost;
+    if (c.change.rfind("mixed precision", 0) == 0) mixed = c.cost;
+    if (c.change.rfind("remat ", 0) == 0 && c.peak_bytes < best_remat) {
+      best_remat = c.peak_bytes;
+      best_remat_name = c.change;
+      remat_full = c.cost;
+    }
+  }
+  ASSERT_EQ(best_remat_name, "remat full");
+  ASSERT_FALSE(fit->ranked.empty());
+  const FitCandidate& best = fit->candidates[fit->ranked.front()];
+  EXPECT_EQ(best.step, "combined");
+  EXPECT_TRUE(best.fits);
+  EXPECT_LE(best.peak_bytes, best.limit_bytes);
+  EXPECT_EQ(best.change, "donation + mixed precision + remat full + FSDP over 4 devices");
+  EXPECT_DOUBLE_EQ(best.cost, donation + mixed + remat_full + 3.0);    // FSDP over 4 costs 3 more GPUs
+  EXPECT_EQ(std::count(best.code.begin(), best.code.end(), '\n'), 3);  // one line per change
+  // The stack alone and FSDP over 2 were planned on the way, and do not fit; nothing past 4 is shown.
+  size_t combined = 0;
+  for (const FitCandidate& c : fit->candidates) {
+    if (c.step != "combined") continue;
+    ++combined;
+    if (&c != &best) {
+      EXPECT_FALSE(c.fits) << c.change;
+    }
+  }
+  EXPECT_EQ(combined, 3u);
+  ModelSpec by_hand = *spec;
+  by_hand.donate = true;
+  by_hand.precision = Precision::kMixed;
+  by_hand.remat = RematPolicy::kFull;
+  by_hand.sharding = ShardingKind::kFsdp;
+  by_hand.mesh = {4};
+  by_hand.mesh_axes = {"data"};
+  auto planned = plan_step(by_hand, 1ull << 30);
+  ASSERT_TRUE(planned.ok()) << planned.error().message();
+  EXPECT_EQ(planned->peak_bytes, best.peak_bytes);
 }
 
 // An inference step is not trained: fit offers no remat, accumulation or sharding for it, and says what a

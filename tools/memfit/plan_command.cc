@@ -239,20 +239,27 @@ Action add_fit_command(CLI::App& app, Io& io) {
             kMaxUnrolledLayers, b.extrapolated_from[0], b.extrapolated_from[1], b.extrapolated_from[2]);
       io.out << "\n  tried, in the seed's order (allocation, location, shapes, sharding):\n";
       for (const FitCandidate& c : fit->candidates) {
-        io.out << fmt::format("  {:<10} {:<50} {:>10}  {}\n", c.step, c.change, format_bytes(c.peak_bytes),
-                              c.fits ? "fits" : "-");
+        // A change too long for its column (a combined one) has a line of its own.
+        const bool long_name = c.change.size() > 50;
+        if (long_name) io.out << fmt::format("  {:<10} {}\n", c.step, c.change);
+        io.out << fmt::format("  {:<10} {:<50} {:>10}  {}\n", long_name ? "" : c.step,
+                              long_name ? "" : c.change, format_bytes(c.peak_bytes), c.fits ? "fits" : "-");
         if (c.host_peak_bytes > 0) io.out << fmt::format("  {:<10} {}\n", "", c.cost_note);
       }
       if (fit->ranked.empty()) {
-        io.out
-            << "\n  no single change fits: combine them (e.g. remat and sharding) or use a larger device\n";
+        io.out << "\n  no change fits, alone or stacked with the others that help: use a larger device or "
+                  "more of them\n";
       } else {
         io.out << "\n  changes that fit, cheapest first:\n";
         int n = 0;
         for (size_t i : fit->ranked) {
           const FitCandidate& c = fit->candidates[i];
+          // A combined change's code is one line per change it makes.
+          std::string code = c.code;
+          for (size_t at = code.find('\n'); at != std::string::npos; at = code.find('\n', at + 8))
+            code.replace(at, 1, "\n       ");
           io.out << fmt::format("  {}. {} -> peak {} ({})\n       {}\n", ++n, c.change,
-                                format_bytes(c.peak_bytes), c.cost_note, c.code);
+                                format_bytes(c.peak_bytes), c.cost_note, code);
         }
       }
     }

@@ -70,9 +70,9 @@ Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
 
 // One change the seed suggests, tried on the step.
 struct FitCandidate {
-  std::string step;    // allocation | location | shapes | sharding (the seed's order)
-  std::string change;  // "XLA_CLIENT_MEM_FRACTION=.95", "remat dots_saveable", ...
-  std::string code;    // the JAX that applies it
+  std::string step;    // allocation | location | shapes | sharding (the seed's order) | combined
+  std::string change;  // "XLA_CLIENT_MEM_FRACTION=.95", "remat full", "donate ... + remat full + FSDP ..."
+  std::string code;    // the JAX that applies it (a combined change: one line per change)
   double cost = 0;     // extra compute, more steps, devices: lower is cheaper
   std::string cost_note;
   uint64_t peak_bytes = 0;
@@ -93,8 +93,11 @@ struct FitResult {
 
 // Tries the seed's fixes in its order - allocation (a larger pool, donation), location (saved activations
 // offloaded to pinned host memory), shapes (bf16, remat policies, gradient accumulation, a smaller batch),
-// sharding (FSDP over more devices) - and ranks those that fit by their cost. The plans run on every core;
-// `progress` (may be empty) hears each one finish (done, total), from one thread at a time.
+// sharding (FSDP over more devices) - and ranks those that fit by their cost. When none fits alone, the
+// ones that lowered the peak (donation, bf16 compute, the best remat policy) are stacked and tried alone,
+// then under more accumulation, a smaller batch or more devices: step "combined", costs summed. The plans
+// run on every core; `progress` (may be empty) hears each one finish (done, total), from one thread at a
+// time.
 Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction = 0.75,
                              const std::function<void(size_t, size_t)>& progress = {});
 
