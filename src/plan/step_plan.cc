@@ -328,7 +328,9 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   };
   auto add_smaller_batch = [&](const ModelSpec& base) {
     ++family;
-    for (uint64_t div : {2, 4}) {
+    // A server can go down to one sequence at a time; a training run is offered a half and a quarter.
+    const uint64_t most = serving ? 64 : 4;
+    for (uint64_t div = 2; div <= most && div <= base.batch; div *= 2) {
       ModelSpec s = base;
       if (s.batch % div != 0) continue;
       s.batch /= div;
@@ -343,6 +345,26 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   // 4. sharding: FSDP over more devices (parameters, gradients and optimizer state split; batch split).
   auto fsdp_applies = [](const ModelSpec& base) {
     return base.sharding == ShardingKind::kReplicated && base.devices() <= 1 && base.step == StepKind::kTrain;
+  };
+  // A server's sharding: tensor parallel over more devices (each holds its share of the heads, the hidden
+  // units and the KV cache).
+  auto add_tensor_parallel = [&](const ModelSpec& base) {
+    if (!serving || base.sharding != ShardingKind::kReplicated || base.devices() > 1) return;
+    ++family;
+    for (uint64_t n : {2, 4, 8}) {
+      ModelSpec s = base;
+      s.sharding = ShardingKind::kTp;
+      s.mesh = {n};
+      s.mesh_axes = {"model"};
+      add("sharding", fmt::format("tensor parallel over {} devices", n),
+          fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('model',))  # wqkv, w1 by columns; wo, w2 "
+                      "by rows{}",
+                      n,
+                      base.step == StepKind::kDecode
+                          ? "; the KV cache by heads: NamedSharding(mesh, P(None, 'model'))"
+                          : ""),
+          static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction, true);
+    }
   };
   auto add_fsdp = [&](const ModelSpec& base) {
     if (!fsdp_applies(base)) return;
@@ -427,6 +449,7 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   add_accumulation(spec);
   add_smaller_batch(spec);
   add_fsdp(spec);
+  add_tensor_parallel(spec);
   // The baseline is planned with the trials (last, so that its plan is not waited on first); the larger
   // pool is the same program.
   trials.push_back({FitCandidate{}, spec, memory_fraction, 0});
@@ -486,9 +509,9 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   // 5. combined: no single change fits. The seed's steps are meant to be taken together, in its order: the
   // changes that lowered the peak are stacked (donation, bf16 compute, the remat policy that saved most:
   // allocation and shapes), and the stack is tried alone and then over more devices (sharding, the last
-  // step; a step that cannot be sharded so: more accumulation or a smaller batch, a server: a smaller
-  // batch), the family stopping at its first member that fits. These plans run ahead of the family's order
-  // on idle cores (a 300-layer fit would otherwise wait on them one by one).
+  // step; a step that cannot be sharded so: more accumulation or a smaller batch; a server: a smaller
+  // batch, or tensor parallel), each family stopping at its first member that fits. These plans run ahead of
+  // the family's order on idle cores (a 300-layer fit would otherwise wait on them one by one).
   if (!result.baseline.fits && !any_fits() && stacked_changes > 0) {
     auto planned_so_far = [&, offset = result.programs_planned](size_t done, size_t total) {
       if (progress) progress(offset + done, offset + total);
@@ -505,6 +528,7 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
     }
     if (serving) {
       add_smaller_batch(stacked);
+      add_tensor_parallel(stacked);
     } else if (fsdp_applies(stacked)) {
       add_fsdp(stacked);
     } else {

@@ -264,11 +264,15 @@ Status validate_model_spec(const ModelSpec& s) {
           fmt::format("image: {} pixels do not survive {} 2x2 pools", s.image, s.widths.size()));
   }
   if (s.step == StepKind::kDecode) {
-    // As reference_programs.py builds it: the GPT, unrolled, on one device.
+    // As reference_programs.py builds it: the GPT, unrolled, on one device - or split over a tensor-parallel
+    // group (sharding tp, a mesh of the 'model' axis alone), as a server spreads a model too large for one.
     if (s.model != ModelFamily::kGpt) return invalid_argument("step decode is built for the gpt");
     if (s.scan) return invalid_argument("step decode is built without scan");
-    if (s.sharding != ShardingKind::kReplicated || s.devices() > 1)
-      return invalid_argument("step decode is built for one device (no mesh)");
+    const bool tensor_parallel = s.sharding == ShardingKind::kTp && s.devices() == s.axis_size("model");
+    if (!tensor_parallel && (s.sharding != ShardingKind::kReplicated || s.devices() > 1))
+      return invalid_argument(
+          "step decode is built for one device, or tensor parallel (sharding tp over a mesh of 'model' "
+          "only)");
     if (s.backend != Backend::kGpu) return invalid_argument("step decode is built for one GPU (backend gpu)");
     if (s.attn == AttentionKind::kCudnn) return invalid_argument("step decode attends with XLA's attention");
   }

@@ -195,6 +195,12 @@ LoweredEmitter::V LoweredEmitter::gather(const V& x, const V& indices, const std
   return push(make(array(x.shape.type, dims), "gather", {x.name, indices.name}));
 }
 
+LoweredEmitter::V LoweredEmitter::all_reduce_sum(const V& x) {
+  HloInstruction i = make(x.shape, "all-reduce", {x.name});
+  i.called.push_back(region("add"));
+  return push(std::move(i));
+}
+
 LoweredEmitter::V LoweredEmitter::scatter(const V& operand, const V& indices, const V& updates) {
   HloInstruction i = make(operand.shape, "scatter", {operand.name, indices.name, updates.name});
   i.called.push_back(region("add"));

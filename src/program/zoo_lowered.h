@@ -93,6 +93,9 @@ class LoweredEmitter {
   V update_leading(const V& x, const V& update, const V& index);
   // lax.dynamic_update_slice(x, update, starts): `update` written into `x` at the scalar `starts`.
   V dynamic_update_slice(const V& x, const V& update, const std::vector<V>& starts);
+  // The sum of `x` over the devices of a tensor-parallel group (all-reduce with an add region): what XLA's
+  // SPMD partitioner writes after a GEMM whose contraction is split across them.
+  V all_reduce_sum(const V& x);
   // jax.lax.scan as JAX lowers it: a while loop over a tuple of carried values whose element 0 is the
   // s32 counter, run `trips` times. `body` writes the body's instructions (into their own computation)
   // from the carried values and returns their next values; the loop's results are returned.

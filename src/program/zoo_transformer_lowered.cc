@@ -71,6 +71,7 @@ class TransformerStep {
     pdt_ = s.precision == Precision::kBf16 ? PrimitiveType::kBF16 : PrimitiveType::kF32;
     cdt_ = s.precision == Precision::kFp32 ? PrimitiveType::kF32 : PrimitiveType::kBF16;
     batch_ = s.batch;
+    tp_ = s.step == StepKind::kDecode && s.sharding == ShardingKind::kTp ? s.axis_size("model") : 1;
   }
 
   void build(StepArguments& args) {
@@ -118,7 +119,10 @@ class TransformerStep {
       param(embed_, {s_.patch * s_.patch * s_.channels, d}, "params['embed']", args);
       param(head_, {d, s_.classes}, "params['head']", args);
     } else {
-      param(embed_, {s_.vocab, d}, "params['embed']", args);
+      // Tensor parallel: the table split by vocabulary when it divides (each device looks up and scores its
+      // own rows), else whole on every device.
+      vocab_split_ = s_.vocab % tp_ == 0 ? tp_ : 1;
+      param(embed_, {s_.vocab / vocab_split_, d}, "params['embed']", args);
     }
     // Unrolled: a dict per layer. Scanned: one dict of arrays stacked over the layers ([L, ...]).
     blocks_.resize(s_.scan ? 1 : s_.layers);  // sized once: param() keeps pointers to the slots
@@ -132,16 +136,20 @@ class TransformerStep {
         return one;
       };
       LayerParams& b = blocks_[l];
-      param(b.b1, dims({4 * d}), name("b1"), args);
+      // Tensor parallel (Megatron's split, as XLA's SPMD partitioner leaves each device's share): the qkv
+      // projection and the MLP's first GEMM by columns (the heads, the hidden units), the output projection
+      // and the MLP's second GEMM by rows; norms and the last bias whole on every device.
+      const uint64_t t = tp_;
+      param(b.b1, dims({4 * d / t}), name("b1"), args);
       param(b.b2, dims({d}), name("b2"), args);
       param(b.ln1_b, dims({d}), name("ln1_b"), args);
       param(b.ln1_g, dims({d}), name("ln1_g"), args);
       param(b.ln2_b, dims({d}), name("ln2_b"), args);
       param(b.ln2_g, dims({d}), name("ln2_g"), args);
-      param(b.w1, dims({d, 4 * d}), name("w1"), args);
-      param(b.w2, dims({4 * d, d}), name("w2"), args);
-      param(b.wo, dims({d, d}), name("wo"), args);
-      param(b.wqkv, dims({d, 3 * d}), name("wqkv"), args);
+      param(b.w1, dims({d, 4 * d / t}), name("w1"), args);
+      param(b.w2, dims({4 * d / t, d}), name("w2"), args);
+      param(b.wo, dims({d / t, d}), name("wo"), args);
+      param(b.wqkv, dims({d, 3 * d / t}), name("wqkv"), args);
     }
     param(lnf_b_, {d}, "params['lnf_b']", args);
     param(lnf_g_, {d}, "params['lnf_g']", args);
@@ -154,7 +162,7 @@ class TransformerStep {
       for (uint64_t l = 0; l < s_.layers; ++l) {
         for (const char* kv : {"k", "v"}) {
           cache_.push_back(
-              e_.parameter(LoweredEmitter::array(cdt_, {s_.batch, s_.heads, s_.seq, d / s_.heads}),
+              e_.parameter(LoweredEmitter::array(cdt_, {s_.batch, s_.heads / tp_, s_.seq, d / s_.heads}),
                            fmt::format("cache[{}][{}]", l, kv), "kv_cache"));
           args.kv_cache_bytes += cache_.back().shape.own_bytes();
         }
@@ -657,12 +665,18 @@ class TransformerStep {
   // aliases it, so the cache is held once), the scores against the whole cache with the positions after
   // `pos` masked (jnp.where), the f32 softmax, the MLP; then the one token's logits. The step returns the
   // logits and the new cache, each layer's keys and values written over the cache they replace.
+  // Tensor parallel over `tp_` devices, each device's program as XLA's SPMD partitioner writes it: its
+  // heads (and their share of the cache) and hidden units, the partial sums of the output projection and of
+  // the MLP's second GEMM summed over the group (all-reduce), a vocabulary-split table's lookup likewise,
+  // and the logits of the device's own rows of the vocabulary.
   void decode() {
-    const uint64_t batch = s_.batch, d = s_.d_model, heads = s_.heads, hd = d / heads, cached = s_.seq;
+    const uint64_t batch = s_.batch, d = s_.d_model, heads = s_.heads / tp_, hd = s_.d_model / s_.heads,
+                   cached = s_.seq, dl = d / tp_;
     const V zero = e_.scalar(PrimitiveType::kS32);
     // (params['embed'][tok] + dynamic_slice_in_dim(params['pos'], pos, 1)[None]).astype(cdt)
     token_rows_ = e_.reshape(tokens_, {batch, 1, 1});
-    const V rows = e_.gather(embed_, token_rows_);
+    V rows = e_.gather(embed_, token_rows_);
+    if (vocab_split_ > 1) rows = e_.all_reduce_sum(rows);  // the rows other devices hold, zeros here
     const V at = e_.reshape(e_.dynamic_slice(pos_, {position_, zero}, {1, d}), {d});
     V x = cast(with("add", rows, at, {2}), cdt_);
     seq_ = 1;  // the activations hold one token; the cache holds `cached` positions
@@ -673,9 +687,9 @@ class TransformerStep {
     for (size_t l = 0; l < blocks_.size(); ++l) {
       const LayerParams& p = blocks_[l];
       const V h = layer_norm(x, p.ln1_g, p.ln1_b, nullptr);
-      const V qkv = e_.dot(h, cast(p.wqkv, cdt_), {batch, 1, 3 * d}, cdt_);
+      const V qkv = e_.dot(h, cast(p.wqkv, cdt_), {batch, 1, 3 * dl}, cdt_);
       auto head = [&] {
-        return e_.transpose(e_.reshape(e_.slice(qkv, 2, d), {batch, 1, heads, hd}), {0, 2, 1, 3});
+        return e_.transpose(e_.reshape(e_.slice(qkv, 2, dl), {batch, 1, heads, hd}), {0, 2, 1, 3});
       };
       const V q = head(), k = head(), v = head();
       auto write = [&](const V& cache, const V& row) {
@@ -690,23 +704,28 @@ class TransformerStep {
       V ex, sum;
       const V probs = cast(softmax(cast(att, PrimitiveType::kF32), &ex, &sum), cdt_);
       const V o = e_.dot(probs, vc, {batch, heads, 1, hd}, cdt_, 2);
-      const V merged = e_.reshape(e_.transpose(o, {0, 2, 1, 3}), {batch, 1, d});
-      const V x1 = e_.binary("add", x, e_.dot(merged, cast(p.wo, cdt_), {batch, 1, d}, cdt_));
+      const V merged = e_.reshape(e_.transpose(o, {0, 2, 1, 3}), {batch, 1, dl});
+      const V x1 = e_.binary("add", x, summed(e_.dot(merged, cast(p.wo, cdt_), {batch, 1, d}, cdt_)));
       const V h2 = layer_norm(x1, p.ln2_g, p.ln2_b, nullptr);
       const Gelu g = write_gelu(
-          e_, with("add", e_.dot(h2, cast(p.w1, cdt_), {batch, 1, 4 * d}, cdt_), cast(p.b1, cdt_), {2}));
-      const V x2 = e_.binary("add", x1, e_.dot(g.out, cast(p.w2, cdt_), {batch, 1, d}, cdt_));
+          e_, with("add", e_.dot(h2, cast(p.w1, cdt_), {batch, 1, 4 * dl}, cdt_), cast(p.b1, cdt_), {2}));
+      const V x2 = e_.binary("add", x1, summed(e_.dot(g.out, cast(p.w2, cdt_), {batch, 1, d}, cdt_)));
       x = with("add", x2, cast(p.b2, cdt_), {2});
     }
     x = layer_norm(x, lnf_g_, lnf_b_, nullptr);
     const V table = e_.transpose(cast(embed_, cdt_), {1, 0});
-    std::vector<V> results = {cast(e_.dot(x, table, {batch, 1, s_.vocab}, cdt_), PrimitiveType::kF32)};
+    std::vector<V> results = {
+        cast(e_.dot(x, table, {batch, 1, s_.vocab / vocab_split_}, cdt_), PrimitiveType::kF32)};
     results.insert(results.end(), new_cache.begin(), new_cache.end());
     e_.root(results);
     // donate_argnums=(1,): each layer's new keys and values over the cache they replace.
     const auto first_cache = static_cast<int64_t>(params_.size());
     for (size_t k = 0; k < new_cache.size(); ++k) e_.alias(1 + k, first_cache + static_cast<int64_t>(k));
   }
+
+  // A GEMM's partial sums over a contraction split across the tensor-parallel group, summed (as is on one
+  // device).
+  V summed(const V& partial) { return tp_ > 1 ? e_.all_reduce_sum(partial) : partial; }
 
   // Whether block l runs under jax.checkpoint (reference_programs.py's rblock; spec.remat_layers names
   // the checkpointed blocks when it is not empty).
@@ -965,10 +984,12 @@ class TransformerStep {
   LoweredEmitter e_;
   PrimitiveType pdt_, cdt_;
   bool vit_ = false, train_ = false, moments_ = false;
-  bool cudnn_ = false;   // attn: cudnn - jax.nn.dot_product_attention's fused kernel
-  bool masked_ = false;  // GPT's scores masked by jnp.where (the cuDNN kernel masks inside: is_causal)
-  uint64_t seq_ = 0;     // tokens: GPT's sequence, ViT's patches and the class token
-  uint64_t batch_ = 0;   // the rows the ops see: the batch, or a microbatch inside the accumulation loop
+  bool cudnn_ = false;        // attn: cudnn - jax.nn.dot_product_attention's fused kernel
+  bool masked_ = false;       // GPT's scores masked by jnp.where (the cuDNN kernel masks inside: is_causal)
+  uint64_t seq_ = 0;          // tokens: GPT's sequence, ViT's patches and the class token
+  uint64_t batch_ = 0;        // the rows the ops see: the batch, or a microbatch inside the accumulation loop
+  uint64_t tp_ = 1;           // decode: the tensor-parallel group's size (sharding tp), 1 on one device
+  uint64_t vocab_split_ = 1;  // decode: the devices the embedding's vocabulary is split over
   V embed_, cls_, head_, lnf_b_, lnf_g_, pos_, tokens_, labels_, mask_;
   V position_;               // decode: where the new token is written (an s32 argument)
   std::vector<V> cache_;     // decode: each layer's keys and values, [B,H,S,hd]
@@ -996,10 +1017,11 @@ bool transformer_lowers(const ModelSpec& spec) {
   if (spec.scan &&
       (spec.step != StepKind::kTrain || spec.remat == RematPolicy::kOffloadDotsNoBatch || spec.accum != 1))
     return false;
+  // Decode over a tensor-parallel group is written per device (validate_model_spec allows no other mesh).
+  if (spec.step == StepKind::kDecode) return spec.model == ModelFamily::kGpt && !spec.scan;
   if (!one_gpu) return false;
   if (spec.step == StepKind::kInfer)
     return spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit;
-  if (spec.step == StepKind::kDecode) return spec.model == ModelFamily::kGpt && !spec.scan;
   // Training: fp32, mixed or bf16 (a scan in fp32), any remat policy, the elementwise optimizers; gradient
   // accumulation as a scan.
   return (spec.model == ModelFamily::kVit || spec.model == ModelFamily::kGpt) &&

@@ -330,6 +330,79 @@ TEST(ModelZoo, DecodeHoldsTheKvCacheOnce) {
   }
 }
 
+// A decode step split over a tensor-parallel group, as a server spreads a model too large for one GPU: each
+// device holds its share of the heads (and of the KV cache), of the hidden units and of the vocabulary,
+// and sums the split GEMMs' partials over the group (all-reduce) - Megatron's split, per device as XLA's
+// SPMD partitioner writes it. The arithmetic below is done by hand from the model's shapes.
+TEST(ModelZoo, TensorParallelDecodeHoldsEachDevicesShare) {
+  const uint64_t B = 4, S = 256, L = 2, D = 256, H = 4, V = 1000, F = 4 * D, hd = D / H;
+  auto with = [&](const std::string& extra) {
+    return plan(R"({"model": "gpt", "step": "decode", "batch": 4, "seq": 256, "layers": 2, "d_model": 256,
+                    "heads": 4, "vocab": 1000)" +
+                extra + "}");
+  };
+  const StepPlan one = with("");
+  for (uint64_t t : {1, 2, 4}) {
+    SCOPED_TRACE(t);
+    const StepPlan split =
+        t == 1
+            ? one
+            : with(R"(, "sharding": "tp", "mesh": [)" + std::to_string(t) + R"(], "mesh_axes": ["model"])");
+    const uint64_t per_layer = D * 3 * D / t + D / t * D + D * F / t + F / t * D + F / t + D + 4 * D;
+    const uint64_t params = V / t * D + S * D + 2 * D + L * per_layer;
+    const uint64_t cache = L * 2 * B * (H / t) * S * hd * 4;
+    EXPECT_EQ(split.arguments.parameter_count, params);
+    EXPECT_EQ(split.arguments.kv_cache_bytes, cache);
+    EXPECT_EQ(split.hlo.argument_bytes, params * 4 + cache + B * 4 + 4);
+    EXPECT_EQ(split.hlo.alias_bytes, cache);
+    EXPECT_EQ(split.hlo.output_bytes, B * V / t * 4 + cache + 8 * (1 + 2 * L));  // its rows of the logits
+    if (t > 1) {
+      EXPECT_LT(split.peak_bytes, one.peak_bytes / t * 2);
+    }
+    auto spec = model_spec_from_json(Json::parse(
+        t == 1 ? std::string(R"({"model": "gpt", "step": "decode", "layers": 2})")
+               : R"({"model": "gpt", "step": "decode", "layers": 2, "sharding": "tp", "mesh": [)" +
+                     std::to_string(t) + R"(], "mesh_axes": ["model"]})"));
+    ASSERT_TRUE(spec.ok()) << spec.error().message();
+    auto built = build_step_module(*spec);
+    ASSERT_TRUE(built.ok()) << built.error().message();
+    size_t all_reduces = 0;
+    for (const HloInstruction& i : built->computations.back().instructions)
+      all_reduces += i.opcode == HloOpcode::kAllReduce;
+    // Two per layer (after the output projection and the MLP) and the table's lookup; none on one device.
+    EXPECT_EQ(all_reduces, t == 1 ? 0u : 2 * 2 + 1);
+  }
+  // A data axis, or heads that do not split, are refused.
+  for (
+      const char* refused :
+      {R"({"model": "gpt", "step": "decode", "sharding": "tp", "mesh": [2, 2], "mesh_axes": ["data", "model"]})",
+       R"({"model": "gpt", "step": "decode", "heads": 4, "d_model": 256, "sharding": "tp", "mesh": [8],
+            "mesh_axes": ["model"]})"}) {
+    EXPECT_FALSE(model_spec_from_json(Json::parse(refused)).ok()) << refused;
+  }
+}
+
+// A server that does not fit is offered a smaller batch, down to one sequence, and tensor parallelism.
+TEST(ModelZoo, FitOffersAServerTensorParallelism) {
+  auto spec = model_spec_from_json(Json::parse(
+      R"({"model": "gpt", "step": "decode", "batch": 64, "seq": 4096, "layers": 4, "d_model": 1024,
+          "heads": 16, "precision": "bf16"})"));
+  ASSERT_TRUE(spec.ok());
+  auto fit = fit_step(*spec, 1ull << 30);  // a 768 MiB pool: the step's 4.2 GiB does not fit
+  ASSERT_TRUE(fit.ok()) << fit.error().message();
+  EXPECT_FALSE(fit->baseline.fits);
+  const FitCandidate* tp = nullptr;
+  bool small_batch = false;
+  for (const FitCandidate& c : fit->candidates) {
+    if (c.change.rfind("tensor parallel", 0) == 0 && c.fits) tp = &c;
+    small_batch = small_batch || (c.change.rfind("batch 8 instead", 0) == 0);
+  }
+  ASSERT_NE(tp, nullptr);
+  EXPECT_EQ(tp->step, "sharding");
+  EXPECT_NE(tp->code.find("'model'"), std::string::npos);
+  EXPECT_TRUE(small_batch) << "a server's batch goes below a quarter";
+}
+
 // jax.lax.scan is a while loop in the program XLA compiles: one layer's forward and one layer's backward,
 // whatever the number of layers, reading and writing stacks of [layers, ...] values. So a scan of ten
 // thousand layers is the same program as a scan of eight, and its peak grows only by the stacks and the
@@ -579,8 +652,8 @@ TEST(ModelZoo, FitStacksTheChangesThatHelpWhenNoneFitsAlone) {
   EXPECT_EQ(planned->peak_bytes, best.peak_bytes);
 }
 
-// An inference step is not trained: fit offers no remat, accumulation or sharding for it, and says what a
-// smaller batch or bf16 compute costs a server, not a training run.
+// An inference step is not trained: fit offers no remat, accumulation or FSDP for it (a server's sharding is
+// tensor parallel), and says what a smaller batch or bf16 compute costs a server, not a training run.
 TEST(ModelZoo, FitSpeaksOfServingForAnInferenceStep) {
   auto spec = model_spec_from_json(Json::parse(R"({"model": "gpt", "step": "infer", "batch": 64})"));
   ASSERT_TRUE(spec.ok());
@@ -590,7 +663,9 @@ TEST(ModelZoo, FitSpeaksOfServingForAnInferenceStep) {
   for (const FitCandidate& c : fit->candidates) {
     EXPECT_EQ(c.change.find("remat"), std::string::npos) << c.change;
     EXPECT_EQ(c.change.find("accumulation"), std::string::npos) << c.change;
-    EXPECT_NE(c.step, "sharding") << c.change;
+    if (c.step == "sharding") {
+      EXPECT_EQ(c.change.rfind("tensor parallel over", 0), 0u) << c.change;
+    }
     EXPECT_EQ(c.cost_note.find("learning rate"), std::string::npos) << c.cost_note;
     EXPECT_EQ(c.cost_note.find("loss curve"), std::string::npos) << c.cost_note;
     if (c.change.rfind("batch ", 0) == 0) {
