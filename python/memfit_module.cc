@@ -72,10 +72,14 @@ py::object plan(const py::object& spec, const py::object& capacity, double mem_f
       value_or_raise(memfit::plan_step(s, capacity_of(capacity), mem_fraction))));
 }
 
-py::object fit(const py::object& spec, const py::object& capacity, double mem_fraction) {
+py::object fit(const py::object& spec, const py::object& capacity, double mem_fraction,
+               const std::string& largest) {
   const memfit::ModelSpec s = value_or_raise(memfit::cli::spec_from_config(from_python(spec)));
   const auto c = capacity_of(capacity);
   if (!c) throw py::value_error("memfit fit needs --capacity or --device");
+  if (!largest.empty())
+    return to_python(memfit::cli::largest_fit_to_json(
+        value_or_raise(memfit::largest_fitting(s, largest, *c, mem_fraction))));
   return to_python(memfit::cli::fit_to_json(value_or_raise(memfit::fit_step(s, *c, mem_fraction))));
 }
 
@@ -128,7 +132,10 @@ PYBIND11_MODULE(memfit, m) {
         "Plan a model-zoo step from a dict of programs.json config keys; capacity: bytes or '80GiB' or "
         "'h200'.");
   m.def("fit", &fit, py::arg("spec"), py::arg("capacity"), py::arg("mem_fraction") = 0.75,
-        "The seed's fixes, ranked, for a step that should fit `capacity`.");
+        py::arg("largest") = "",
+        "The seed's fixes, ranked, for a step that should fit `capacity`; largest='batch' or 'seq': the "
+        "largest "
+        "that fits instead.");
   m.def(
       "env", &env, py::arg("environ") = py::none(), py::arg("capacity") = py::none(),
       "What the XLA variables of `environ` (default: this process's) make JAX do on a device of `capacity`.");

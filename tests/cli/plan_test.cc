@@ -106,6 +106,34 @@ TEST(PlanCommand, FitOffersACombinationWhenNoChangeFitsAlone) {
   EXPECT_NE(hopeless.out.find("no change fits, alone or stacked"), std::string::npos) << hopeless.out;
 }
 
+// fit --largest: the largest batch or seq that fits, in text and JSON; exit 1 when none does, 2 for a key
+// the model has not.
+TEST(PlanCommand, FitLargestFindsTheBiggestBatch) {
+  const std::vector<std::string> base = {"fit",      "--model", "gpt",   "--step", "decode",
+                                         "--layers", "4",       "--seq", "4096",   "--d-model",
+                                         "1024",     "--heads", "16"};
+  auto with = [&](std::vector<std::string> extra, const char* capacity = "2GiB") {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {"--capacity", capacity});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return testing::run_cli(args);
+  };
+  const auto json = with({"--largest", "batch", "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_TRUE(j["fits"].get<bool>());
+  const auto& l = j["largest"];
+  EXPECT_EQ(l["key"], "batch");
+  EXPECT_GT(l["value"].get<uint64_t>(), 1u);
+  EXPECT_LE(l["peak_bytes"].get<uint64_t>(), l["limit_bytes"].get<uint64_t>());
+  EXPECT_GT(l["next_peak_bytes"].get<uint64_t>(), l["limit_bytes"].get<uint64_t>());
+  const auto text = with({"--largest", "batch"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("the largest batch that fits"), std::string::npos) << text.out;
+  EXPECT_EQ(with({"--largest", "seq"}, "64MiB").code, 1);
+  EXPECT_EQ(with({"--largest", "depth"}).code, 2);
+}
+
 // --trace-out: the step's plan as a memfit trace; memfit replay runs it through the allocator policies, its
 // live bytes the plan's no-fragmentation bound and each pool at least that.
 TEST(PlanCommand, TraceOutReplaysTheStep) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "memfit/core/json.h"
+#include "memfit/plan/largest_fit.h"
 #include "memfit/plan/step_plan.h"
 #include "memfit/program/model_zoo.h"
 
@@ -380,6 +381,53 @@ TEST(ModelZoo, TensorParallelDecodeHoldsEachDevicesShare) {
             "mesh_axes": ["model"]})"}) {
     EXPECT_FALSE(model_spec_from_json(Json::parse(refused)).ok()) << refused;
   }
+}
+
+// The largest batch (or context) that fits: the boundary between plans that fit and plans that do not,
+// checked here by planning both sides of it again.
+TEST(ModelZoo, LargestFitIsTheBoundaryOfWhatFits) {
+  auto spec = model_spec_from_json(Json::parse(
+      R"({"model": "gpt", "step": "decode", "batch": 1, "seq": 4096, "layers": 4, "d_model": 1024,
+          "heads": 16, "precision": "bf16"})"));
+  ASSERT_TRUE(spec.ok());
+  const uint64_t capacity = 2ull << 30;
+  for (const char* key : {"batch", "seq"}) {
+    SCOPED_TRACE(key);
+    auto found = largest_fitting(*spec, key, capacity);
+    ASSERT_TRUE(found.ok()) << found.error().message();
+    ASSERT_GT(found->value, 1u);
+    EXPECT_EQ(found->next_value, found->value + 1);
+    ModelSpec at = *spec, past = *spec;
+    (std::string(key) == "batch" ? at.batch : at.seq) = found->value;
+    (std::string(key) == "batch" ? past.batch : past.seq) = found->next_value;
+    auto fits = plan_step(at, capacity);
+    auto too_big = plan_step(past, capacity);
+    ASSERT_TRUE(fits.ok() && too_big.ok());
+    EXPECT_TRUE(fits->fits);
+    EXPECT_FALSE(too_big->fits);
+    EXPECT_EQ(found->plan.peak_bytes, fits->peak_bytes);
+    ASSERT_TRUE(found->next_peak_bytes.has_value());
+    EXPECT_EQ(*found->next_peak_bytes, too_big->peak_bytes);
+    EXPECT_LT(found->programs_planned, 40u);  // doubling, then bisecting
+  }
+  // A training batch moves in whole microbatches.
+  auto accum = model_spec_from_json(Json::parse(R"({"model": "gpt", "layers": 2, "accum": 4, "batch": 4})"));
+  ASSERT_TRUE(accum.ok());
+  auto batches = largest_fitting(*accum, "batch", 8ull << 30);
+  ASSERT_TRUE(batches.ok()) << batches.error().message();
+  EXPECT_EQ(batches->step, 4u);
+  EXPECT_EQ(batches->value % 4, 0u);
+  EXPECT_EQ(batches->next_value, batches->value + 4);
+  // Nothing fits a device smaller than the parameters: value 0, and the smallest step's plan says why.
+  auto none = largest_fitting(*spec, "batch", 64ull << 20);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->value, 0u);
+  EXPECT_FALSE(none->plan.fits);
+  // A model without a sequence, or a key that is not one, is refused.
+  auto vit = model_spec_from_json(Json::parse(R"({"model": "vit"})"));
+  ASSERT_TRUE(vit.ok());
+  EXPECT_FALSE(largest_fitting(*vit, "seq", capacity).ok());
+  EXPECT_FALSE(largest_fitting(*spec, "layers", capacity).ok());
 }
 
 // A server that does not fit is offered a smaller batch, down to one sequence, and tensor parallelism.

@@ -64,6 +64,8 @@ def test_plan_fit_and_env_agree_with_the_cli():
         assert memfit.plan(spec, capacity="h200") == cli_json("plan", spec_file, "--device", "h200")
         assert memfit.plan(spec) == cli_json("plan", spec_file)
         assert memfit.fit(spec, "24GiB") == cli_json("fit", spec_file, "--capacity", "24GiB", code=0)
+        assert memfit.fit(spec, "24GiB", largest="batch") == cli_json("fit", spec_file, "--capacity", "24GiB",
+                                                                      "--largest", "batch", code=0)
     finally:
         os.remove(spec_file)
     environ = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_CLIENT_MEM_FRACTION": "0.5"}

@@ -11,6 +11,7 @@
 #include "memfit/core/xla_env.h"
 #include "memfit/diagnose/doctor.h"
 #include "memfit/plan/hlo_plan.h"
+#include "memfit/plan/largest_fit.h"
 #include "memfit/plan/live_profile.h"
 #include "memfit/plan/step_plan.h"
 #include "memfit/plan/xla_comparison.h"
@@ -55,6 +56,7 @@ Json hlo_run_to_json(const HloRun& run,
 Json xla_comparison_to_json(const std::string& path, const XlaComparison& comparison);
 Json step_plan_to_json(const StepPlan& plan);
 Json fit_to_json(const FitResult& fit);
+Json largest_fit_to_json(const LargestFit& fit);
 Json env_to_json(const XlaAllocatorPlan& plan, const Environment& env, std::string_view capacity_source);
 Json doctor_to_json(const DoctorReport& report);
 void add_share_groups(DoctorReport& report);  // the machine's lease groups, into the facts

@@ -9,6 +9,7 @@
 #include "memfit/core/device_catalog.h"
 #include "memfit/core/file_io.h"
 #include "memfit/core/json.h"
+#include "memfit/plan/largest_fit.h"
 #include "memfit/plan/step_plan.h"
 #include "plan_options.h"
 #include "progress.h"
@@ -84,7 +85,42 @@ Json fit_to_json(const FitResult& fit) {
   return j;
 }
 
+Json largest_fit_to_json(const LargestFit& f) {
+  Json j;
+  j["fits"] = f.value > 0;
+  Json l;
+  l["key"] = f.key;
+  l["value"] = f.value;
+  l["step"] = f.step;
+  l["peak_bytes"] = f.plan.peak_bytes;
+  l["limit_bytes"] = f.plan.limit_bytes;
+  l["next_value"] = f.next_value;
+  if (f.next_peak_bytes) l["next_peak_bytes"] = *f.next_peak_bytes;
+  if (!f.next_refused.empty()) l["next_refused"] = f.next_refused;
+  l["programs_planned"] = f.programs_planned;
+  j["largest"] = l;
+  j["plan"] = step_plan_to_json(f.plan);
+  return j;
+}
+
 namespace {
+
+void print_largest(std::ostream& out, const LargestFit& f) {
+  const StepPlan& p = f.plan;
+  out << fmt::format("memfit fit: the largest {} that fits a pool of {} ({:.0f}% of {}): {}\n", f.key,
+                     format_bytes(p.limit_bytes), 100 * p.memory_fraction, format_bytes(*p.capacity_bytes),
+                     f.value > 0 ? std::to_string(f.value) : "none");
+  if (f.value > 0) out << fmt::format("  {} {}: peak {}, fits\n", f.key, f.value, format_bytes(p.peak_bytes));
+  if (f.next_peak_bytes) {
+    out << fmt::format("  {} {}: peak {}, does not\n", f.key, f.next_value, format_bytes(*f.next_peak_bytes));
+  } else if (!f.next_refused.empty()) {
+    out << fmt::format("  {} {}: not built ({})\n", f.key, f.next_value, f.next_refused);
+  }
+  if (f.step > 1)
+    out << fmt::format("  ({} in steps of {}: it splits into microbatches and over the data axis)\n", f.key,
+                       f.step);
+  out << fmt::format("  ({} plans)\n", f.programs_planned);
+}
 
 void print(std::ostream& out, const StepPlan& p) {
   const ModelSpec& s = p.spec;
@@ -212,12 +248,31 @@ Action add_plan_command(CLI::App& app, Io& io) {
 
 Action add_fit_command(CLI::App& app, Io& io) {
   auto options = std::make_shared<PlanOptions>();
+  auto largest = std::make_shared<std::string>();
   add_plan_options(app, *options);
-  return [options, &io]() -> int {
+  app.add_option(
+      "--largest", *largest,
+      "Instead of changes: the largest batch (or seq) that fits - a server's concurrent sequences or "
+      "context, a training run's batch");
+  return [options, largest, &io]() -> int {
     auto in = resolve_plan_inputs(*options);
     if (!in.ok()) return fail(io, in.error());
     if (!in->capacity_bytes) return fail(io, invalid_argument("memfit fit needs --capacity or --device"));
     Progress progress(io.err, io.stderr_is_terminal);
+    if (!largest->empty()) {
+      auto found = largest_fitting(in->spec, *largest, *in->capacity_bytes, options->memory_fraction,
+                                   [&](const std::string& trying) {
+                                     progress.update(fmt::format("memfit fit: planning {}", trying));
+                                   });
+      progress.done();
+      if (!found.ok()) return fail(io, found.error());
+      if (options->json) {
+        io.out << json_to_output(largest_fit_to_json(*found));
+      } else {
+        print_largest(io.out, *found);
+      }
+      return found->value > 0 ? kExitOk : kExitFinding;
+    }
     auto fit =
         fit_step(in->spec, *in->capacity_bytes, options->memory_fraction, [&](size_t done, size_t total) {
           progress.update(fmt::format("memfit fit: planned {} of {} changes", done, total));

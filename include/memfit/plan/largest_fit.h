@@ -1,0 +1,36 @@
+// memfit/plan/largest_fit.h - the largest batch (or sequence) at which a step still fits a device: a
+// server's concurrent sequences or context length, a training run's batch before accumulation is needed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "memfit/core/status.h"
+#include "memfit/plan/step_plan.h"
+
+namespace memfit {
+
+struct LargestFit {
+  std::string key;     // "batch" or "seq"
+  uint64_t step = 1;   // the values tried are its multiples (a batch splits into microbatches and devices)
+  uint64_t value = 0;  // the largest that fits; 0 when not even `step` does
+  StepPlan plan;       // at `value` (at `step` when none fits)
+  // The first value that does not fit (value + step), and its peak; its reason when it could not be built
+  // at all (a size past 64 bits, a spec budget) rather than planned too large.
+  uint64_t next_value = 0;
+  std::optional<uint64_t> next_peak_bytes;
+  std::string next_refused;
+  size_t programs_planned = 0;
+};
+
+// Doubles `key` from its smallest value until the step no longer fits XLA's pool of `capacity_bytes`, then
+// bisects: the peak grows with the batch and with the sequence, so the answer is the boundary between
+// plans that fit and plans that do not (about 2 log2(value) plans). `key` is "batch", or "seq" for a model
+// with a sequence (gpt, flax_encoder). `progress` (may be empty) hears each value as it is planned.
+Expected<LargestFit> largest_fitting(const ModelSpec& spec, const std::string& key, uint64_t capacity_bytes,
+                                     double memory_fraction = 0.75,
+                                     const std::function<void(const std::string&)>& progress = {});
+
+}  // namespace memfit
