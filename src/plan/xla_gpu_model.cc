@@ -1014,10 +1014,7 @@ void list_schedule(HloComputation& comp) {
   for (uint32_t i = 0; i < n; ++i) {
     if (!done[i]) run(i);  // the root, last
   }
-  std::vector<HloInstruction> out;
-  out.reserve(n);
-  for (uint32_t i : order) out.push_back(std::move(comp.instructions[i]));
-  comp.instructions = std::move(out);
+  reorder_instructions(comp.instructions, order);
 }
 
 // When the copy to the host runs. XLA's latency-hiding scheduler (xla/service/latency_hiding_scheduler.cc),
@@ -1061,10 +1058,7 @@ void defer_host_copies(HloComputation& comp) {
 void xla_post_order(HloComputation& comp) {
   const std::vector<uint32_t> order = instruction_post_order(comp);
   if (order.size() != comp.instructions.size()) return;  // a cycle: not a program XLA accepts; keep its order
-  std::vector<HloInstruction> out;
-  out.reserve(order.size());
-  for (uint32_t i : order) out.push_back(std::move(comp.instructions[i]));
-  comp.instructions = std::move(out);
+  reorder_instructions(comp.instructions, order);
 }
 
 }  // namespace

@@ -465,6 +465,40 @@ std::string buffer_placement_attribute(std::string_view attributes) {
   return end == std::string_view::npos ? std::string() : std::string(attributes.substr(i, end - i));
 }
 
+void reorder_instructions(std::vector<HloInstruction>& instructions, const std::vector<uint32_t>& order) {
+  const size_t n = instructions.size();
+  // The full permutation: position i takes what was at from[i] - those named first, the rest after (dropped).
+  std::vector<uint32_t> from;
+  from.reserve(n);
+  std::vector<bool> named(n, false);
+  for (uint32_t k : order) {
+    if (k >= n || named[k]) continue;
+    named[k] = true;
+    from.push_back(k);
+  }
+  const size_t kept = from.size();
+  for (uint32_t k = 0; k < n; ++k)
+    if (!named[k]) from.push_back(k);
+  // Each cycle of the permutation, followed with one instruction held aside.
+  std::vector<bool> placed(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (placed[i] || from[i] == i) continue;
+    HloInstruction held = std::move(instructions[i]);
+    size_t j = i;
+    for (;;) {
+      placed[j] = true;
+      const size_t k = from[j];
+      if (k == i) {
+        instructions[j] = std::move(held);
+        break;
+      }
+      instructions[j] = std::move(instructions[k]);
+      j = k;
+    }
+  }
+  instructions.resize(kept);
+}
+
 std::vector<uint32_t> instruction_post_order(const HloComputation& comp) {
   const auto& insts = comp.instructions;
   NameIndex index;

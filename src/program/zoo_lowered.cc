@@ -507,10 +507,7 @@ void LoweredEmitter::seal(std::string name, bool is_entry) {
   c.is_entry = is_entry;
   c.instructions = std::move(entry_);
   entry_.clear();
-  std::vector<HloInstruction> ordered;
-  ordered.reserve(c.instructions.size());
-  for (uint32_t k : instruction_post_order(c)) ordered.push_back(std::move(c.instructions[k]));
-  c.instructions = std::move(ordered);
+  reorder_instructions(c.instructions, instruction_post_order(c));
   m_.computations.push_back(std::move(c));
 }
 

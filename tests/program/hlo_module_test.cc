@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "memfit/core/file_io.h"
 #include "memfit/core/json.h"
 
@@ -138,6 +140,37 @@ TEST(HloModule, BufferPlacementReadsBothSpellings) {
   EXPECT_EQ(buffer_placement_attribute(R"({_xla_buffer_placement})"), "");
   EXPECT_EQ(buffer_placement_attribute(R"({_xla_buffer_placement = "unterminated)"), "");
   EXPECT_EQ(buffer_placement_attribute(R"({mhlo.sharding = "{replicated}"})"), "");
+}
+
+// Reordering in place: every permutation of four follows its order, and indices not named (or named twice,
+// or out of range) are dropped or ignored.
+TEST(HloModule, ReorderInstructionsFollowsTheOrderInPlace) {
+  auto named = [](std::initializer_list<const char*> names) {
+    std::vector<HloInstruction> v;
+    for (const char* n : names) {
+      HloInstruction i;
+      i.name = n;
+      i.operands = {std::string(n) + "_operand"};
+      v.push_back(std::move(i));
+    }
+    return v;
+  };
+  auto names = [](const std::vector<HloInstruction>& v) {
+    std::string out;
+    for (const HloInstruction& i : v) out += i.name + (i.operands.at(0) == i.name + "_operand" ? "" : "!");
+    return out;
+  };
+  std::vector<uint32_t> order = {0, 1, 2, 3};
+  do {
+    auto v = named({"a", "b", "c", "d"});
+    reorder_instructions(v, order);
+    std::string expected;
+    for (uint32_t k : order) expected += static_cast<char>('a' + k);
+    EXPECT_EQ(names(v), expected);
+  } while (std::next_permutation(order.begin(), order.end()));
+  auto v = named({"a", "b", "c", "d", "e"});
+  reorder_instructions(v, {4, 2, 2, 9, 0});
+  EXPECT_EQ(names(v), "eca");
 }
 
 }  // namespace

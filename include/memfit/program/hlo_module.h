@@ -106,6 +106,11 @@ std::string buffer_placement_attribute(std::string_view attributes);
 // cycle (no program XLA accepts) are left out.
 std::vector<uint32_t> instruction_post_order(const HloComputation& comp);
 
+// Reorders `instructions` in place to `order` (indices into it, each at most once), dropping those it does
+// not name: a deep model's entry (10^5 instructions of a few hundred bytes each) is reordered without a
+// second array.
+void reorder_instructions(std::vector<HloInstruction>& instructions, const std::vector<uint32_t>& order);
+
 struct HloAlias {
   std::vector<uint64_t> output_index;
   int64_t parameter = 0;
