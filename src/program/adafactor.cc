@@ -16,6 +16,8 @@ AdafactorMoments adafactor_moments(const std::vector<uint64_t>& dims, uint64_t m
     const size_t d1 = order[order.size() - 2], d0 = order.back();
     if (dims[d1] >= min_dim_size_to_factor) {
       m.factored = true;
+      m.largest_dim = d0;
+      m.second_dim = d1;
       m.v_row = dims;
       m.v_row.erase(m.v_row.begin() + static_cast<std::ptrdiff_t>(d0));
       m.v_col = dims;

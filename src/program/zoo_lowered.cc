@@ -350,18 +350,59 @@ LoweredEmitter::V optimizer_parameter(LoweredEmitter& e, const Shape& shape, con
   return e.parameter(shape, name, "optimizer_state");
 }
 
-OptimizerState declare_optimizer_state(LoweredEmitter& e, const std::vector<LoweredEmitter::V>& params,
+bool keeps_optimizer_state(const ModelSpec& spec) {
+  // A training step (per-example gradients by vmap included); inference keeps none.
+  return spec.step != StepKind::kInfer && spec.step != StepKind::kDecode &&
+         (spec.optimizer == OptimizerKind::kAdam || spec.optimizer == OptimizerKind::kAdamW ||
+          spec.optimizer == OptimizerKind::kAdafactor);
+}
+
+OptimizerState declare_optimizer_state(LoweredEmitter& e, const ModelSpec& spec,
+                                       const std::vector<LoweredEmitter::V>& params,
                                        const std::vector<std::string>& names, StepArguments& args) {
   OptimizerState state;
   constexpr std::string_view kPrefix = "params";
+  auto key_of = [&](size_t i) {
+    return std::string_view(names[i]).substr(names[i].rfind(kPrefix, 0) == 0 ? kPrefix.size()
+                                                                             : names[i].size());
+  };
+  if (spec.optimizer == OptimizerKind::kAdafactor) {
+    // FactoredState(count, v_row, v_col, v), flattened in that order; jax.jit drops the placeholders.
+    state.adafactor = true;
+    const size_t n = params.size();
+    state.v_row.resize(n);
+    state.v_col.resize(n);
+    state.v.resize(n);
+    state.v_row_argument.assign(n, -1);
+    state.v_col_argument.assign(n, -1);
+    state.v_argument.assign(n, -1);
+    state.count_argument = static_cast<int64_t>(e.parameter_count());
+    state.count =
+        optimizer_parameter(e, LoweredEmitter::array(PrimitiveType::kS32, {}), "opt[0].count", args);
+    for (const LoweredEmitter::V& p : params) state.moments.push_back(adafactor_moments(p.shape.dims));
+    auto declare = [&](const char* what, bool factored, std::vector<LoweredEmitter::V>& into,
+                       std::vector<int64_t>& numbers, auto dims_of) {
+      for (size_t i = 0; i < n; ++i) {
+        if (state.moments[i].factored != factored) continue;
+        numbers[i] = static_cast<int64_t>(e.parameter_count());
+        into[i] =
+            optimizer_parameter(e, LoweredEmitter::array(PrimitiveType::kF32, dims_of(state.moments[i])),
+                                fmt::format("opt[0].{}{}", what, key_of(i)), args);
+      }
+    };
+    declare("v_row", true, state.v_row, state.v_row_argument,
+            [](const AdafactorMoments& m) { return m.v_row; });
+    declare("v_col", true, state.v_col, state.v_col_argument,
+            [](const AdafactorMoments& m) { return m.v_col; });
+    declare("v", false, state.v, state.v_argument, [](const AdafactorMoments& m) { return m.v; });
+    return state;
+  }
   for (int k = 0; k < 2; ++k) {
     std::vector<LoweredEmitter::V>& moment = k == 0 ? state.m : state.v;
     for (size_t i = 0; i < params.size(); ++i) {
-      const std::string_view key = std::string_view(names[i]).substr(
-          names[i].rfind(kPrefix, 0) == 0 ? kPrefix.size() : names[i].size());
       moment.push_back(optimizer_parameter(e,
                                            LoweredEmitter::array(PrimitiveType::kF32, params[i].shape.dims),
-                                           fmt::format("opt[{}]{}", k, key), args));
+                                           fmt::format("opt[{}]{}", k, key_of(i)), args));
     }
   }
   state.count = optimizer_parameter(e, LoweredEmitter::array(PrimitiveType::kS32, {}), "opt[2]", args);
@@ -442,9 +483,124 @@ LoweredEmitter::V accumulate_gradients(LoweredEmitter& e, uint64_t microbatches,
   return e.binary("divide", done[loss_at], e.scalar(PrimitiveType::kF32));
 }
 
+namespace {
+
+// optax.adafactor(lr) as optax writes it (optax/_src/factorized.py scale_by_factored_rms, then
+// clip_by_block_rms(1.0), scale_by_learning_rate, scale_by_param_block_rms), op for op as the shared
+// flax_encoder_adafactor_b32's lowered program has it: per parameter the squared gradient's row and column
+// means (or the full moment), the update's RMS and the parameter's RMS as reductions, and the elementwise
+// update over the parameter; the placeholders it returns are zeros.
+void write_adafactor_update(LoweredEmitter& e, const ModelSpec& spec,
+                            const std::vector<LoweredEmitter::V>& params,
+                            const std::vector<LoweredEmitter::V>& grads, const OptimizerState& state,
+                            const std::vector<LoweredEmitter::V>& extra) {
+  using Value = LoweredEmitter::V;  // not V: a writer in the same unity batch has its own V
+  const PrimitiveType f32 = PrimitiveType::kF32;
+  auto splat = [&](const Value& like) { return e.splat(like.shape.type, like.shape.dims); };
+  auto widen = [&](const Value& x) { return x.shape.type == f32 ? x : e.convert(x, f32); };
+  auto every_dim = [](const Value& x) {
+    std::vector<int64_t> all(x.shape.dims.size());
+    for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int64_t>(d);
+    return all;
+  };
+  auto but = [](size_t rank,
+                size_t gone) {  // the dimensions a statistic keeps, as broadcast_in_dim names them
+    std::vector<int64_t> kept;
+    for (size_t d = 0; d < rank; ++d)
+      if (d != gone) kept.push_back(static_cast<int64_t>(d));
+    return kept;
+  };
+  // The mean of x over `dims`, and its block RMS (a scalar).
+  auto mean = [&](const Value& x, const std::vector<int64_t>& dims) {
+    const Value sum = e.reduce_sum(x, dims);
+    return e.binary("divide", sum, splat(sum));
+  };
+  auto rms = [&](const Value& x) { return e.unary("sqrt", mean(e.binary("multiply", x, x), every_dim(x))); };
+  e.set_op_name("jit(step)/update");
+  e.set_category("optimizer_state");
+  const Value count = e.binary("add", state.count, e.scalar(PrimitiveType::kS32));
+  // decay_rate_t = 1 - (count + 1)^-0.8
+  const Value decay =
+      e.binary("subtract", e.scalar(f32), e.binary("power", e.convert(count, f32), e.scalar(f32)));
+  const Value keep = e.binary("subtract", e.scalar(f32), decay);
+  const size_t n = params.size();
+  std::vector<Value> new_p(n), new_row(n), new_col(n), new_v(n);
+  for (size_t k = 0; k < n; ++k) {
+    const AdafactorMoments& a = state.moments[k];
+    const Value g = widen(grads[k]);
+    const Value p = widen(params[k]);
+    const size_t rank = g.shape.dims.size();
+    e.set_category("optimizer_state");
+    const Value squared = e.binary("add", e.binary("multiply", g, g), splat(g));  // + epsilon 1e-30
+    Value u;
+    auto moving = [&](const Value& old, const Value& now) {
+      return e.binary("add", e.binary("multiply", e.broadcast(decay, old.shape.dims, {}), old),
+                      e.binary("multiply", e.broadcast(keep, old.shape.dims, {}), now));
+    };
+    if (a.factored) {
+      new_row[k] = moving(state.v_row[k], mean(squared, {static_cast<int64_t>(a.largest_dim)}));
+      new_col[k] = moving(state.v_col[k], mean(squared, {static_cast<int64_t>(a.second_dim)}));
+      // row_factor = (v_row / mean(v_row))^-0.5, col_factor = v_col^-0.5, broadcast back over the gradient.
+      const Value row_mean = e.broadcast(mean(new_row[k], every_dim(new_row[k])), new_row[k].shape.dims, {});
+      const Value row_factor = e.binary("power", e.binary("divide", new_row[k], row_mean), splat(new_row[k]));
+      const Value col_factor = e.binary("power", new_col[k], splat(new_col[k]));
+      e.set_category("temporaries");
+      u = e.binary("multiply",
+                   e.binary("multiply", g, e.broadcast(row_factor, g.shape.dims, but(rank, a.largest_dim))),
+                   e.broadcast(col_factor, g.shape.dims, but(rank, a.second_dim)));
+    } else {
+      new_v[k] = moving(state.v[k], squared);
+      e.set_category("temporaries");
+      u = e.binary("multiply", g, e.binary("power", new_v[k], splat(new_v[k])));
+    }
+    // clip_by_block_rms(1.0): u / max(rms(u), 1); scale_by_learning_rate; scale_by_param_block_rms:
+    // * max(rms(p), eps), the parameter's RMS taken of where(rms(p) <= eps, 1, p) as optax writes it.
+    const Value clip = e.binary("maximum", rms(u), e.scalar(f32));
+    const Value clipped = e.binary("divide", u, e.broadcast(clip, u.shape.dims, {}));
+    const Value scaled = e.binary("multiply", clipped, splat(clipped));
+    const Value small = e.compare(rms(p), e.scalar(f32));
+    const Value guarded = e.select(e.broadcast(small, p.shape.dims, {}), splat(p), p);
+    const Value scale = e.select(small, e.scalar(f32), rms(guarded));
+    e.set_category("parameters");
+    const Value step =
+        e.binary("multiply", e.binary("multiply", scaled, e.broadcast(scale, p.shape.dims, {})),
+                 splat(p));  // flip_sign: * -1
+    Value out = e.binary("add", p, step);
+    if (params[k].shape.type != f32) out = e.convert(out, params[k].shape.type);
+    new_p[k] = out;
+  }
+  // The results: parameters, then FactoredState(count, v_row, v_col, v) with zeros where a placeholder is.
+  e.set_category("optimizer_state");
+  std::vector<Value> results = new_p;
+  std::vector<std::pair<size_t, int64_t>> replaced;  // (result, the argument it is written over)
+  for (size_t k = 0; k < n; ++k) replaced.emplace_back(k, static_cast<int64_t>(k));
+  replaced.emplace_back(results.size(), state.count_argument);
+  results.push_back(count);
+  auto add_tree = [&](const std::vector<Value>& news, const std::vector<int64_t>& arguments) {
+    for (size_t k = 0; k < n; ++k) {
+      if (arguments[k] >= 0) {
+        replaced.emplace_back(results.size(), arguments[k]);
+        results.push_back(news[k]);
+      } else {
+        results.push_back(e.splat(f32, {1}));
+      }
+    }
+  };
+  add_tree(new_row, state.v_row_argument);
+  add_tree(new_col, state.v_col_argument);
+  add_tree(new_v, state.v_argument);
+  results.insert(results.end(), extra.begin(), extra.end());
+  e.root(results);
+  if (!spec.donate) return;
+  for (const auto& [result, argument] : replaced) e.alias(result, argument);
+}
+
+}  // namespace
+
 void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<LoweredEmitter::V>& params,
                   const std::vector<LoweredEmitter::V>& grads, const OptimizerState* state,
                   const std::vector<LoweredEmitter::V>& extra) {
+  if (state && state->adafactor) return write_adafactor_update(e, spec, params, grads, *state, extra);
   using Value = LoweredEmitter::V;  // not V: a writer in the same unity batch has its own V
   auto splat = [&](const Value& like) { return e.splat(like.shape.type, like.shape.dims); };
   auto f32 = [&](const Value& x) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "memfit/program/adafactor.h"
 #include "memfit/program/hlo_module.h"
 #include "memfit/program/model_spec.h"
 #include "memfit/program/model_zoo.h"
@@ -157,22 +158,37 @@ Gelu write_gelu(LoweredEmitter& e, const LoweredEmitter::V& z);
 // derivative 3 z^2; `d` is the result's cotangent.
 LoweredEmitter::V write_gelu_transpose(LoweredEmitter& e, const Gelu& g, const LoweredEmitter::V& d);
 
-// An optimizer's state as the step's arguments hold it: adam's and adamw's moments (one per parameter, in
-// the parameters' order) and step count.
+// An optimizer's state as the step's arguments hold it, one entry per parameter in the parameters' order:
+// adam's and adamw's moments and step count; optax.adafactor's count, factored row and column statistics
+// and full second moments (an empty V where the parameter has none: a placeholder the step returns).
 struct OptimizerState {
   std::vector<LoweredEmitter::V> m, v;
   LoweredEmitter::V count;
+  bool adafactor = false;
+  std::vector<AdafactorMoments> moments;        // adafactor: each parameter's state shapes
+  std::vector<LoweredEmitter::V> v_row, v_col;  // adafactor: the factored statistics
+  // The argument number of each state array (for donation): count, then per parameter v_row, v_col, v, m
+  // (-1 where there is none).
+  int64_t count_argument = -1;
+  std::vector<int64_t> m_argument, v_argument, v_row_argument, v_col_argument;
 };
 
-// Declares adam's and adamw's state after `params` (named `names`, "params..."): the first moments, the
-// second, then the count, each moment named as jax names it ("opt[0]..." for "params...").
-OptimizerState declare_optimizer_state(LoweredEmitter& e, const std::vector<LoweredEmitter::V>& params,
+// Whether the step keeps optimizer state the update reads: training (per-example gradients too) with adam,
+// adamw or adafactor (sgd keeps none).
+bool keeps_optimizer_state(const ModelSpec& spec);
+
+// Declares the optimizer's state after `params` (named `names`, "params..."), as jax flattens it: adam's
+// and adamw's first moments, the second, then the count, each moment named as jax names it ("opt[0]..." for
+// "params..."); optax.adafactor's FactoredState(count, v_row, v_col, v), only the arrays its update reads.
+OptimizerState declare_optimizer_state(LoweredEmitter& e, const ModelSpec& spec,
+                                       const std::vector<LoweredEmitter::V>& params,
                                        const std::vector<std::string>& names, StepArguments& args);
 
 // The optimizer's update as reference_programs.py writes it (its own adam; optax's adamw, the decay on the
-// parameter; sgd), parameter by parameter in f32, and the step's results in jax's order: the new parameters,
-// (adam, adamw: `state` given) the new moments and count, then `extra` (the loss); with spec.donate each new
-// parameter, moment and count is written over the argument it replaces.
+// parameter; optax.adafactor's factored second moments, block-RMS clipping and parameter scale; sgd),
+// parameter by parameter in f32, and the step's results in jax's order: the new parameters, (`state` given)
+// the new state, then `extra` (the loss); with spec.donate each new parameter and state array is written
+// over the argument it replaces.
 void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<LoweredEmitter::V>& params,
                   const std::vector<LoweredEmitter::V>& grads, const OptimizerState* state,
                   const std::vector<LoweredEmitter::V>& extra);
@@ -191,15 +207,16 @@ LoweredEmitter::V accumulate_gradients(LoweredEmitter& e, uint64_t microbatches,
                                        const std::vector<LoweredEmitter::V>& batch,
                                        const MicrobatchStep& step, std::vector<LoweredEmitter::V>& grads);
 
-// The transformer configurations written as lowered programs (zoo_transformer_lowered.cc), on one GPU: GPT
-// and ViT inference (any remat policy), and their training in fp32 without remat (accumulation as a scan).
-// The rest is still written as XLA's fused program (zoo_gpt.cc, zoo_vit.cc, zoo_transformer.cc).
+// The transformer configurations written as lowered programs (zoo_transformer_lowered.cc): GPT and ViT
+// inference and training on one GPU (any remat policy and optimizer; accumulation as a scan), GPT decode
+// (one GPU or tensor parallel). The rest is still written as XLA's fused program (zoo_gpt.cc, zoo_vit.cc,
+// zoo_transformer.cc).
 bool transformer_lowers(const ModelSpec& spec);
 void build_transformer_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 
 // The MLP configurations written as lowered programs (zoo_mlp_lowered.cc): one GPU, gradient accumulation
-// as a scan, the remat policies that keep values on the device, optimizers with elementwise updates. The
-// others (sharded, XLA:CPU, host offload, adafactor) are still written as XLA's fused program (zoo_mlp.cc).
+// as a scan, the remat policies that keep values on the device, every optimizer. The others (sharded,
+// XLA:CPU, host offload) are still written as XLA's fused program (zoo_mlp.cc).
 bool mlp_lowers(const ModelSpec& spec);
 void build_mlp_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 

@@ -1,6 +1,6 @@
 // The MLP family of the model zoo (reference_programs.py's mlp): dense layers, GELU, a regression loss,
 // written as XLA's fused program for the configurations the lowered writer (zoo_mlp_lowered.cc, planned
-// through the model of XLA:GPU) does not take yet: several devices, XLA:CPU, host offload, adafactor.
+// through the model of XLA:GPU) does not take yet: several devices, XLA:CPU, host offload.
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -31,7 +31,7 @@ class MlpStep {
     sizes_.push_back(s.dout);
     vmap_ = s.step == StepKind::kVmapGrads;
     train_ = s.step != StepKind::kInfer;
-    moments_ = train_ && (s.optimizer == OptimizerKind::kAdam || s.optimizer == OptimizerKind::kAdamW);
+    moments_ = keeps_optimizer_state(s);
   }
 
   void build(StepArguments& args) {
@@ -179,7 +179,7 @@ class MlpStep {
       params_.push_back(weight_.back());
       params_.push_back(bias_.back());
     }
-    if (moments_) state_ = declare_optimizer_state(e_, params_, names, args);
+    if (moments_) state_ = declare_optimizer_state(e_, s_, params_, names, args);
     x_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kF32, {s_.batch, s_.din}), "batch[0]",
                       "activations");
     args.batch_bytes += x_.shape.own_bytes();
@@ -292,7 +292,7 @@ class MlpStep {
 bool mlp_lowers(const ModelSpec& s) {
   return s.model == ModelFamily::kMlp && s.backend == Backend::kGpu && s.devices() == 1 &&
          s.sharding == ShardingKind::kReplicated && (s.accum == 1 || s.step == StepKind::kTrain) &&
-         s.remat != RematPolicy::kOffloadDotsNoBatch && s.optimizer != OptimizerKind::kAdafactor &&
+         s.remat != RematPolicy::kOffloadDotsNoBatch &&
          (s.step == StepKind::kTrain || s.step == StepKind::kInfer || s.step == StepKind::kVmapGrads);
 }
 

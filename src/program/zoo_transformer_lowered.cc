@@ -155,8 +155,8 @@ class TransformerStep {
     param(lnf_g_, {d}, "params['lnf_g']", args);
     param(pos_, {seq_, d}, "params['pos']", args);
     // adam's moments and count come between the parameters and the batch (jax's order: params, opt).
-    moments_ = train_ && (s_.optimizer == OptimizerKind::kAdam || s_.optimizer == OptimizerKind::kAdamW);
-    if (moments_) state_ = declare_optimizer_state(e_, params_, param_names_, args);
+    moments_ = keeps_optimizer_state(s_);
+    if (moments_) state_ = declare_optimizer_state(e_, s_, params_, param_names_, args);
     if (s_.step == StepKind::kDecode) {
       // decode's arguments after the parameters: the cache [(k, v) per layer], the tokens [B,1], the position
       for (uint64_t l = 0; l < s_.layers; ++l) {
@@ -1022,11 +1022,10 @@ bool transformer_lowers(const ModelSpec& spec) {
   if (!one_gpu) return false;
   if (spec.step == StepKind::kInfer)
     return spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit;
-  // Training: fp32, mixed or bf16 (a scan in fp32), any remat policy, the elementwise optimizers; gradient
-  // accumulation as a scan.
+  // Training: fp32, mixed or bf16 (a scan in fp32), any remat policy, any optimizer; gradient accumulation
+  // as a scan.
   return (spec.model == ModelFamily::kVit || spec.model == ModelFamily::kGpt) &&
-         spec.step == StepKind::kTrain && (spec.precision == Precision::kFp32 || !spec.scan) &&
-         spec.optimizer != OptimizerKind::kAdafactor;
+         spec.step == StepKind::kTrain && (spec.precision == Precision::kFp32 || !spec.scan);
 }
 
 void build_transformer_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments) {

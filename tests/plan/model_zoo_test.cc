@@ -331,6 +331,53 @@ TEST(ModelZoo, DecodeHoldsTheKvCacheOnce) {
   }
 }
 
+// optax.adafactor written as JAX lowers it (the GPU model plans it like any lowered program): its state
+// holds the count, each factored parameter's row and column statistics and each other parameter's full
+// moment; the step returns that state with a placeholder f32[1] wherever a parameter has none, and donation
+// writes every new parameter and state array over the one it replaces. Counted here by hand.
+TEST(ModelZoo, AdafactorIsWrittenAsJaxLowersIt) {
+  const uint64_t L = 2, D = 256, S = 128, V = 1000, F = 4 * D;
+  const std::string spec_text = R"({"model": "gpt", "layers": 2, "d_model": 256, "heads": 4, "seq": 128,
+                                    "vocab": 1000, "batch": 4, "donate": true, "optimizer": "adafactor"})";
+  auto spec = model_spec_from_json(Json::parse(spec_text));
+  ASSERT_TRUE(spec.ok());
+  auto built = build_step_module(*spec);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  EXPECT_FALSE(built->is_scheduled) << "the zoo wrote XLA's fused program, not the lowered one";
+  std::vector<std::vector<uint64_t>> params = {{V, D}, {D}, {D}, {S, D}};  // embed, lnf_b, lnf_g, pos
+  for (uint64_t l = 0; l < L; ++l)
+    for (const std::vector<uint64_t>& d :
+         std::vector<std::vector<uint64_t>>{{F}, {D}, {D}, {D}, {D}, {D}, {D, F}, {F, D}, {D, D}, {D, 3 * D}})
+      params.push_back(d);
+  uint64_t param_bytes = 0, state_bytes = 4;  // the count
+  size_t factored = 0;
+  for (const auto& d : params) {
+    uint64_t n = 1;
+    for (uint64_t x : d) n *= x;
+    param_bytes += 4 * n;
+    if (d.size() == 2) {  // every matrix here has both sides >= 128: factored
+      ++factored;
+      state_bytes += 4 * (d[0] + d[1]);
+    } else {
+      state_bytes += 4 * n;
+    }
+  }
+  const StepPlan p = plan(spec_text);
+  EXPECT_EQ(p.arguments.optimizer_state_bytes, state_bytes);
+  EXPECT_EQ(p.hlo.alias_bytes, param_bytes + state_bytes);  // donated: every array written over its own
+  const uint64_t n = params.size();
+  const uint64_t placeholders = 4 * (factored + 2 * (n - factored));  // v for each factored, v_row, v_col
+  EXPECT_EQ(p.hlo.output_bytes, param_bytes + state_bytes + placeholders + 4 /* loss */ + 8 * (4 * n + 2));
+  EXPECT_EQ(factored, 2 + 4 * L);
+  // The MLP's adafactor is lowered too.
+  auto mlp =
+      model_spec_from_json(Json::parse(R"({"model": "mlp", "optimizer": "adafactor", "donate": true})"));
+  ASSERT_TRUE(mlp.ok());
+  auto mlp_built = build_step_module(*mlp);
+  ASSERT_TRUE(mlp_built.ok()) << mlp_built.error().message();
+  EXPECT_FALSE(mlp_built->is_scheduled);
+}
+
 // A decode step split over a tensor-parallel group, as a server spreads a model too large for one GPU: each
 // device holds its share of the heads (and of the KV cache), of the hidden units and of the vocabulary,
 // and sums the split GEMMs' partials over the group (all-reduce) - Megatron's split, per device as XLA's

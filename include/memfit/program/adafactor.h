@@ -10,6 +10,7 @@
 // still returns them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -18,6 +19,9 @@ namespace memfit {
 struct AdafactorMoments {
   bool factored = false;
   std::vector<uint64_t> v_row, v_col, v;  // the state's three arrays; a placeholder is {1}
+  // Factored: the largest dimension (the row statistic averages it away) and the second largest (the
+  // column statistic's).
+  size_t largest_dim = 0, second_dim = 0;
 };
 
 inline constexpr uint64_t kAdafactorMinDimSizeToFactor = 128;
