@@ -166,7 +166,8 @@ PlanningOrder planning_order(const std::vector<Trial>& trials) {
 // Plans the trials, on as many threads as the machine has: each plan builds and plans its own program and
 // shares nothing, and a fit of a 300-layer model is a dozen such plans of a second each. A family member
 // after one that fits is not planned (nullopt). `run_ahead`: a member does not wait for the one before it
-// to finish (it is planned, and not shown, if that one fits) - for a round with little else to plan.
+// to finish, only for the one before that (it is planned, and not shown, if the one before it fits) - for a
+// round with little else to plan.
 Expected<std::vector<std::optional<StepPlan>>> plan_trials(
     const std::vector<Trial>& trials, uint64_t capacity_bytes,
     const std::function<void(size_t, size_t)>& progress, bool run_ahead = false) {
@@ -176,7 +177,9 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
   const std::vector<size_t>& previous = planned.previous;
   enum class State { kWaiting, kPlanning, kDone };
   std::vector<State> state(trials.size(), State::kWaiting);
-  std::vector<bool> fits_or_after_fit(trials.size(), false);  // it, or a member before it, fits
+  // It, or a member before it, fits - or the family stopped helping (below): its later members are not
+  // planned.
+  std::vector<bool> family_over(trials.size(), false);
   size_t finished = 0;
   std::mutex mutex;
   std::condition_variable changed;
@@ -187,13 +190,25 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
       for (size_t i : order) {
         if (state[i] != State::kWaiting) continue;
         const size_t p = previous[i];
-        if (p != SIZE_MAX && state[p] != State::kDone && !run_ahead) {
-          waiting = true;  // its family's member before it is being planned
+        // Its family's member before it is being planned: wait for it - or, running ahead, plan beside it
+        // when the one before that is done (one member ahead at most: a member that fits stops the rest).
+        if (p != SIZE_MAX && state[p] != State::kDone &&
+            (!run_ahead || (previous[p] != SIZE_MAX && state[previous[p]] != State::kDone))) {
+          waiting = true;
           continue;
         }
-        if (p != SIZE_MAX && fits_or_after_fit[p]) {
-          state[i] = State::kDone;  // not shown: a member before it fits
-          fits_or_after_fit[i] = true;
+        // More of the same no longer helps: the member before it lowered the peak by less than a tenth
+        // (FSDP past the point where the unsharded activations dominate, say). Not planned, nor the rest.
+        auto stopped_helping = [&] {
+          if (p == SIZE_MAX || previous[p] == SIZE_MAX || state[previous[p]] != State::kDone) return false;
+          const auto& last = plans[p];
+          const auto& before = plans[previous[p]];
+          if (!last || !before || !last->ok() || !before->ok()) return false;
+          return (*last)->peak_bytes / 10 * 10 > (*before)->peak_bytes / 10 * 9;
+        };
+        if (p != SIZE_MAX && (family_over[p] || stopped_helping())) {
+          state[i] = State::kDone;  // not shown: a member before it fits, or the family stopped helping
+          family_over[i] = true;
           ++finished;
           if (progress) progress(finished, order.size());
           changed.notify_all();
@@ -221,7 +236,7 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
         plan = internal_error(fmt::format("internal error: {} (please report it)", e.what()));
       }
       lock.lock();
-      fits_or_after_fit[i] = plan.ok() && plan->fits;
+      family_over[i] = plan.ok() && plan->fits;
       plans[i].emplace(std::move(plan));
       state[i] = State::kDone;
       ++finished;
@@ -491,8 +506,8 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
     for (size_t i = 0; i < planned.size(); ++i) {
       Trial& t = planned[i];
       if (t.family != 0 && family_fits[static_cast<size_t>(t.family)])
-        continue;  // a smaller step already fits
-      // Planned: only a member after one that fits goes unplanned, and the line above passed those.
+        continue;                     // a smaller step already fits
+      if (!their_plans[i]) continue;  // its family stopped helping before it
       const StepPlan& p = *their_plans[i];
       t.row.peak_bytes = p.peak_bytes;
       t.row.limit_bytes = p.limit_bytes;
@@ -510,21 +525,22 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   // changes that lowered the peak are stacked (donation, bf16 compute, the remat policy that saved most:
   // allocation and shapes), and the stack is tried alone and then over more devices (sharding, the last
   // step; a step that cannot be sharded so: more accumulation or a smaller batch; a server: a smaller
-  // batch, or tensor parallel), each family stopping at its first member that fits. These plans run ahead of
-  // the family's order on idle cores (a 300-layer fit would otherwise wait on them one by one).
+  // batch, or tensor parallel), each family stopping at its first member that fits. A member is planned
+  // beside the one before it on an idle core (a 300-layer fit would otherwise wait on them one by one).
   if (!result.baseline.fits && !any_fits() && stacked_changes > 0) {
     auto planned_so_far = [&, offset = result.programs_planned](size_t done, size_t total) {
       if (progress) progress(offset + done, offset + total);
     };
     trials.clear();
     if (stacked_changes > 1) {
+      // The stack alone heads the first family's chain: when it fits, nothing more is planned or shown.
       FitCandidate row;
       row.step = "combined";
       row.change = on_top.changes;
       row.code = on_top.code;
       row.cost = on_top.cost;
       row.cost_note = on_top.notes;
-      trials.push_back({std::move(row), stacked, memory_fraction, 0});
+      trials.push_back({std::move(row), stacked, memory_fraction, family + 1});
     }
     if (serving) {
       add_smaller_batch(stacked);

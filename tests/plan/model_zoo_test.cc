@@ -735,6 +735,15 @@ TEST(ModelZoo, FitStacksTheChangesThatHelpWhenNoneFitsAlone) {
     }
   }
   EXPECT_EQ(combined, 3u);
+  // A family stops once more of it stops helping: FSDP over 16 gains less than a tenth over 8, so 32 and 64
+  // are neither planned nor shown.
+  std::vector<const FitCandidate*> fsdp;
+  for (const FitCandidate& c : fit->candidates)
+    if (c.step == "sharding") fsdp.push_back(&c);
+  ASSERT_EQ(fsdp.size(), 4u);
+  EXPECT_EQ(fsdp.back()->change, "FSDP over 16 devices");
+  EXPECT_GT(fsdp[3]->peak_bytes * 10, fsdp[2]->peak_bytes * 9);
+  EXPECT_LT(fsdp[2]->peak_bytes * 10, fsdp[1]->peak_bytes * 9);
   ModelSpec by_hand = *spec;
   by_hand.donate = true;
   by_hand.precision = Precision::kMixed;
