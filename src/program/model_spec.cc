@@ -142,10 +142,11 @@ uint64_t ModelSpec::axis_size(const std::string& name) const {
 Expected<ModelSpec> model_spec_from_json(const Json& config) {
   if (!config.is_object()) return invalid_argument("a model spec is a JSON object of config keys");
   static const std::set<std::string> kKeys = {
-      "model", "vocab",        "d_model",   "heads", "layers",       "seq",      "batch",   "din",
-      "width", "depth",        "dout",      "image", "patch",        "channels", "classes", "precision",
-      "remat", "remat_layers", "optimizer", "step",  "donate",       "scan",     "accum",   "sharding",
-      "mesh",  "mesh_axes",    "backend",   "name",  "compile_only", "cpu8",     "attn",    "widths"};
+      "model",        "vocab",     "d_model",  "heads",        "layers",    "seq",     "batch",
+      "din",          "width",     "depth",    "dout",         "image",     "patch",   "channels",
+      "classes",      "precision", "remat",    "remat_layers", "optimizer", "step",    "donate",
+      "scan",         "accum",     "sharding", "mesh",         "mesh_axes", "backend", "name",
+      "compile_only", "cpu8",      "attn",     "widths",       "kv_heads"};
   for (const auto& [key, value] : config.items())
     if (!kKeys.contains(key))
       return invalid_argument(fmt::format("unknown key {} in the model spec", excerpt(key)));
@@ -160,6 +161,7 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
   MEMFIT_ASSIGN_OR_RETURN(s.vocab, positive(config, "vocab", s.vocab));
   MEMFIT_ASSIGN_OR_RETURN(s.d_model, positive(config, "d_model", s.d_model));
   MEMFIT_ASSIGN_OR_RETURN(s.heads, positive(config, "heads", s.heads));
+  MEMFIT_ASSIGN_OR_RETURN(s.kv_heads, positive(config, "kv_heads", 0));
   MEMFIT_ASSIGN_OR_RETURN(s.layers, positive(config, "layers", s.layers));
   MEMFIT_ASSIGN_OR_RETURN(s.seq, positive(config, "seq", s.seq));
   // The reference programs' batch: 8 sequences for the GPT, 2048 rows for the MLP, 64 images for the ViT.
@@ -263,6 +265,9 @@ Status validate_model_spec(const ModelSpec& s) {
       return invalid_argument(
           fmt::format("image: {} pixels do not survive {} 2x2 pools", s.image, s.widths.size()));
   }
+  if (s.kv_heads != 0 && s.kv_heads != s.heads &&
+      (s.step != StepKind::kDecode || s.model != ModelFamily::kGpt))
+    return invalid_argument("kv_heads: grouped-query attention is built for the gpt's step decode");
   if (s.step == StepKind::kDecode) {
     // As reference_programs.py builds it: the GPT, unrolled, on one device - or split over a tensor-parallel
     // group (sharding tp, a mesh of the 'model' axis alone), as a server spreads a model too large for one.
@@ -275,6 +280,13 @@ Status validate_model_spec(const ModelSpec& s) {
           "only)");
     if (s.backend != Backend::kGpu) return invalid_argument("step decode is built for one GPU (backend gpu)");
     if (s.attn == AttentionKind::kCudnn) return invalid_argument("step decode attends with XLA's attention");
+    if (s.kv_heads != 0 && s.heads % s.kv_heads != 0)
+      return invalid_argument(
+          fmt::format("kv_heads: {} key/value heads do not group {} query heads", s.kv_heads, s.heads));
+    if (s.kv_heads != 0 && s.kv_heads % s.axis_size("model") != 0)
+      return invalid_argument(
+          fmt::format("kv_heads: {} key/value heads do not split over the model axis of {}", s.kv_heads,
+                      s.axis_size("model")));
   }
   if (s.remat == RematPolicy::kOffloadDotsNoBatch) {
     // As reference_programs.py uses it: a transformer's blocks, unrolled, trained on a GPU (host memory
@@ -360,6 +372,7 @@ Json model_spec_to_json(const ModelSpec& s) {
     if (tokens) j["vocab"] = s.vocab;
     j["d_model"] = s.d_model;
     j["heads"] = s.heads;
+    if (s.kv_heads != 0) j["kv_heads"] = s.kv_heads;
     j["layers"] = s.layers;
     if (tokens) j["seq"] = s.seq;
     if (s.model == ModelFamily::kVit) {

@@ -149,7 +149,7 @@ class TransformerStep {
       param(b.w1, dims({d, 4 * d / t}), name("w1"), args);
       param(b.w2, dims({4 * d / t, d}), name("w2"), args);
       param(b.wo, dims({d / t, d}), name("wo"), args);
-      param(b.wqkv, dims({d, 3 * d / t}), name("wqkv"), args);
+      param(b.wqkv, dims({d, (d + 2 * kv_heads() * (d / s_.heads)) / t}), name("wqkv"), args);
     }
     param(lnf_b_, {d}, "params['lnf_b']", args);
     param(lnf_g_, {d}, "params['lnf_g']", args);
@@ -162,7 +162,7 @@ class TransformerStep {
       for (uint64_t l = 0; l < s_.layers; ++l) {
         for (const char* kv : {"k", "v"}) {
           cache_.push_back(
-              e_.parameter(LoweredEmitter::array(cdt_, {s_.batch, s_.heads / tp_, s_.seq, d / s_.heads}),
+              e_.parameter(LoweredEmitter::array(cdt_, {s_.batch, kv_heads() / tp_, s_.seq, d / s_.heads}),
                            fmt::format("cache[{}][{}]", l, kv), "kv_cache"));
           args.kv_cache_bytes += cache_.back().shape.own_bytes();
         }
@@ -671,7 +671,7 @@ class TransformerStep {
   // and the logits of the device's own rows of the vocabulary.
   void decode() {
     const uint64_t batch = s_.batch, d = s_.d_model, heads = s_.heads / tp_, hd = s_.d_model / s_.heads,
-                   cached = s_.seq, dl = d / tp_;
+                   cached = s_.seq, dl = d / tp_, kv = kv_heads() / tp_, group = heads / kv;
     const V zero = e_.scalar(PrimitiveType::kS32);
     // (params['embed'][tok] + dynamic_slice_in_dim(params['pos'], pos, 1)[None]).astype(cdt)
     token_rows_ = e_.reshape(tokens_, {batch, 1, 1});
@@ -687,24 +687,29 @@ class TransformerStep {
     for (size_t l = 0; l < blocks_.size(); ++l) {
       const LayerParams& p = blocks_[l];
       const V h = layer_norm(x, p.ln1_g, p.ln1_b, nullptr);
-      const V qkv = e_.dot(h, cast(p.wqkv, cdt_), {batch, 1, 3 * dl}, cdt_);
-      auto head = [&] {
-        return e_.transpose(e_.reshape(e_.slice(qkv, 2, dl), {batch, 1, heads, hd}), {0, 2, 1, 3});
+      const V qkv = e_.dot(h, cast(p.wqkv, cdt_), {batch, 1, dl + 2 * kv * hd}, cdt_);
+      auto head = [&](uint64_t n) {
+        return e_.transpose(e_.reshape(e_.slice(qkv, 2, n * hd), {batch, 1, n, hd}), {0, 2, 1, 3});
       };
-      const V q = head(), k = head(), v = head();
+      V q = head(heads);
+      const V k = head(kv), v = head(kv);
+      // Grouped-query attention: each key/value head serves `group` query heads, as an einsum over
+      // q.reshape(B, kv, group, hd) writes it - the cache is read, never repeated to every head.
+      if (group > 1) q = e_.reshape(q, {batch, kv, group, hd});
       auto write = [&](const V& cache, const V& row) {
         return e_.dynamic_update_slice(cache, cast(row, cache.shape.type), {zero, zero, position_, zero});
       };
       const V kc = write(cache_[2 * l], k), vc = write(cache_[2 * l + 1], v);
       new_cache.push_back(kc);
       new_cache.push_back(vc);
-      V att = e_.dot(q, e_.transpose(kc, {0, 1, 3, 2}), {batch, heads, 1, cached}, cdt_, 2);
+      V att = e_.dot(q, e_.transpose(kc, {0, 1, 3, 2}), {batch, kv, group > 1 ? group : 1, cached}, cdt_, 2);
       att = e_.binary("divide", att, e_.splat(cdt_, att.shape.dims));
       att = e_.select(e_.broadcast(live, att.shape.dims, {3}), att, e_.splat(cdt_, att.shape.dims));
       V ex, sum;
       const V probs = cast(softmax(cast(att, PrimitiveType::kF32), &ex, &sum), cdt_);
-      const V o = e_.dot(probs, vc, {batch, heads, 1, hd}, cdt_, 2);
-      const V merged = e_.reshape(e_.transpose(o, {0, 2, 1, 3}), {batch, 1, dl});
+      const V o = e_.dot(probs, vc, {batch, kv, group > 1 ? group : 1, hd}, cdt_, 2);
+      const V merged = group > 1 ? e_.reshape(o, {batch, 1, dl})
+                                 : e_.reshape(e_.transpose(o, {0, 2, 1, 3}), {batch, 1, dl});
       const V x1 = e_.binary("add", x, summed(e_.dot(merged, cast(p.wo, cdt_), {batch, 1, d}, cdt_)));
       const V h2 = layer_norm(x1, p.ln2_g, p.ln2_b, nullptr);
       const Gelu g = write_gelu(
@@ -722,6 +727,9 @@ class TransformerStep {
     const auto first_cache = static_cast<int64_t>(params_.size());
     for (size_t k = 0; k < new_cache.size(); ++k) e_.alias(1 + k, first_cache + static_cast<int64_t>(k));
   }
+
+  // Key/value heads: the spec's kv_heads under grouped-query attention, else every head.
+  uint64_t kv_heads() const { return s_.kv_heads != 0 ? s_.kv_heads : s_.heads; }
 
   // A GEMM's partial sums over a contraction split across the tensor-parallel group, summed (as is on one
   // device).

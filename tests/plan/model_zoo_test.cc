@@ -420,6 +420,27 @@ TEST(ModelZoo, TensorParallelDecodeHoldsEachDevicesShare) {
     // Two per layer (after the output projection and the MLP) and the table's lookup; none on one device.
     EXPECT_EQ(all_reduces, t == 1 ? 0u : 2 * 2 + 1);
   }
+  // Grouped-query attention (kv_heads): 2 key/value heads for 4 query heads halve the cache and the k and v
+  // projections; over 2 devices each holds one key/value head.
+  for (uint64_t t : {1, 2}) {
+    SCOPED_TRACE(t);
+    const StepPlan gqa =
+        with(R"(, "kv_heads": 2)" +
+             (t == 1 ? std::string() : R"(, "sharding": "tp", "mesh": [2], "mesh_axes": ["model"])"));
+    const uint64_t kv = 2;
+    const uint64_t per_layer =
+        D * (D + 2 * kv * hd) / t + D / t * D + D * F / t + F / t * D + F / t + D + 4 * D;
+    EXPECT_EQ(gqa.arguments.parameter_count, V / t * D + S * D + 2 * D + L * per_layer);
+    EXPECT_EQ(gqa.arguments.kv_cache_bytes, L * 2 * B * (kv / t) * S * hd * 4);
+    EXPECT_EQ(gqa.hlo.alias_bytes, gqa.arguments.kv_cache_bytes);
+  }
+  for (const char* refused :
+       {R"({"model": "gpt", "step": "decode", "heads": 4, "d_model": 256, "kv_heads": 3})",
+        R"({"model": "gpt", "heads": 4, "d_model": 256, "kv_heads": 2})",
+        R"({"model": "gpt", "step": "decode", "heads": 4, "d_model": 256, "kv_heads": 2, "sharding": "tp",
+            "mesh": [4], "mesh_axes": ["model"]})"}) {
+    EXPECT_FALSE(model_spec_from_json(Json::parse(refused)).ok()) << refused;
+  }
   // A data axis, or heads that do not split, are refused.
   for (
       const char* refused :

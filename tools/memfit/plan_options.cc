@@ -43,6 +43,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   integer("--vocab", "vocab", "GPT vocabulary");
   integer("--d-model", "d_model", "width of a transformer");
   integer("--heads", "heads", "attention heads");
+  integer("--kv-heads", "kv_heads",
+          "step decode: key/value heads of grouped-query attention (default: heads)");
   integer("--layers", "layers", "transformer blocks");
   integer("--seq", "seq", "sequence length");
   integer("--batch", "batch", "global batch");

@@ -50,6 +50,9 @@ struct ModelSpec {
   ModelFamily model = ModelFamily::kGpt;
   // gpt, flax_encoder (and vit's encoder)
   uint64_t vocab = 32000, d_model = 1024, heads = 16, layers = 8, seq = 1024, batch = 8;
+  // step decode: the key/value heads of grouped-query attention (Llama's n_kv_heads), each shared by
+  // heads / kv_heads query heads; 0 = heads (multi-head attention).
+  uint64_t kv_heads = 0;
   // mlp
   uint64_t din = 1024, width = 4096, depth = 8, dout = 1024;
   // vit and flax_cnn: image side, patch side, channels, classes
