@@ -28,6 +28,7 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
   // fragmentation ("choose whichever returns a lower min-memory, not accounting for fragmentation"), and
   // the list scheduler's on a tie (hlo_memory_scheduler.cc): so only the kept schedule is packed.
   const bool from_stablehlo = module.from_stablehlo;
+  const uint64_t partitions = module.num_partitions;
   MEMFIT_ASSIGN_OR_RETURN(HloModule in_program_order, model_xla_gpu(std::move(module)));
   const HloModule listed = list_scheduled(HloModule(in_program_order));
   MEMFIT_ASSIGN_OR_RETURN(BufferModel program_model, build_buffer_model(in_program_order));
@@ -37,6 +38,7 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
   MEMFIT_ASSIGN_OR_RETURN(HloPlan best, keep_listed ? plan_modeled(listed, listed_model, options)
                                                     : plan_modeled(in_program_order, program_model, options));
   best.source = from_stablehlo ? "stablehlo" : "lowered-hlo";
+  best.partitions = partitions;
   return best;
 }
 

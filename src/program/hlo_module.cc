@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <unordered_map>
@@ -288,6 +289,38 @@ Expected<std::vector<HloInstruction::OperandAlias>> parse_operand_aliases(std::s
   for (AliasEntry& e : entries) out.push_back({std::move(e.output_index), e.number, std::move(e.index)});
   return out;
 }
+
+}  // namespace
+
+uint64_t sharding_devices(std::string_view sharding) {
+  constexpr uint64_t kMost = uint64_t{1} << 32;
+  const size_t at = sharding.find("devices=[");
+  if (at == std::string_view::npos) return 1;
+  std::string_view rest = sharding.substr(at + 9);
+  // The iota form names the device count after "<=["; else the tile dimensions multiply to it.
+  uint64_t product = 1;
+  const size_t close = rest.find(']');
+  if (close == std::string_view::npos) return 1;
+  for (std::string_view dim : split_top(rest.substr(0, close))) {
+    uint64_t d = 0;
+    dim = trim(dim);
+    const auto [end, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), d);
+    if (ec != std::errc() || end != dim.data() + dim.size() || d == 0) return 1;
+    d = std::min(d, kMost);
+    product = product > kMost / d ? kMost : product * d;
+  }
+  rest = rest.substr(close + 1);
+  if (rest.starts_with("<=[")) {
+    uint64_t n = 0;
+    const std::string_view digits =
+        rest.substr(3, rest.find(']') == std::string_view::npos ? 0 : rest.find(']') - 3);
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    if (ec == std::errc() && end == digits.data() + digits.size() && n > 0) return std::min(n, kMost);
+  }
+  return product;
+}
+
+namespace {
 
 Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line) {
   HloInstruction inst;
@@ -633,6 +666,10 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
                       kMaxHloInstructions));
     }
     MEMFIT_ASSIGN_OR_RETURN(HloInstruction inst, parse_instruction(line, number));
+    // A compiled module's shardings describe one device's share of a program already partitioned.
+    if (const size_t at = line.find("sharding={devices=[");
+        !module.is_scheduled && at != std::string_view::npos)
+      module.num_partitions = std::max(module.num_partitions, sharding_devices(line.substr(at + 9)));
     if (module.platform == HloPlatform::kUnknown) module.platform = inst.platform;
     current->instructions.push_back(std::move(inst));
   }

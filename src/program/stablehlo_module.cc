@@ -388,6 +388,13 @@ class Reader {
       } else {
         module_.name = "module";
       }
+      // attributes {mhlo.num_partitions = 8 : i32, ...}: the devices the program is sharded over.
+      if (const size_t at = line.find("mhlo.num_partitions = "); at != std::string_view::npos) {
+        uint64_t n = 0;
+        const std::string_view digits = line.substr(at + 22);
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+        if (ec == std::errc() && n > 0) module_.num_partitions = std::min<uint64_t>(n, uint64_t{1} << 32);
+      }
       return ok_status();
     }
     if (line.starts_with("func.func")) return function_header(line);

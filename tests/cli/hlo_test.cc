@@ -82,6 +82,23 @@ TEST(HloCommand, GoldenTableAndJson) {
   }
 }
 
+// A program before partitioning, sharded over 8 devices: memfit says it plans it whole (one device running
+// all of it), in the table and as `partitions` in the JSON; an unsharded one says nothing of the kind.
+TEST(HloCommand, SaysWhenALoweredProgramIsShardedOverDevices) {
+  for (const char* file : {"cpu8_gpt_fsdp8.lowered.hlo.txt.gz", "cpu8_gpt_fsdp8.stablehlo.mlir.gz"}) {
+    SCOPED_TRACE(file);
+    const auto table = testing::run_cli({"hlo", kData + file});
+    ASSERT_EQ(table.code, 0) << table.err;
+    EXPECT_NE(table.out.find("sharded over 8 devices"), std::string::npos) << table.out;
+    const auto json = testing::run_cli({"hlo", kData + file, "--json"});
+    ASSERT_EQ(json.code, 0) << json.err;
+    EXPECT_EQ(nlohmann::json::parse(json.out)["partitions"], 8);
+  }
+  const auto single = testing::run_cli({"hlo", kData + "gpt_fp32.lowered.hlo.txt.gz", "--json"});
+  ASSERT_EQ(single.code, 0) << single.err;
+  EXPECT_FALSE(nlohmann::json::parse(single.out).contains("partitions"));
+}
+
 TEST(HloCommand, DumpFolderPicksTheLargestModuleOrTheNamedOne) {
   const auto dir = std::filesystem::temp_directory_path() / ("memfit_dump_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -1,6 +1,7 @@
 // The HLO importer on every shared program: argument, output and alias bytes exactly as XLA's
 // compiled.memory_analysis() reported them (tests/data/xla/programs.json).
 #include "memfit/program/hlo_module.h"
+#include "memfit/program/stablehlo_module.h"
 
 #include <gtest/gtest.h>
 
@@ -140,6 +141,34 @@ TEST(HloModule, BufferPlacementReadsBothSpellings) {
   EXPECT_EQ(buffer_placement_attribute(R"({_xla_buffer_placement})"), "");
   EXPECT_EQ(buffer_placement_attribute(R"({_xla_buffer_placement = "unterminated)"), "");
   EXPECT_EQ(buffer_placement_attribute(R"({mhlo.sharding = "{replicated}"})"), "");
+}
+
+// The devices a sharding annotation tiles over, in every spelling XLA prints; and a program before
+// partitioning, in both front ends, knows it is sharded (an unsharded one and a compiled one are one device).
+TEST(HloModule, KnowsTheDevicesAProgramIsShardedOver) {
+  EXPECT_EQ(sharding_devices("{devices=[8,1]<=[8]}"), 8u);
+  EXPECT_EQ(sharding_devices("{devices=[2,1,4]<=[8] last_tile_dim_replicate}"), 8u);
+  EXPECT_EQ(sharding_devices("{devices=[2,2]0,1,2,3}"), 4u);
+  EXPECT_EQ(sharding_devices("{replicated}"), 1u);
+  EXPECT_EQ(sharding_devices("{maximal device=0}"), 1u);
+  EXPECT_EQ(sharding_devices("{devices=[4294967296,4294967296]<=[x]}"), uint64_t{1} << 32);  // saturates
+  EXPECT_EQ(sharding_devices("{devices=[8,"), 1u);
+  for (const char* name : {"cpu8_gpt_fsdp8.lowered.hlo.txt.gz", "cpu8_gpt_fsdp8.stablehlo.mlir.gz"}) {
+    SCOPED_TRACE(name);
+    auto text = read_file(data(name));
+    ASSERT_TRUE(text.ok());
+    auto module = parse_program_text(*text);
+    ASSERT_TRUE(module.ok()) << module.error().message();
+    EXPECT_EQ(module->num_partitions, 8u);
+  }
+  for (const char* name : {"gpt_fp32.lowered.hlo.txt.gz", "cpu8_gpt_fsdp8.hlo.txt.gz"}) {
+    SCOPED_TRACE(name);
+    auto text = read_file(data(name));
+    ASSERT_TRUE(text.ok());
+    auto module = parse_program_text(*text);
+    ASSERT_TRUE(module.ok()) << module.error().message();
+    EXPECT_EQ(module->num_partitions, 1u);
+  }
 }
 
 // Reordering in place: every permutation of four follows its order, and indices not named (or named twice,

@@ -23,6 +23,7 @@ Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers)
   j["file"] = path;
   j["module"] = plan.module;
   j["source"] = plan.source;
+  if (plan.partitions > 1) j["partitions"] = plan.partitions;
   j["instructions"] = plan.instructions;
   j["argument_bytes"] = plan.argument_bytes;
   j["output_bytes"] = plan.output_bytes;
@@ -129,6 +130,14 @@ void print_table(std::ostream& out, const std::string& path, const HloPlan& plan
         "its\n"
         "  measured error; the compiled module, `compiled.as_text()`, gives XLA's figures exactly)\n",
         plan.source == "stablehlo" ? "StableHLO" : "lowered HLO");
+  }
+  if (plan.partitions > 1) {
+    out << fmt::format(
+        "  NOTE: the program is sharded over {} devices, and memfit plans it before partitioning: the\n"
+        "  figures below are one device running all of it, not each device's share (XLA's SPMD partitioner\n"
+        "  divides the sharded arguments and most temporaries). For per-device figures, compile for the\n"
+        "  target mesh and run memfit hlo on compiled.as_text().\n",
+        plan.partitions);
   }
   row("argument", plan.argument_bytes, "entry parameters");
   row("output", plan.output_bytes, "results, with their tuple tables");

@@ -48,6 +48,9 @@ struct HloPlan {
   // program before optimization, run through memfit's model of XLA:GPU (plan/xla_gpu_model.h) first - a
   // prediction for an H100/H200-class GPU.
   std::string source = "optimized";
+  // A program before partitioning sharded over this many devices (HloModule::num_partitions): planned
+  // whole, as one device running all of it - not each device's share.
+  uint64_t partitions = 1;
   uint64_t instructions = 0;            // in sequential computations (fusion bodies not counted)
   uint64_t argument_bytes = 0;          // memory_analysis().argument_size_in_bytes
   uint64_t output_bytes = 0;            // output_size_in_bytes

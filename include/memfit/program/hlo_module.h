@@ -122,6 +122,10 @@ struct HloModule {
   std::string name;
   bool is_scheduled = false;
   bool from_stablehlo = false;  // read from StableHLO MLIR text (program/stablehlo_module.h)
+  // The devices a program before partitioning is sharded over (its sharding annotations: HLO's
+  // sharding={devices=[...]}, StableHLO's mhlo.num_partitions); 1 when none. A compiled module is already
+  // one device's program.
+  uint64_t num_partitions = 1;
   HloPlatform platform = HloPlatform::kUnknown;
   std::vector<HloAlias> aliases;
   std::vector<HloComputation> computations;
@@ -129,6 +133,11 @@ struct HloModule {
   const HloComputation* entry() const;
   const HloComputation* find(std::string_view computation_name) const;
 };
+
+// The devices an HLO sharding attribute's value tiles over: "{devices=[8,1]<=[8]}" and
+// "{devices=[2,1,4]<=[8] last_tile_dim_replicate}" -> 8, "{devices=[2,2]0,1,2,3}" -> 4, "{replicated}" or
+// "{maximal device=0}" -> 1. Saturates at 2^32 (a hostile annotation).
+uint64_t sharding_devices(std::string_view sharding);
 
 // The most instructions memfit reads in one module: ten times the largest modules it is built for
 // (ARCHITECTURE.md), a bound on memory and time for text that is not a real program.
