@@ -71,8 +71,9 @@ Expected<LargestFit> largest_fitting(const ModelSpec& spec, const std::string& k
   MEMFIT_ASSIGN_OR_RETURN(Tried first, attempt(result.step));
   if (!first.fits()) {
     if (!first.plan) return invalid_argument(fmt::format("{} {}: {}", key, result.step, first.refused));
+    // Not even the smallest fits: it is also the first value that does not.
     result.plan = std::move(*first.plan);
-    take_next(result.step, first);
+    result.next_value = result.step;
     result.next_peak_bytes = result.plan.peak_bytes;
     return result;
   }

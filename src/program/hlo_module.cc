@@ -312,10 +312,10 @@ uint64_t sharding_devices(std::string_view sharding) {
   rest = rest.substr(close + 1);
   if (rest.starts_with("<=[")) {
     uint64_t n = 0;
-    const std::string_view digits =
-        rest.substr(3, rest.find(']') == std::string_view::npos ? 0 : rest.find(']') - 3);
+    const std::string_view digits = rest.substr(3);
     const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-    if (ec == std::errc() && end == digits.data() + digits.size() && n > 0) return std::min(n, kMost);
+    if (ec == std::errc() && end != digits.data() + digits.size() && *end == ']' && n > 0)
+      return std::min(n, kMost);
   }
   return product;
 }

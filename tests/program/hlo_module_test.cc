@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "memfit/core/file_io.h"
 #include "memfit/core/json.h"
@@ -153,21 +154,17 @@ TEST(HloModule, KnowsTheDevicesAProgramIsShardedOver) {
   EXPECT_EQ(sharding_devices("{maximal device=0}"), 1u);
   EXPECT_EQ(sharding_devices("{devices=[4294967296,4294967296]<=[x]}"), uint64_t{1} << 32);  // saturates
   EXPECT_EQ(sharding_devices("{devices=[8,"), 1u);
-  for (const char* name : {"cpu8_gpt_fsdp8.lowered.hlo.txt.gz", "cpu8_gpt_fsdp8.stablehlo.mlir.gz"}) {
+  const std::pair<const char*, uint64_t> programs[] = {{"cpu8_gpt_fsdp8.lowered.hlo.txt.gz", 8},
+                                                       {"cpu8_gpt_fsdp8.stablehlo.mlir.gz", 8},
+                                                       {"gpt_fp32.lowered.hlo.txt.gz", 1},
+                                                       {"cpu8_gpt_fsdp8.hlo.txt.gz", 1}};
+  for (const auto& [name, partitions] : programs) {
     SCOPED_TRACE(name);
     auto text = read_file(data(name));
     ASSERT_TRUE(text.ok());
     auto module = parse_program_text(*text);
     ASSERT_TRUE(module.ok()) << module.error().message();
-    EXPECT_EQ(module->num_partitions, 8u);
-  }
-  for (const char* name : {"gpt_fp32.lowered.hlo.txt.gz", "cpu8_gpt_fsdp8.hlo.txt.gz"}) {
-    SCOPED_TRACE(name);
-    auto text = read_file(data(name));
-    ASSERT_TRUE(text.ok());
-    auto module = parse_program_text(*text);
-    ASSERT_TRUE(module.ok()) << module.error().message();
-    EXPECT_EQ(module->num_partitions, 1u);
+    EXPECT_EQ(module->num_partitions, partitions);
   }
 }
 
