@@ -486,10 +486,11 @@ LoweredEmitter::V accumulate_gradients(LoweredEmitter& e, uint64_t microbatches,
 namespace {
 
 // optax.adafactor(lr) as optax writes it (optax/_src/factorized.py scale_by_factored_rms, then
-// clip_by_block_rms(1.0), scale_by_learning_rate, scale_by_param_block_rms), op for op as the shared
-// flax_encoder_adafactor_b32's lowered program has it: per parameter the squared gradient's row and column
-// means (or the full moment), the update's RMS and the parameter's RMS as reductions, and the elementwise
-// update over the parameter; the placeholders it returns are zeros.
+// clip_by_block_rms(1.0), scale_by_learning_rate, scale_by_param_block_rms), with the reductions and the
+// parameter-sized values the shared flax_encoder_adafactor_b32's lowered program has: per parameter the
+// squared gradient's row and column means (or the full moment), the update's RMS and the parameter's RMS
+// as reductions, and the elementwise update over the parameter; the placeholders it returns are zeros.
+// Its scalar ops are fewer (one compare where optax writes two, no [1]-shaped reshapes): they hold no memory.
 void write_adafactor_update(LoweredEmitter& e, const ModelSpec& spec,
                             const std::vector<LoweredEmitter::V>& params,
                             const std::vector<LoweredEmitter::V>& grads, const OptimizerState& state,
