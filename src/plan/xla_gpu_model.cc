@@ -392,12 +392,16 @@ void split_k_gemms(HloComputation& comp) {
   const auto splits =
       static_cast<size_t>(std::count_if(split.begin(), split.end(), [](uint64_t s) { return s != 1; }));
   if (splits == 0) return;
-  std::vector<HloInstruction> out;
-  out.reserve(comp.instructions.size() + splits);
-  for (size_t i = 0; i < comp.instructions.size(); ++i) {
-    HloInstruction& x = comp.instructions[i];
+  // Widened in place from the back (each split GEMM becomes two instructions), as simplify_tuples_and_dce
+  // compacts: a second vector of the program would be faulted in page by page.
+  std::vector<HloInstruction>& insts = comp.instructions;
+  const size_t n = insts.size();
+  insts.resize(n + splits);
+  size_t w = n + splits;  // insts[w..] is written; w > i until the first split is written
+  for (size_t i = n; i-- > 0;) {
+    HloInstruction& x = insts[i];
     if (split[i] == 1) {
-      out.push_back(std::move(x));
+      if (--w != i) insts[w] = std::move(x);
       continue;
     }
     HloInstruction partials = x;
@@ -415,10 +419,9 @@ void split_k_gemms(HloComputation& comp) {
     sum.reducer = HloOpcode::kAdd;
     sum.lhs_batch_dims.clear();
     sum.custom_call_target = std::string(kSplitKReduce);
-    out.push_back(std::move(partials));
-    out.push_back(std::move(sum));
+    insts[--w] = std::move(sum);
+    insts[--w] = std::move(partials);
   }
-  comp.instructions = std::move(out);
 }
 
 // `combiners`: each computation's root opcode, for the reductions that name their combiner by computation.
