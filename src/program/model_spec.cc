@@ -146,7 +146,7 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
       "din",          "width",     "depth",    "dout",         "image",     "patch",   "channels",
       "classes",      "precision", "remat",    "remat_layers", "optimizer", "step",    "donate",
       "scan",         "accum",     "sharding", "mesh",         "mesh_axes", "backend", "name",
-      "compile_only", "cpu8",      "attn",     "widths",       "kv_heads"};
+      "compile_only", "cpu8",      "attn",     "widths",       "kv_heads",  "d_ff"};
   for (const auto& [key, value] : config.items())
     if (!kKeys.contains(key))
       return invalid_argument(fmt::format("unknown key {} in the model spec", excerpt(key)));
@@ -162,6 +162,7 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
   MEMFIT_ASSIGN_OR_RETURN(s.d_model, positive(config, "d_model", s.d_model));
   MEMFIT_ASSIGN_OR_RETURN(s.heads, positive(config, "heads", s.heads));
   MEMFIT_ASSIGN_OR_RETURN(s.kv_heads, positive(config, "kv_heads", 0));
+  MEMFIT_ASSIGN_OR_RETURN(s.d_ff, positive(config, "d_ff", 0));
   MEMFIT_ASSIGN_OR_RETURN(s.layers, positive(config, "layers", s.layers));
   MEMFIT_ASSIGN_OR_RETURN(s.seq, positive(config, "seq", s.seq));
   // The reference programs' batch: 8 sequences for the GPT, 2048 rows for the MLP, 64 images for the ViT.
@@ -265,6 +266,12 @@ Status validate_model_spec(const ModelSpec& s) {
       return invalid_argument(
           fmt::format("image: {} pixels do not survive {} 2x2 pools", s.image, s.widths.size()));
   }
+  if (s.d_ff != 0 && (s.model == ModelFamily::kMlp || s.model == ModelFamily::kFlaxCnn))
+    return invalid_argument(fmt::format(
+        "d_ff: the {} has no transformer blocks (its widths are its own keys)", to_string(s.model)));
+  // 4 x d_model, the default, as a product that does not wrap.
+  if (s.d_ff == 0 && s.d_model > std::numeric_limits<uint64_t>::max() / 4)
+    return invalid_argument(fmt::format("d_model: 4 x {} (the MLP's width) overflows 64 bits", s.d_model));
   if (s.kv_heads != 0 && s.kv_heads != s.heads &&
       (s.step != StepKind::kDecode || s.model != ModelFamily::kGpt))
     return invalid_argument("kv_heads: grouped-query attention is built for the gpt's step decode");
@@ -330,6 +337,9 @@ Status validate_model_spec(const ModelSpec& s) {
   if (s.model != ModelFamily::kMlp && s.heads % tp != 0)
     return invalid_argument(
         fmt::format("heads: {} heads do not split over the model axis of {}", s.heads, tp));
+  if (s.d_ff % tp != 0)  // a tensor-parallel block splits its MLP's hidden units
+    return invalid_argument(
+        fmt::format("d_ff: {} hidden units do not split over the model axis of {}", s.d_ff, tp));
   for (uint64_t l : s.remat_layers) {
     if (l >= s.blocks())
       return invalid_argument(
@@ -373,6 +383,7 @@ Json model_spec_to_json(const ModelSpec& s) {
     j["d_model"] = s.d_model;
     j["heads"] = s.heads;
     if (s.kv_heads != 0) j["kv_heads"] = s.kv_heads;
+    if (s.d_ff != 0) j["d_ff"] = s.d_ff;
     j["layers"] = s.layers;
     if (tokens) j["seq"] = s.seq;
     if (s.model == ModelFamily::kVit) {

@@ -15,7 +15,7 @@ constexpr const char* kEmbedding = "['Embed_0']['embedding']";
 class FlaxEncoder final : public LanguageModel {
  public:
   BlockParams block_params(const ModelSpec& s) const override {
-    const uint64_t D = s.d_model, F = 4 * D, H = s.heads, hd = D / H;
+    const uint64_t D = s.d_model, F = s.ffn_width(), H = s.heads, hd = D / H;
     const std::string a = kAttention;
     BlockParams b;
     b.shapes = {{"['Dense_0']['bias']", {F}},       {"['Dense_0']['kernel']", {D, F}},

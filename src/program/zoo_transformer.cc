@@ -20,8 +20,7 @@ struct Block {
   std::map<std::string, T> t;
 };
 
-BlockParams fused_qkv_block(uint64_t D) {
-  const uint64_t F = 4 * D;
+BlockParams fused_qkv_block(uint64_t D, uint64_t F) {
   BlockParams b;
   b.shapes = {{"['b1']", {F}},    {"['b2']", {D}},         {"['ln1_b']", {D}}, {"['ln1_g']", {D}},
               {"['ln2_b']", {D}}, {"['ln2_g']", {D}},      {"['w1']", {D, F}}, {"['w2']", {F, D}},
@@ -56,7 +55,7 @@ void positions_backward(TransformerBuild& x, const T& dx) {
 void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerFamily& family) {
   const ModelSpec& s = c.s;
   Emitter& e = c.e;
-  const uint64_t D = s.d_model, H = s.heads, F = 4 * D, L = s.layers;
+  const uint64_t D = s.d_model, H = s.heads, F = s.ffn_width(), L = s.layers;
   const uint64_t S = family.sequence(s);
   // Tensor parallelism shards a tied embedding by vocabulary (reference_programs.py's spec_for): each device
   // computes, and backpropagates through, its own slice of the logits.

@@ -40,12 +40,14 @@ struct BlockParams {
 };
 
 // GPT's and ViT's blocks (reference_programs.py): a fused q/k/v matrix, no attention biases.
-BlockParams fused_qkv_block(uint64_t D);
+BlockParams fused_qkv_block(uint64_t D, uint64_t F);
 
 class TransformerFamily {
  public:
   virtual ~TransformerFamily() = default;
-  virtual BlockParams block_params(const ModelSpec& s) const { return fused_qkv_block(s.d_model); }
+  virtual BlockParams block_params(const ModelSpec& s) const {
+    return fused_qkv_block(s.d_model, s.ffn_width());
+  }
   virtual std::string layer_prefix(uint64_t l) const { return "['layers'][" + std::to_string(l) + "]"; }
   // Parameters that sort after ['layers']: the final norm and the positions.
   virtual void add_trailing_params(Step& step, const ModelSpec& s) const;

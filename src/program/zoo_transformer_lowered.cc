@@ -140,14 +140,14 @@ class TransformerStep {
       // projection and the MLP's first GEMM by columns (the heads, the hidden units), the output projection
       // and the MLP's second GEMM by rows; norms and the last bias whole on every device.
       const uint64_t t = tp_;
-      param(b.b1, dims({4 * d / t}), name("b1"), args);
+      param(b.b1, dims({s_.ffn_width() / t}), name("b1"), args);
       param(b.b2, dims({d}), name("b2"), args);
       param(b.ln1_b, dims({d}), name("ln1_b"), args);
       param(b.ln1_g, dims({d}), name("ln1_g"), args);
       param(b.ln2_b, dims({d}), name("ln2_b"), args);
       param(b.ln2_g, dims({d}), name("ln2_g"), args);
-      param(b.w1, dims({d, 4 * d / t}), name("w1"), args);
-      param(b.w2, dims({4 * d / t, d}), name("w2"), args);
+      param(b.w1, dims({d, s_.ffn_width() / t}), name("w1"), args);
+      param(b.w2, dims({s_.ffn_width() / t, d}), name("w2"), args);
       param(b.wo, dims({d / t, d}), name("wo"), args);
       param(b.wqkv, dims({d, (d + 2 * kv_heads() * (d / s_.heads)) / t}), name("wqkv"), args);
     }
@@ -637,11 +637,12 @@ class TransformerStep {
   // The shapes the forward loop stacks, [L, ...] each: scan_residuals', or under a remat policy the saved
   // GEMM results and the blocks' inputs.
   std::vector<std::vector<uint64_t>> residual_dims() const {
-    const uint64_t b = batch_, sq = seq_, d = s_.d_model, h = s_.heads, hd = d / h, L = s_.layers;
+    const uint64_t b = batch_, sq = seq_, d = s_.d_model, h = s_.heads, hd = d / h, L = s_.layers,
+                   f = s_.ffn_width();
     const std::vector<uint64_t> act = {L, b, sq, d}, row = {L, b, sq, 1}, scale = {L, 1, 1, d};
     if (checkpointed(0)) {
       const std::vector<uint64_t> dot_dims[kDots] = {
-          {L, b, sq, 3 * d}, {L, b, h, sq, sq}, {L, b, h, sq, hd}, act, {L, b, sq, 4 * d}};
+          {L, b, sq, 3 * d}, {L, b, h, sq, sq}, {L, b, h, sq, hd}, act, {L, b, sq, f}};
       std::vector<std::vector<uint64_t>> dims;
       for (size_t k = 0; k < kDots; ++k)
         if (saves(static_cast<Dot>(k))) dims.push_back(dot_dims[k]);
@@ -655,7 +656,7 @@ class TransformerStep {
          {std::vector<uint64_t>{L, b, h, hd, sq}, heads, probs, hrow, hrow, heads, probs, act})
       dims.push_back(x);
     dims.insert(dims.end(), norm.begin(), norm.end());
-    for (int j = 0; j < 5; ++j) dims.push_back({L, b, sq, 4 * d});
+    for (int j = 0; j < 5; ++j) dims.push_back({L, b, sq, f});
     return dims;
   }
 
@@ -671,7 +672,8 @@ class TransformerStep {
   // and the logits of the device's own rows of the vocabulary.
   void decode() {
     const uint64_t batch = s_.batch, d = s_.d_model, heads = s_.heads / tp_, hd = s_.d_model / s_.heads,
-                   cached = s_.seq, dl = d / tp_, kv = kv_heads() / tp_, group = heads / kv;
+                   cached = s_.seq, dl = d / tp_, kv = kv_heads() / tp_, group = heads / kv,
+                   fl = s_.ffn_width() / tp_;
     const V zero = e_.scalar(PrimitiveType::kS32);
     // (params['embed'][tok] + dynamic_slice_in_dim(params['pos'], pos, 1)[None]).astype(cdt)
     token_rows_ = e_.reshape(tokens_, {batch, 1, 1});
@@ -713,7 +715,7 @@ class TransformerStep {
       const V x1 = e_.binary("add", x, summed(e_.dot(merged, cast(p.wo, cdt_), {batch, 1, d}, cdt_)));
       const V h2 = layer_norm(x1, p.ln2_g, p.ln2_b, nullptr);
       const Gelu g = write_gelu(
-          e_, with("add", e_.dot(h2, cast(p.w1, cdt_), {batch, 1, 4 * dl}, cdt_), cast(p.b1, cdt_), {2}));
+          e_, with("add", e_.dot(h2, cast(p.w1, cdt_), {batch, 1, fl}, cdt_), cast(p.b1, cdt_), {2}));
       const V x2 = e_.binary("add", x1, summed(e_.dot(g.out, cast(p.w2, cdt_), {batch, 1, d}, cdt_)));
       x = with("add", x2, cast(p.b2, cdt_), {2});
     }
@@ -841,7 +843,7 @@ class TransformerStep {
   // A block's transpose: `g` (the cotangent of its output) back to its input; its parameters' gradients in
   // jax's order (b1, b2, ln1_b, ln1_g, ln2_b, ln2_g, w1, w2, wo, wqkv) into `grads`.
   V block_transpose(const LayerParams& p, const BlockSaved& k, const V& g, std::vector<V>& grads) {
-    const uint64_t batch = batch_, seq = seq_, d = s_.d_model, f = 4 * d;
+    const uint64_t batch = batch_, seq = seq_, d = s_.d_model, f = s_.ffn_width();
     e_.set_category("temporaries");
     // x2 = x1 + h @ w2 + b2, h = gelu(z), z = ln2(x1) @ w1 + b1
     const V dh = e_.dot(g, k.w2, {batch, seq, f}, cdt_);
@@ -967,7 +969,8 @@ class TransformerStep {
     }
     const V x1 = e_.binary("add", x, gemm(kProjection, k.merged, k.wo, {batch, seq, d}));
     h = layer_norm(x1, p.ln2_g, p.ln2_b, &k.ln2);
-    k.gelu = write_gelu(e_, with("add", gemm(kMlpIn, h, k.w1, {batch, seq, 4 * d}), cast(p.b1, cdt_), {2}));
+    k.gelu = write_gelu(
+        e_, with("add", gemm(kMlpIn, h, k.w1, {batch, seq, s_.ffn_width()}), cast(p.b1, cdt_), {2}));
     const V x2 = e_.binary("add", x1, e_.dot(k.gelu.out, k.w2, {batch, seq, d}, cdt_));
     // A scanned recomputation has no b2 (nothing its transpose reads depends on it): its output is unused.
     return p.b2.name.empty() ? x2 : with("add", x2, cast(p.b2, cdt_), {2});

@@ -453,6 +453,45 @@ TEST(ModelZoo, TensorParallelDecodeHoldsEachDevicesShare) {
 
 // The largest batch (or context) that fits: the boundary between plans that fit and plans that do not,
 // checked here by planning both sides of it again.
+// d_ff sets the hidden width of every transformer block's MLP (Llama's intermediate_size), in each writer:
+// the lowered GPT and ViT, a decode split over a tensor-parallel group, the flax encoder and a scan in half
+// precision (the fused writers). The parameters change by w1, b1 and w2's share, counted by hand; d_ff = 4 x
+// d_model is the default to the byte.
+TEST(ModelZoo, DffSetsTheWidthOfEveryBlocksMlp) {
+  const uint64_t D = 128, L = 2, F = 3 * D;
+  struct Case {
+    std::string spec;
+    uint64_t tp;
+  };
+  const std::vector<Case> cases = {
+      {R"("model": "gpt", "seq": 64, "vocab": 500)", 1},
+      {R"("model": "gpt", "seq": 64, "vocab": 500, "step": "decode", "sharding": "tp", "mesh": [2],
+          "mesh_axes": ["model"])",
+       2},
+      {R"("model": "gpt", "seq": 64, "vocab": 500, "scan": true, "precision": "mixed")", 1},
+      {R"("model": "vit", "image": 32, "patch": 8)", 1},
+      {R"("model": "flax_encoder", "seq": 64, "vocab": 500)", 1}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.spec);
+    const std::string once = "{" + c.spec + R"(, "d_model": 128, "heads": 4, "layers": 2, "batch": 4)";
+    const StepPlan plain = plan(once + "}");
+    const StepPlan four = plan(once + R"(, "d_ff": 512})");
+    const StepPlan three = plan(once + R"(, "d_ff": 384})");
+    EXPECT_EQ(four.peak_bytes, plain.peak_bytes);
+    EXPECT_EQ(four.arguments.parameter_count, plain.arguments.parameter_count);
+    // Per layer: w1 [D, F], b1 [F] and w2 [F, D], each device holding 1 / tp of the hidden units.
+    EXPECT_EQ(plain.arguments.parameter_count - three.arguments.parameter_count,
+              L * (2 * D + 1) * (4 * D - F) / c.tp);
+    EXPECT_LT(three.peak_bytes, plain.peak_bytes);
+  }
+  for (const char* refused :
+       {R"({"model": "mlp", "d_ff": 512})",
+        R"({"model": "gpt", "heads": 4, "d_model": 128, "d_ff": 302, "step": "decode", "sharding": "tp",
+            "mesh": [4], "mesh_axes": ["model"]})"}) {
+    EXPECT_FALSE(model_spec_from_json(Json::parse(refused)).ok()) << refused;
+  }
+}
+
 TEST(ModelZoo, LargestFitIsTheBoundaryOfWhatFits) {
   auto spec = model_spec_from_json(Json::parse(
       R"({"model": "gpt", "step": "decode", "batch": 1, "seq": 4096, "layers": 4, "d_model": 1024,

@@ -45,6 +45,7 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   integer("--heads", "heads", "attention heads");
   integer("--kv-heads", "kv_heads",
           "step decode: key/value heads of grouped-query attention (default: heads)");
+  integer("--d-ff", "d_ff", "hidden width of a transformer block's MLP (default: 4 x d-model)");
   integer("--layers", "layers", "transformer blocks");
   integer("--seq", "seq", "sequence length");
   integer("--batch", "batch", "global batch");

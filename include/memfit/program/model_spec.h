@@ -53,6 +53,9 @@ struct ModelSpec {
   // step decode: the key/value heads of grouped-query attention (Llama's n_kv_heads), each shared by
   // heads / kv_heads query heads; 0 = heads (multi-head attention).
   uint64_t kv_heads = 0;
+  // The hidden width of each block's MLP (Llama's intermediate_size); 0 = 4 x d_model, as GPT-2, ViT and
+  // BERT have it. A gated MLP (SwiGLU: three matrices) is not built: 1.5 x its width gives its weights.
+  uint64_t d_ff = 0;
   // mlp
   uint64_t din = 1024, width = 4096, depth = 8, dout = 1024;
   // vit and flax_cnn: image side, patch side, channels, classes
@@ -78,6 +81,8 @@ struct ModelSpec {
   // The repeated blocks of the model: an MLP's hidden layers (`depth`), a transformer's `layers`; and the
   // key that names them.
   uint64_t blocks() const { return model == ModelFamily::kMlp ? depth : layers; }
+  // A transformer block's MLP width: d_ff, or 4 x d_model when none is given.
+  uint64_t ffn_width() const { return d_ff != 0 ? d_ff : 4 * d_model; }
   uint64_t& blocks() { return model == ModelFamily::kMlp ? depth : layers; }
   const char* blocks_key() const { return model == ModelFamily::kMlp ? "depth" : "layers"; }
 };
