@@ -153,6 +153,12 @@ TEST(PlanCommand, NonsenseExitsTwoWithAReason) {
       {{"plan", "--model", "gpt", "--heads", "7"}, "heads"},
       {{"plan", "--model", "gpt", "--remat", "sometimes"}, "remat"},
       {{"plan", "--model", "gpt", "--layers", "-3"}, "layers"},
+      // Beyond 64 bits, or not a number: the key is named, nothing is clamped to a number never given.
+      {{"plan", "--model", "gpt", "--batch", "18446744073709551616"}, "batch: expected a positive integer"},
+      {{"plan", "--model", "gpt", "--layers", "1e3"}, "layers: expected a positive integer"},
+      {{"plan", "--model", "gpt", "--d-ff", "302", "--step", "decode", "--sharding", "tp", "--mesh",
+        "model=4"},
+       "d_ff"},
       {{"plan", "--model", "gpt", "--mesh", "data=x"}, "mesh"},
       {{"plan", "--model", "gpt", "--sharding", "fsdp"}, "mesh"},
       {{"plan", "/nonexistent/spec.json"}, "spec.json"},

@@ -26,14 +26,31 @@ std::vector<std::string> comma_separated(const std::string& v) {
   return parts;
 }
 
+// "123" -> 123, "-5" -> -5 (the spec's check refuses it by name), anything else -> the text itself.
+Json whole_number_or_text(const std::string& v) {
+  const char* end = v.data() + v.size();
+  if (!v.empty() && v[0] == '-') {
+    int64_t n = 0;
+    const auto [stop, ec] = std::from_chars(v.data(), end, n);
+    if (ec == std::errc() && stop == end) return n;
+  } else {
+    uint64_t n = 0;
+    const auto [stop, ec] = std::from_chars(v.data(), end, n);
+    if (ec == std::errc() && stop == end) return n;
+  }
+  return v;
+}
+
 }  // namespace
 
 void add_plan_options(CLI::App& app, PlanOptions& o) {
   app.add_option("SPEC", o.spec_file,
                  "A JSON spec with the config keys of programs.json (flags override it)");
+  // A whole number as the spec reads it; text that is not one (or is beyond 64 bits) is passed on as text,
+  // for the spec's check to name - an int64 option would clamp 2^64 - 1 to 2^63 - 1 without a word.
   auto integer = [&](const char* flag, const char* key, const char* help) {
-    app.add_option_function<int64_t>(
-        flag, [&o, key](const int64_t& v) { o.overrides[key] = v; }, help);
+    app.add_option_function<std::string>(
+        flag, [&o, key](const std::string& v) { o.overrides[key] = whole_number_or_text(v); }, help);
   };
   auto text = [&](const char* flag, const char* key, const char* help) {
     app.add_option_function<std::string>(
