@@ -164,6 +164,9 @@ TEST(PlanCommand, NonsenseExitsTwoWithAReason) {
       {{"plan", "/nonexistent/spec.json"}, "spec.json"},
       {{"fit", "--model", "gpt"}, "--capacity"},
       {{"plan", "--model", "gpt", "--capacity", "lots"}, "--capacity"},
+      // An unsigned option would read -1 as 2^64 - 1.
+      {{"hlo", "--top", "-1", "step.hlo"}, "--top"},
+      {{"profile", "--top", "18446744073709551616", "memory.prof"}, "--top"},
   };
   for (const auto& [args, reason] : cases) {
     const auto run = testing::run_cli(args);

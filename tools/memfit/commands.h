@@ -26,6 +26,10 @@ namespace memfit::cli {
 // A subcommand registers its options on `app` and returns the action run after a successful parse.
 using Action = std::function<int()>;
 
+// The most rows a --top lists: more than any program has groups, and a bound that refuses "-1" (which an
+// unsigned option would read as 2^64 - 1) with a reason.
+inline constexpr size_t kMaxListed = size_t{1} << 20;
+
 Action add_env_command(CLI::App& app, Io& io);
 Action add_bench_command(CLI::App& app, Io& io);
 Action add_replay_command(CLI::App& app, Io& io);

@@ -183,7 +183,8 @@ Action add_hlo_command(CLI::App& app, Io& io) {
                  " - or as StableHLO (lowered.as_text()), gzip accepted; or an XLA dump folder")
       ->required();
   app.add_option("--module", options->module, "In a dump folder: the module whose file name contains this");
-  app.add_option("--top", options->top, "Groups of buffers listed at the peak (default 10)");
+  app.add_option("--top", options->top, "Groups of buffers listed at the peak (default 10)")
+      ->check(CLI::Range(size_t{0}, kMaxListed));
   app.add_flag("--json", options->json, "Print one JSON object");
   app.add_flag("--buffers", options->buffers,
                "With --json: every buffer with its kind, live range (schedule steps) and temp offset");

@@ -85,7 +85,8 @@ Action add_profile_command(CLI::App& app, Io& io) {
   app.add_option("FILE", options->path, "A device memory profile (jax.profiler.save_device_memory_profile)")
       ->required();
   app.add_option("--diff", options->base, "An earlier profile of the same process: what grew since (a leak)");
-  app.add_option("--top", options->top, "Sites listed (default 10)");
+  app.add_option("--top", options->top, "Sites listed (default 10)")
+      ->check(CLI::Range(size_t{0}, kMaxListed));
   app.add_flag("--json", options->json, "Print one JSON object");
   return [options, &io]() -> int {
     auto profile = read_device_memory_profile(options->path);
