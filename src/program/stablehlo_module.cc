@@ -660,6 +660,17 @@ class Reader {
   }
 
   Status skip_region_line(std::string_view line) {
+    if (pending_ && line.starts_with("%")) {  // "%0 = stablehlo.add %arg1, %arg2 : tensor<f32>"
+      if (const size_t eq = line.find(" = "); eq != std::string_view::npos) {
+        std::string_view op = trim(line.substr(eq + 3));
+        if (op.starts_with("\"")) op.remove_prefix(1);
+        size_t end = 0;
+        while (end < op.size() && op[end] != ' ' && op[end] != '"' && op[end] != '(') ++end;
+        op = op.substr(0, end);
+        pending_->region_op = hlo_opcode_from_name(hlo_opcode(op));
+        ++pending_->region_ops;
+      }
+    }
     for (char c : line) skip_depth_ += c == '{' ? 1 : c == '}' ? -1 : 0;
     if (skip_depth_ > 0) return ok_status();
     skipping_ = false;
@@ -669,11 +680,13 @@ class Reader {
     // The closing line ("}) {attrs} : (...) -> ...") carries the signature when the header did not.
     const std::string_view header = p.rest;
     const bool header_typed = signature_colon(header) != std::string_view::npos && !header.ends_with("{");
-    return finish_op(p.result, p.count, p.opname, header, header_typed ? header : line);
+    const HloOpcode combiner = p.region_ops == 1 ? p.region_op : HloOpcode::kUnknown;
+    return finish_op(p.result, p.count, p.opname, header, header_typed ? header : line, combiner);
   }
 
   Status finish_op(const std::string& result, size_t count, const std::string& opname,
-                   std::string_view operands_text, std::string_view typed_text) {
+                   std::string_view operands_text, std::string_view typed_text,
+                   HloOpcode region_combiner = HloOpcode::kUnknown) {
     const size_t colon = signature_colon(typed_text);
     if (colon == std::string_view::npos)
       return error_at(line_, fmt::format("{} without a type signature", excerpt(opname, 60)));
@@ -721,6 +734,11 @@ class Reader {
     } else if (opname == "stablehlo.dot_general") {
       inst.lhs_batch_dims = int_list_after(body, "batching_dims = [");
     }
+    // A scatter's (or a generic reduce's) combiner, from its region: XLA's simplifier folds an add of a
+    // scatter-add into zeros (plan/xla_gpu_model.cc), as it does for the HLO text's to_apply=.
+    if (inst.reducer == HloOpcode::kUnknown &&
+        (inst.opcode == HloOpcode::kScatter || inst.opcode == HloOpcode::kReduce))
+      inst.reducer = region_combiner;
     std::vector<Shape> operand_shapes;
     if (opname != "stablehlo.constant") {
       for (std::string_view ref : references(body)) {
@@ -759,6 +777,10 @@ class Reader {
     std::string opname;
     std::string rest;
     uint64_t line;
+    // The ops of its region (a scatter's or reduce's combiner, written on the lines between): the one op,
+    // when there is exactly one, is the combiner, as an HLO module names it through to_apply=.
+    HloOpcode region_op = HloOpcode::kUnknown;
+    size_t region_ops = 0;
   };
 
   HloModule module_;

@@ -290,6 +290,41 @@ TEST(HloPlan, LoweredHostOffloadHoldsOneLayerOnTheHost) {
   }
 }
 
+// One program, two front ends: the lowered HLO text and the StableHLO of the same jax.jit(...).lower() plan
+// to the same temp (within 4 KiB: tuple tables and scalars). StableHLO writes a scatter's combiner as a
+// region, HLO as a to_apply computation; before the region's op was read, XLA's fold of add(A,
+// scatter-add(zeros)) was missed on StableHLO and every GPT held an embedding-sized gradient more (+5.2% on
+// remat full). The scanned GPT's loop is read differently by the two (-1.4%, bounded here, not explained).
+TEST(HloPlan, TheLoweredHloAndStableHloOfOneProgramPlanAlike) {
+  int pairs = 0;
+  for (const char* name :
+       {"gpt_fp32", "gpt_fp32_donate", "gpt_bf16_donate", "gpt_mixed_donate", "gpt_fp32_donate_remat_full",
+        "gpt_fp32_donate_remat_dots", "gpt_fp32_donate_accum4_b32", "gpt_fp32_infer_b32",
+        "gpt_mixed_donate_cudnn", "gpt_mixed_donate_offload_dots_nb", "gpt_fp32_donate_scan_remat_full",
+        "vit_b16_fp32_donate", "flax_encoder_adafactor_b32", "mlp_fp32_donate", "mlp_vmap_grads_b128",
+        "gpt_fp32_donate_scan"}) {
+    SCOPED_TRACE(name);
+    std::vector<uint64_t> temps;
+    for (const char* suffix : {".lowered.hlo.txt.gz", ".stablehlo.mlir.gz"}) {
+      auto text = read_file(data(std::string(name) + suffix));
+      ASSERT_TRUE(text.ok()) << text.error().message();
+      auto module = parse_program_text(*text);
+      ASSERT_TRUE(module.ok()) << module.error().message();
+      auto plan = plan_hlo(*module);
+      ASSERT_TRUE(plan.ok()) << plan.error().message();
+      temps.push_back(plan->temp_bytes);
+    }
+    const double gap = std::abs(static_cast<double>(temps[1]) - static_cast<double>(temps[0]));
+    if (std::string(name) == "gpt_fp32_donate_scan") {
+      EXPECT_LE(gap / static_cast<double>(temps[0]), 0.02);
+    } else {
+      EXPECT_LE(gap, 4096.0) << temps[0] << " vs " << temps[1];
+    }
+    ++pairs;
+  }
+  EXPECT_EQ(pairs, 16);
+}
+
 TEST(HloPlan, StableHloProgramsPlannedThroughTheGpuModel) {
   expect_lowered_plans(".stablehlo.mlir.gz", "StableHLO",
                        {"gpt_fp32", "gpt_fp32_donate", "gpt_fp32_donate_scan", "mlp_fp32", "mlp_fp32_donate",
