@@ -59,6 +59,49 @@ TEST(StableHlo, ReadsFunctionsCallsMultiResultsAndDonation) {
   EXPECT_TRUE(select);
 }
 
+// A scatter's combiner is written as a region on the lines after it; its one op is the combiner (as HLO's
+// to_apply= names a computation whose root it is). A region of two ops names none.
+TEST(StableHlo, ReadsAScattersCombinerFromItsRegion) {
+  auto scatter_with = [](const std::string& region) {
+    return R"(module @jit_g {
+  func.func public @main(%arg0: tensor<4x2xi32>, %arg1: tensor<4x8xf32>) -> (tensor<16x8xf32>) {
+    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<16x8xf32>
+    %1 = "stablehlo.scatter"(%0, %arg0, %arg1) <{indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, unique_indices = false}> ({
+    ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+)" + region +
+           R"(
+    }) : (tensor<16x8xf32>, tensor<4x2xi32>, tensor<4x8xf32>) -> tensor<16x8xf32>
+    return %1 : tensor<16x8xf32>
+  }
+}
+)";
+  };
+  const struct {
+    std::string region;
+    HloOpcode combiner;
+  } cases[] = {
+      {"      %2 = stablehlo.add %arg2, %arg3 : tensor<f32>\n      stablehlo.return %2 : tensor<f32>",
+       HloOpcode::kAdd},
+      {"      %2 = stablehlo.maximum %arg2, %arg3 : tensor<f32>\n      stablehlo.return %2 : tensor<f32>",
+       HloOpcode::kMaximum},
+      {"      %2 = stablehlo.multiply %arg2, %arg3 : tensor<f32>\n      %3 = stablehlo.add %2, %arg3 : "
+       "tensor<f32>\n      stablehlo.return %3 : tensor<f32>",
+       HloOpcode::kUnknown},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.region);
+    auto m = parse_program_text(scatter_with(c.region));
+    ASSERT_TRUE(m.ok()) << m.error().message();
+    const HloInstruction* scatter = nullptr;
+    for (const HloInstruction& i : m->entry()->instructions)
+      if (i.opcode == HloOpcode::kScatter) scatter = &i;
+    ASSERT_NE(scatter, nullptr);
+    EXPECT_EQ(scatter->reducer, c.combiner);
+    EXPECT_EQ(scatter->shape.to_string(), "f32[16,8]");
+  }
+}
+
 std::string error_of(const std::string& text) {
   auto m = parse_program_text(text);
   EXPECT_FALSE(m.ok());
