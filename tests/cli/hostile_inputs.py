@@ -162,6 +162,13 @@ run("range: collective MB overflow", ["env", "--capacity", "h200"], 2,
     env={"XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB": "99999999999999999"})
 run("range: --batch -3", ["plan", "--model", "gpt", "--batch", "-3"], 2)
 run("range: --batch 2^64", ["plan", "--model", "gpt", "--batch", "18446744073709551616"], 2)
+run("range: --batch 2^64 - 1 named, not clamped", ["plan", "--model", "gpt", "--batch", "18446744073709551615"], 2,
+    stderr_has="18446744073709551615")
+run("wrap: --d-ff 2^62", ["plan", "--model", "gpt", "--d-ff", "4611686018427387904"], 2, stderr_has="overflows")
+run("wrap: --d-model 2^62 (4 x it is the MLP)", ["plan", "--model", "gpt", "--heads", "1", "--d-model",
+    "4611686018427387904"], 2, stderr_has="overflows")
+run("range: --d-ff on the mlp", ["plan", "--model", "mlp", "--d-ff", "64"], 2, stderr_has="d_ff")
+run("range: hlo --top -1", ["hlo", "--top", "-1", "x.hlo"], 2, stderr_has="--top")
 
 # -- 5. Units ------------------------------------------------------------------------------------------------
 run("units: --capacity 1EiB", ["plan", "--model", "mlp", "--capacity", "1EiB", "--json"], 0,
