@@ -78,14 +78,7 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       [&o](const std::string& v) {
         // "64,128,256,512": a number where one parses, else the text (the spec names it as an error).
         Json widths = Json::array();
-        for (const std::string& part : comma_separated(v)) {
-          int64_t n = 0;
-          const auto [stop, ec] = std::from_chars(part.data(), part.data() + part.size(), n);
-          if (ec == std::errc() && stop == part.data() + part.size())
-            widths.push_back(n);
-          else
-            widths.push_back(part);
-        }
+        for (const std::string& part : comma_separated(v)) widths.push_back(whole_number_or_text(part));
         o.overrides["widths"] = widths;
       },
       "flax_cnn block widths, e.g. 64,128,256,512");
