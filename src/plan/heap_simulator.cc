@@ -1,8 +1,6 @@
 #include "memfit/plan/heap_simulator.h"
 
 #include <algorithm>
-#include <future>
-#include <thread>
 #include <tuple>
 
 namespace memfit {
@@ -360,19 +358,12 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
 }
 
 HeapAssignment best_heap(const std::vector<HeapInterval>& intervals, uint64_t alignment) {
-  // The two packings are independent: for a large program the temporal one runs on a second thread (a
-  // 2048-layer unrolled step holds 75000 intervals: about 0.8 s spatial, 3 s temporal, from perf's samples
-  // per thread); for a small one a thread costs more than it saves.
-  constexpr size_t kThreadAtLeast = 20000;
-  std::future<HeapAssignment> temporal_later;
-  if (intervals.size() >= kThreadAtLeast && std::thread::hardware_concurrency() > 1) {
-    temporal_later = std::async(std::launch::async,
-                                [&] { return best_fit_heap(intervals, alignment, HeapPacking::kTemporal); });
-  }
+  // The smaller of the two packings, spatial on a tie. Spatial first: when it is as small as the most bytes
+  // live at once, no packing is smaller, and the temporal one (as slow again or slower) is not run. That is
+  // the common case: 17 of the 24 heaps of `fit --model gpt --layers 300`, the others 0.001-0.4% above it.
   HeapAssignment spatial = best_fit_heap(intervals, alignment, HeapPacking::kSpatial);
-  HeapAssignment temporal = temporal_later.valid()
-                                ? temporal_later.get()
-                                : best_fit_heap(intervals, alignment, HeapPacking::kTemporal);
+  if (spatial.heap_bytes <= live_bytes_peak(intervals).bytes) return spatial;
+  HeapAssignment temporal = best_fit_heap(intervals, alignment, HeapPacking::kTemporal);
   return temporal.heap_bytes < spatial.heap_bytes ? temporal : spatial;
 }
 

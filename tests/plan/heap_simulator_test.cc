@@ -77,10 +77,33 @@ TEST(HeapSimulator, RandomIntervalsPackValidlyAndNeverBelowTheBound) {
   }
 }
 
-TEST(HeapSimulator, BestHeapIsTheSmallerPackingAlsoWhenTheyRunOnTwoThreads) {
-  // 20700 intervals: past the size where best_heap packs the temporal heap on a second thread. Activations
-  // that nest (made in order, freed in reverse) under short-lived temporaries, as a training step's.
-  std::mt19937_64 rng(5);
+// best_heap skips the temporal packing when the spatial one is as small as the most bytes live at once: it
+// must still give what comparing both packings gives (the smaller, spatial on a tie). Random heaps where
+// either wins, and the nested lifetimes of a training step (2300 layers) - both branches are exercised.
+TEST(HeapSimulator, BestHeapIsTheSmallerPacking) {
+  auto check = [](const std::vector<HeapInterval>& iv, int& temporal_won, int& spatial_tight) {
+    const HeapAssignment spatial = best_fit_heap(iv, 64, HeapPacking::kSpatial);
+    const HeapAssignment temporal = best_fit_heap(iv, 64, HeapPacking::kTemporal);
+    const HeapAssignment& smaller = temporal.heap_bytes < spatial.heap_bytes ? temporal : spatial;
+    temporal_won += temporal.heap_bytes < spatial.heap_bytes;
+    spatial_tight += spatial.heap_bytes == live_bytes_peak(iv).bytes;
+    const HeapAssignment best = best_heap(iv, 64);
+    EXPECT_EQ(best.packing, smaller.packing);
+    EXPECT_EQ(best.heap_bytes, smaller.heap_bytes);
+    EXPECT_EQ(best.offsets, smaller.offsets);
+    EXPECT_GE(best.heap_bytes, live_bytes_peak(iv).bytes);
+  };
+  int temporal_won = 0, spatial_tight = 0;
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<HeapInterval> iv;
+    const int n = 2 + static_cast<int>(rng() % 12);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t s = rng() % 20;
+      iv.push_back({s, s + rng() % 8, 64 * (1 + rng() % 16)});
+    }
+    check(iv, temporal_won, spatial_tight);
+  }
   std::vector<HeapInterval> iv;
   const uint64_t layers = 2300;
   for (uint64_t l = 0; l < layers; ++l) {
@@ -92,15 +115,9 @@ TEST(HeapSimulator, BestHeapIsTheSmallerPackingAlsoWhenTheyRunOnTwoThreads) {
     }
   }
   for (size_t i = 0; i < iv.size(); ++i) iv[i].tie_break = i;
-  ASSERT_GE(iv.size(), 20000u);
-  const HeapAssignment spatial = best_fit_heap(iv, 64, HeapPacking::kSpatial);
-  const HeapAssignment temporal = best_fit_heap(iv, 64, HeapPacking::kTemporal);
-  const HeapAssignment& smaller = temporal.heap_bytes < spatial.heap_bytes ? temporal : spatial;
-  const HeapAssignment best = best_heap(iv, 64);
-  EXPECT_EQ(best.packing, smaller.packing);
-  EXPECT_EQ(best.heap_bytes, smaller.heap_bytes);
-  EXPECT_EQ(best.offsets, smaller.offsets);
-  EXPECT_GE(best.heap_bytes, live_bytes_peak(iv).bytes);
+  check(iv, temporal_won, spatial_tight);
+  EXPECT_GT(temporal_won, 0) << "no heap where the temporal packing is smaller: the test lost its reach";
+  EXPECT_GT(spatial_tight, 0) << "no heap where the spatial packing meets the bound";
 }
 
 }  // namespace
