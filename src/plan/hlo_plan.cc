@@ -30,7 +30,10 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
   const bool from_stablehlo = module.from_stablehlo;
   const uint64_t partitions = module.num_partitions;
   MEMFIT_ASSIGN_OR_RETURN(HloModule in_program_order, model_xla_gpu(std::move(module)));
-  const HloModule listed = list_scheduled(HloModule(in_program_order));
+  copy_donated_parameters(in_program_order);
+  HloModule listed = list_scheduled(HloModule(in_program_order));
+  remove_unneeded_donation_copies(in_program_order);
+  remove_unneeded_donation_copies(listed);
   MEMFIT_ASSIGN_OR_RETURN(BufferModel program_model, build_buffer_model(in_program_order));
   MEMFIT_ASSIGN_OR_RETURN(BufferModel listed_model, build_buffer_model(listed));
   const bool keep_listed = live_bytes_peak(listed_model.heap_intervals).bytes <=

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "memfit/plan/buffer_model.h"
 #include "memfit/plan/hlo_plan.h"
@@ -112,6 +113,79 @@ ENTRY main.1 {{
   ASSERT_TRUE(modeled.ok()) << modeled.error().message();
   ASSERT_NE(find(*modeled, "z1"), nullptr);
   EXPECT_EQ(find(*modeled, "relu1")->operands, (std::vector<std::string>{"z1", "x2"}));
+}
+
+// A donated weight's new value is written over it (input_output_alias), so every reader of the old value
+// must run first: XLA's copy insertion gives the readers a copy, which stays only where one of them runs
+// after the update (copy_insertion.cc). `dx` reads the old weight and nothing orders it against the update:
+// written after it, it needs the copy; the list schedule runs it first and needs none. `both` reads the old
+// and the new value: it can only run after the update, so every schedule keeps the 1 MiB copy.
+TEST(XlaGpuModel, ADonatedWeightIsReadBeforeItsUpdateOrCopied) {
+  auto text = [](bool read_both) {
+    return fmt::format(R"(HloModule jit_step, input_output_alias={{ {{0}}: (0, {{}}, may-alias) }}
+
+ENTRY main.1 {{
+  w = f32[512,512]{{1,0}} parameter(0)
+  x = f32[512,512]{{1,0}} parameter(1)
+  h = f32[512,512]{{1,0}} dot(x, w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  g = f32[512,512]{{1,0}} dot(h, h), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}
+  neww = f32[512,512]{{1,0}} subtract(w, g)
+  dx = f32[512,512]{{1,0}} dot(h, w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}
+  {}
+}})",
+                       read_both ? R"(both = f32[512,512]{1,0} add(w, neww)
+  ROOT t = (f32[512,512]{1,0}, f32[512,512]{1,0}, f32[512,512]{1,0}) tuple(neww, dx, both))"
+                                 : R"(ROOT t = (f32[512,512]{1,0}, f32[512,512]{1,0}) tuple(neww, dx))");
+  };
+  auto reads = [](const HloInstruction& x, std::string_view name) {
+    return std::find(x.operands.begin(), x.operands.end(), name) != x.operands.end();
+  };
+  auto position = [](const HloModule& m, std::string_view name) {
+    const auto& insts = m.entry()->instructions;
+    for (size_t i = 0; i < insts.size(); ++i)
+      if (insts[i].name == name) return i;
+    return insts.size();
+  };
+  for (bool read_both : {false, true}) {
+    SCOPED_TRACE(read_both ? "a reader of both values" : "a reader of the old value");
+    const std::string t = text(read_both);
+    auto modeled = model_xla_gpu(lowered(t.c_str()));
+    ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+    copy_donated_parameters(*modeled);
+    const size_t copy = position(*modeled, "w.donated-copy");
+    ASSERT_LT(copy, modeled->entry()->instructions.size()) << "every reader of w reads its copy";
+    const auto& insts = modeled->entry()->instructions;
+    EXPECT_TRUE(reads(insts[copy + 1], "w.donated-copy")) << "the copy is made just before the first reader";
+    for (size_t i = 0; i < insts.size(); ++i)
+      EXPECT_TRUE(i == copy || !reads(insts[i], "w")) << insts[i].name << " reads the weight, not its copy";
+    HloModule in_order = *modeled, listed = list_scheduled(*modeled);
+    remove_unneeded_donation_copies(in_order);
+    remove_unneeded_donation_copies(listed);
+    // The list schedule runs every operand before its reader (an order asked for against the data - `both`
+    // after the update it reads - is dropped, not followed).
+    std::set<std::string> ran;
+    for (const HloInstruction& x : listed.entry()->instructions) {
+      for (const std::string& o : x.operands) EXPECT_TRUE(ran.contains(o)) << x.name << " before " << o;
+      ran.insert(x.name);
+    }
+    // As written, dx runs after the update: the copy stays.
+    EXPECT_NE(find(in_order, "w.donated-copy"), nullptr);
+    EXPECT_EQ(find(listed, "w.donated-copy") != nullptr, read_both);
+    if (!read_both) {
+      const auto& order = listed.entry()->instructions;
+      size_t last_reader = 0;
+      for (size_t i = 0; i < order.size(); ++i)
+        if (order[i].name != "neww" && reads(order[i], "w")) last_reader = i;
+      EXPECT_LT(last_reader, position(listed, "neww")) << "every other reader runs before the update";
+    }
+  }
+  const std::string t = text(true);
+  auto plan = plan_hlo(lowered(t.c_str()));
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  bool copied = false;
+  for (const PlannedBuffer& b : plan->buffers)
+    copied = copied || (b.name == "w.donated-copy" && b.bytes == 1u << 20);
+  EXPECT_TRUE(copied) << "the plan holds the copy";
 }
 
 // The gradient of an embedding lookup is a scatter-add into zeros; added to the tied weight's GEMM

@@ -60,4 +60,15 @@ Expected<HloModule> model_xla_gpu(HloModule lowered);
 // The same buffers in the order XLA's ListScheduler would run them (frees the most bytes first).
 HloModule list_scheduled(HloModule modeled);
 
+// XLA's copy insertion for donated arguments (xla/service/copy_insertion.cc: AddCopiesForAliasedInputOutputs
+// before scheduling, RemoveUnnecessaryCopies again once the schedule is fixed, as gpu_compiler.cc's
+// post-scheduling copy insertion runs it). Before scheduling, every reader of a donated parameter that a new
+// value is written over reads a copy of it instead (the scheduler sees the copy's bytes). Once the order is
+// fixed, a copy is removed where every reader runs before the op that writes the new value (or is it); where
+// one runs after (the backward pass reading a weight its update already overwrote), the copy stays, live
+// from the first reader to the last. XLA's compiled modules keep such copies: gpt_fp32_donate_remat_full
+// eight of wo, mlp_vmap_grads_b128 two.
+void copy_donated_parameters(HloModule& modeled);
+void remove_unneeded_donation_copies(HloModule& scheduled);
+
 }  // namespace memfit
