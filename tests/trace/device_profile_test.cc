@@ -61,8 +61,9 @@ TEST(DeviceProfile, RandomProfilesRoundTripExactly) {
     EXPECT_EQ(p->executable_bytes, exe);
     for (const auto& [device, bytes] : buffer_bytes) {
       EXPECT_EQ(p->device_buffer_bytes(device), bytes) << device;
+      const std::string& name = device;  // clang 14 cannot capture a structured binding
       const auto d = std::find_if(p->devices.begin(), p->devices.end(),
-                                  [&](const ProfileDevice& x) { return x.device == device; });
+                                  [&](const ProfileDevice& x) { return x.device == name; });
       ASSERT_NE(d, p->devices.end());
       EXPECT_EQ(d->buffer_count, buffer_count[device]);
     }
