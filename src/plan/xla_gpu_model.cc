@@ -321,6 +321,52 @@ void fold_add_of_scatter(HloComputation& comp, const Combiners& combiners) {
   insts.erase(insts.begin() + static_cast<std::ptrdiff_t>(kept), insts.end());
 }
 
+// XLA's algebraic simplifier (algebraic_simplifier.cc, HandleTranspose): a transpose of a transpose is one
+// transpose of the first one's operand, with the permutations composed, and a transpose that permutes
+// nothing is its operand. JAX's StableHLO writes the tied embedding's gradient as a GEMM, its transpose and
+// that transposed back (gpt_fp32_donate_scan: 125 MB each); the HLO text of the same program has neither.
+// A transpose left with nothing to do becomes a bitcast (no buffer); the one it read is removed later if
+// nothing else reads it.
+void fold_transposes(HloComputation& comp) {
+  auto& insts = comp.instructions;
+  auto is_transpose = [](const HloInstruction& x) {
+    return x.opcode == HloOpcode::kTranspose && x.operands.size() == 1 && !x.shape.is_tuple() &&
+           x.dimensions.size() == x.shape.dims.size();
+  };
+  if (std::count_if(insts.begin(), insts.end(), is_transpose) < 2) return;
+  std::unordered_map<std::string_view, uint32_t> transposes;  // views of the names, none of which change
+  for (uint32_t i = 0; i < insts.size(); ++i)
+    if (is_transpose(insts[i])) transposes.emplace(insts[i].name, i);
+  for (uint32_t i = 0; i < insts.size(); ++i) {  // in program order: a chain folds link by link
+    HloInstruction& t = insts[i];
+    if (!is_transpose(t)) continue;
+    const auto inner = transposes.find(t.operands[0]);
+    if (inner == transposes.end() || inner->second == i) continue;
+    const HloInstruction& first = insts[inner->second];
+    if (!is_transpose(first) || first.dimensions.size() != t.dimensions.size()) continue;
+    std::vector<int64_t> composed(t.dimensions.size());
+    bool identity = true, valid = true;
+    for (size_t d = 0; d < composed.size(); ++d) {
+      const int64_t k = t.dimensions[d];
+      if (k < 0 || static_cast<size_t>(k) >= first.dimensions.size()) {
+        valid = false;
+        break;
+      }
+      composed[d] = first.dimensions[static_cast<size_t>(k)];
+      identity = identity && composed[d] == static_cast<int64_t>(d);
+    }
+    if (!valid) continue;
+    t.operands[0] = first.operands[0];
+    if (identity) {
+      t.opcode = HloOpcode::kBitcast;
+      t.opcode_text.clear();
+      t.dimensions.clear();
+    } else {
+      t.dimensions = std::move(composed);
+    }
+  }
+}
+
 // Split-K. A GEMM whose output tiles cannot fill the GPU (a small batch: 128 rows x 1024 columns is 8 tiles
 // of 128x128 for 132 SMs) is split along its contraction: XLA's Triton GEMM fusion then writes one f32
 // partial result per split, [split, ...], and the sum over the splits is fused into each consumer
@@ -1365,6 +1411,7 @@ Expected<HloModule> model_xla_gpu(HloModule lowered) {
   for (HloComputation& c : m.computations) {
     // Reduction and sort regions are scalar code inside their op, not buffers; they stay as they are.
     fold_add_of_scatter(c, combiners);
+    fold_transposes(c);
     MEMFIT_RETURN_IF_ERROR(model_computation(c, combiners));
     defer_host_copies(c);
   }

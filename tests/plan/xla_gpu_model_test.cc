@@ -188,6 +188,41 @@ ENTRY main.1 {{
   EXPECT_TRUE(copied) << "the plan holds the copy";
 }
 
+// XLA's algebraic simplifier composes a transpose of a transpose into one, and drops one that permutes
+// nothing (HandleTranspose): JAX's StableHLO writes the tied embedding's gradient as a GEMM transposed and
+// transposed back. Rank 2 back to the start is the GEMM's own result; rank 3 turned twice is one turn.
+TEST(XlaGpuModel, ATransposeOfATransposeIsOneTranspose) {
+  const HloModule m = lowered(R"(HloModule jit_step
+
+ENTRY main.1 {
+  a = f32[64,128]{1,0} parameter(0)
+  b = f32[64,256]{1,0} parameter(1)
+  d = f32[128,256]{1,0} dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  t1 = f32[256,128]{1,0} transpose(d), dimensions={1,0}
+  t2 = f32[128,256]{1,0} transpose(t1), dimensions={1,0}
+  x = f32[4,8,16]{2,1,0} parameter(2)
+  u1 = f32[8,16,4]{2,1,0} transpose(x), dimensions={1,2,0}
+  u2 = f32[16,4,8]{2,1,0} transpose(u1), dimensions={1,2,0}
+  ROOT r = (f32[128,256]{1,0}, f32[16,4,8]{2,1,0}) tuple(t2, u2)
+})");
+  auto modeled = model_xla_gpu(m);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  EXPECT_EQ(find(*modeled, "t1"), nullptr) << "the first transpose is read by nothing left";
+  EXPECT_EQ(find(*modeled, "u1"), nullptr);
+  const HloInstruction* t2 = find(*modeled, "t2");
+  ASSERT_NE(t2, nullptr);
+  EXPECT_EQ(t2->opcode, HloOpcode::kBitcast) << "back where it started: no buffer of its own";
+  EXPECT_EQ(t2->operands, (std::vector<std::string>{"d"}));
+  const HloInstruction* u2 = find(*modeled, "u2");
+  ASSERT_NE(u2, nullptr);
+  EXPECT_EQ(u2->opcode, HloOpcode::kTranspose);
+  EXPECT_EQ(u2->operands, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(u2->dimensions, (std::vector<int64_t>{2, 0, 1}));  // [4,8,16] -> [16,4,8]
+  auto plan = plan_hlo(m);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  for (const PlannedBuffer& b : plan->buffers) EXPECT_NE(b.name, "t1");
+}
+
 // The gradient of an embedding lookup is a scatter-add into zeros; added to the tied weight's GEMM
 // gradient, XLA's algebraic simplifier makes it a scatter-add into the GEMM's result.
 TEST(XlaGpuModel, AnAddOfAScatterIntoZerosScattersIntoTheOtherOperand) {
