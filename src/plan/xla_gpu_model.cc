@@ -334,7 +334,7 @@ void fold_transposes(HloComputation& comp) {
            x.dimensions.size() == x.shape.dims.size();
   };
   if (std::count_if(insts.begin(), insts.end(), is_transpose) < 2) return;
-  std::unordered_map<std::string_view, uint32_t> transposes;  // views of the names, none of which change
+  NameIndex transposes;  // views of the names, none of which change
   for (uint32_t i = 0; i < insts.size(); ++i)
     if (is_transpose(insts[i])) transposes.emplace(insts[i].name, i);
   for (uint32_t i = 0; i < insts.size(); ++i) {  // in program order: a chain folds link by link
@@ -1240,42 +1240,51 @@ namespace {
 
 constexpr std::string_view kDonationCopySuffix = ".donated-copy";
 
-// The entry's donated parameters that a new value is written over, with that value's instruction: pairs
-// (parameter index, root operand index) into the entry. A parameter passed through unchanged is left out.
-std::vector<std::pair<uint32_t, uint32_t>> donated_and_written(const HloModule& m,
-                                                               const HloComputation& entry,
-                                                               const NameIndex& index) {
-  std::vector<std::pair<uint32_t, uint32_t>> out;
+std::string donation_copy_name(std::string_view parameter) {
+  return std::string(parameter).append(kDonationCopySuffix);
+}
+
+// What the three steps of donation copy insertion below start from: the entry's names, and its donated
+// parameters that a new value is written over, each with the op that writes it (through
+// get-tuple-element and bitcast). A parameter passed through unchanged is left out.
+struct DonatedWrites {
+  NameIndex index;                                   // views of the entry's names
+  std::vector<std::pair<uint32_t, uint32_t>> pairs;  // (parameter, writer), indices into the entry
+};
+
+DonatedWrites donated_writes(const HloModule& m, const HloComputation& entry) {
+  DonatedWrites d;
   const HloInstruction* root = entry.root();
-  if (root == nullptr || root->opcode != HloOpcode::kTuple) return out;
+  // Most programs donate nothing (inference, a step without donate_argnums): no index is built for them.
+  if (m.aliases.empty() || root == nullptr || root->opcode != HloOpcode::kTuple) return d;
+  const auto& insts = entry.instructions;
+  d.index.reserve(insts.size());
+  for (uint32_t i = 0; i < insts.size(); ++i) d.index.emplace(insts[i].name, i);
+  auto writer_of = [&](uint32_t i) {
+    for (int hops = 0; hops < 64; ++hops) {
+      const HloInstruction& x = insts[i];
+      if ((x.opcode != HloOpcode::kGetTupleElement && x.opcode != HloOpcode::kBitcast) || x.operands.empty())
+        break;
+      const auto o = d.index.find(x.operands[0]);
+      if (o == d.index.end()) break;
+      i = o->second;
+    }
+    return i;
+  };
   std::unordered_map<int64_t, uint32_t> parameter_at;
-  for (uint32_t i = 0; i < entry.instructions.size(); ++i)
-    if (entry.instructions[i].opcode == HloOpcode::kParameter)
-      parameter_at[entry.instructions[i].parameter_number] = i;
+  for (uint32_t i = 0; i < insts.size(); ++i)
+    if (insts[i].opcode == HloOpcode::kParameter) parameter_at[insts[i].parameter_number] = i;
   for (const HloAlias& a : m.aliases) {
     if (a.output_index.size() != 1 || !a.parameter_index.empty() ||
         a.output_index[0] >= root->operands.size())
       continue;
     const auto p = parameter_at.find(a.parameter);
-    const auto w = index.find(root->operands[a.output_index[0]]);
-    if (p == parameter_at.end() || w == index.end() || w->second == p->second) continue;
-    if (entry.instructions[p->second].shape.is_tuple()) continue;
-    out.emplace_back(p->second, w->second);
+    const auto w = d.index.find(root->operands[a.output_index[0]]);
+    if (p == parameter_at.end() || w == d.index.end() || w->second == p->second) continue;
+    if (insts[p->second].shape.is_tuple()) continue;
+    d.pairs.emplace_back(p->second, writer_of(w->second));
   }
-  return out;
-}
-
-// The instruction that writes value `i`'s buffer: through get-tuple-element and bitcast to the op.
-uint32_t writer_of(const HloComputation& c, const NameIndex& index, uint32_t i) {
-  for (int hops = 0; hops < 64; ++hops) {
-    const HloInstruction& x = c.instructions[i];
-    if ((x.opcode != HloOpcode::kGetTupleElement && x.opcode != HloOpcode::kBitcast) || x.operands.empty())
-      return i;
-    const auto o = index.find(x.operands[0]);
-    if (o == index.end()) return i;
-    i = o->second;
-  }
-  return i;
+  return d;
 }
 
 // For the list scheduler: each reader of a donated parameter's copy runs before the op that writes the new
@@ -1285,19 +1294,15 @@ uint32_t writer_of(const HloComputation& c, const NameIndex& index, uint32_t i) 
 std::vector<std::pair<uint32_t, uint32_t>> readers_before_writers(const HloModule& m,
                                                                   const HloComputation& c) {
   std::vector<std::pair<uint32_t, uint32_t>> edges;
-  NameIndex index;
-  index.reserve(c.instructions.size());
-  for (uint32_t i = 0; i < c.instructions.size(); ++i) index.emplace(c.instructions[i].name, i);
-  const auto pairs = donated_and_written(m, c, index);
-  if (pairs.empty()) return edges;
+  const DonatedWrites d = donated_writes(m, c);
+  if (d.pairs.empty()) return edges;
   std::unordered_map<std::string, uint32_t> writer;  // copy name -> the op writing the new value
-  for (const auto& [p, w] : pairs)
-    writer.emplace(c.instructions[p].name + std::string(kDonationCopySuffix), writer_of(c, index, w));
+  for (const auto& [p, w] : d.pairs) writer.emplace(donation_copy_name(c.instructions[p].name), w);
   for (uint32_t i = 0; i < c.instructions.size(); ++i) {
+    if (c.instructions[i].is_root) continue;
     for (const std::string& o : c.instructions[i].operands) {
-      if (!std::string_view(o).ends_with(kDonationCopySuffix)) continue;
       const auto w = writer.find(o);
-      if (w != writer.end() && w->second != i && !c.instructions[i].is_root) edges.emplace_back(i, w->second);
+      if (w != writer.end() && w->second != i) edges.emplace_back(i, w->second);
     }
   }
   return edges;
@@ -1306,85 +1311,73 @@ std::vector<std::pair<uint32_t, uint32_t>> readers_before_writers(const HloModul
 }  // namespace
 
 void copy_donated_parameters(HloModule& m) {
-  for (HloComputation& c : m.computations) {
-    if (!c.is_entry) continue;
-    NameIndex index;
-    index.reserve(c.instructions.size());
-    for (uint32_t i = 0; i < c.instructions.size(); ++i) index.emplace(c.instructions[i].name, i);
-    const auto pairs = donated_and_written(m, c, index);
-    if (pairs.empty()) return;
-    std::unordered_map<std::string, uint32_t> copied;  // parameter name -> its copy's slot in `copies`
-    std::vector<HloInstruction> copies;
-    for (const auto& [p, w] : pairs) {
-      const HloInstruction& param = c.instructions[p];
-      if (copied.contains(param.name)) continue;
-      HloInstruction copy;
-      copy.name = param.name + std::string(kDonationCopySuffix);
-      copy.set_opcode("copy");
-      copy.shape = param.shape;
-      copy.operands = {param.name};
-      copy.op_name = "copy insertion (donated " + param.name + ")";
-      copy.category = param.category;
-      copied.emplace(param.name, static_cast<uint32_t>(copies.size()));
-      copies.push_back(std::move(copy));
-    }
-    // Each copy goes just before the first instruction that reads the parameter, which then reads the copy
-    // (as every other reader but the root tuple does).
-    std::vector<bool> placed(copies.size(), false);
-    std::vector<HloInstruction> out;
-    out.reserve(c.instructions.size() + copies.size());
-    for (HloInstruction& x : c.instructions) {
-      if (!x.is_root) {
-        for (std::string& o : x.operands) {
-          const auto it = copied.find(o);
-          if (it == copied.end()) continue;
-          if (!placed[it->second]) {
-            placed[it->second] = true;
-            out.push_back(copies[it->second]);
-          }
-          o = copies[it->second].name;
-        }
-      }
-      out.push_back(std::move(x));
-    }
-    c.instructions = std::move(out);
-    return;
+  HloComputation* c = m.entry();
+  if (c == nullptr) return;
+  const DonatedWrites d = donated_writes(m, *c);
+  if (d.pairs.empty()) return;
+  std::unordered_map<std::string, uint32_t> copied;  // parameter name -> its copy's slot in `copies`
+  std::vector<HloInstruction> copies;
+  for (const auto& [p, w] : d.pairs) {
+    const HloInstruction& param = c->instructions[p];
+    if (copied.contains(param.name)) continue;
+    HloInstruction copy;
+    copy.name = donation_copy_name(param.name);
+    copy.set_opcode("copy");
+    copy.shape = param.shape;
+    copy.operands = {param.name};
+    copy.op_name = "copy insertion (donated " + param.name + ")";
+    copy.category = param.category;
+    copied.emplace(param.name, static_cast<uint32_t>(copies.size()));
+    copies.push_back(std::move(copy));
   }
+  // Each copy goes just before the first instruction that reads the parameter, which then reads the copy
+  // (as every other reader but the root tuple does).
+  std::vector<bool> placed(copies.size(), false);
+  std::vector<HloInstruction> out;
+  out.reserve(c->instructions.size() + copies.size());
+  for (HloInstruction& x : c->instructions) {
+    for (std::string& o : x.operands) {
+      const auto it = x.is_root ? copied.end() : copied.find(o);
+      if (it == copied.end()) continue;
+      if (!placed[it->second]) {
+        placed[it->second] = true;
+        out.push_back(copies[it->second]);
+      }
+      o = copies[it->second].name;
+    }
+    out.push_back(std::move(x));
+  }
+  c->instructions = std::move(out);
 }
 
 void remove_unneeded_donation_copies(HloModule& m) {
-  for (HloComputation& c : m.computations) {
-    if (!c.is_entry) continue;
-    NameIndex index;
-    index.reserve(c.instructions.size());
-    for (uint32_t i = 0; i < c.instructions.size(); ++i) index.emplace(c.instructions[i].name, i);
-    const auto pairs = donated_and_written(m, c, index);
-    // The last reader of each copy.
-    std::unordered_map<std::string_view, uint32_t> last_reader;
-    for (uint32_t i = 0; i < c.instructions.size(); ++i)
-      for (const std::string& o : c.instructions[i].operands)
-        if (std::string_view(o).ends_with(kDonationCopySuffix)) last_reader[o] = i;
-    std::unordered_map<std::string, std::string> removed;  // copy -> parameter
-    for (const auto& [p, w] : pairs) {
-      const std::string copy = c.instructions[p].name + std::string(kDonationCopySuffix);
-      const auto last = last_reader.find(copy);
-      if (!index.contains(copy)) continue;
-      // Every reader runs before the new value is written, or is the op that writes it: no copy needed.
-      if (last == last_reader.end() || last->second <= writer_of(c, index, w))
-        removed.emplace(copy, c.instructions[p].name);
-    }
-    if (removed.empty()) return;
-    std::vector<HloInstruction> out;
-    out.reserve(c.instructions.size());
-    for (HloInstruction& x : c.instructions) {
-      if (removed.contains(x.name)) continue;
-      for (std::string& o : x.operands)
-        if (const auto it = removed.find(o); it != removed.end()) o = it->second;
-      out.push_back(std::move(x));
-    }
-    c.instructions = std::move(out);
-    return;
+  HloComputation* c = m.entry();
+  if (c == nullptr) return;
+  const DonatedWrites d = donated_writes(m, *c);
+  // The last reader of each copy.
+  std::unordered_map<std::string_view, uint32_t> last_reader;
+  for (uint32_t i = 0; i < c->instructions.size(); ++i)
+    for (const std::string& o : c->instructions[i].operands)
+      if (std::string_view(o).ends_with(kDonationCopySuffix)) last_reader[o] = i;
+  std::unordered_map<std::string, std::string> removed;  // copy -> parameter
+  for (const auto& [p, w] : d.pairs) {
+    std::string copy = donation_copy_name(c->instructions[p].name);
+    if (!d.index.contains(copy)) continue;
+    // Every reader runs before the new value is written, or is the op that writes it: no copy needed.
+    const auto last = last_reader.find(copy);
+    if (last == last_reader.end() || last->second <= w)
+      removed.emplace(std::move(copy), c->instructions[p].name);
   }
+  if (removed.empty()) return;
+  std::vector<HloInstruction> out;
+  out.reserve(c->instructions.size());
+  for (HloInstruction& x : c->instructions) {
+    if (removed.contains(x.name)) continue;
+    for (std::string& o : x.operands)
+      if (const auto it = removed.find(o); it != removed.end()) o = it->second;
+    out.push_back(std::move(x));
+  }
+  c->instructions = std::move(out);
 }
 
 bool is_lowered_module(const HloModule& module) { return !module.is_scheduled; }

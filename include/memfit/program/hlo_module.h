@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "memfit/core/dtype.h"
@@ -131,6 +132,7 @@ struct HloModule {
   std::vector<HloComputation> computations;
 
   const HloComputation* entry() const;
+  HloComputation* entry() { return const_cast<HloComputation*>(std::as_const(*this).entry()); }
   const HloComputation* find(std::string_view computation_name) const;
 };
 
