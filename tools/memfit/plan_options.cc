@@ -1,6 +1,7 @@
 #include "plan_options.h"
 
 #include <charconv>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,16 +30,13 @@ std::vector<std::string> comma_separated(const std::string& v) {
 // "123" -> 123, "-5" -> -5 (the spec's check refuses it by name), anything else -> the text itself.
 Json whole_number_or_text(const std::string& v) {
   const char* end = v.data() + v.size();
-  if (!v.empty() && v[0] == '-') {
-    int64_t n = 0;
+  auto whole = [&](auto n) -> std::optional<Json> {
     const auto [stop, ec] = std::from_chars(v.data(), end, n);
-    if (ec == std::errc() && stop == end) return n;
-  } else {
-    uint64_t n = 0;
-    const auto [stop, ec] = std::from_chars(v.data(), end, n);
-    if (ec == std::errc() && stop == end) return n;
-  }
-  return v;
+    if (ec == std::errc() && stop == end) return Json(n);
+    return std::nullopt;
+  };
+  const std::optional<Json> n = !v.empty() && v[0] == '-' ? whole(int64_t{0}) : whole(uint64_t{0});
+  return n ? *n : Json(v);
 }
 
 }  // namespace
