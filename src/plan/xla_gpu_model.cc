@@ -996,6 +996,8 @@ void place_offloaded_values(HloComputation& comp) {
 // run the one that frees the most bytes net of what it defines (ties: more users first); a buffer is
 // freed when its last user has run. Buffers are approximated as each instruction's own bytes (a forward -
 // tuple, get-tuple-element, bitcast - defines none), priorities are recomputed when an entry is popped.
+// Parameters and constants count for nothing (ListScheduler::IgnoreInstruction): the last reader of a weight
+// frees no memory, so a weight's bf16 copy is not run early for the f32 weight it would seem to free.
 // `runs_after`: pairs (a, b) of instruction indices, b to run after a (no data flows: nothing is freed).
 void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, uint32_t>>& runs_after) {
   const size_t n = comp.instructions.size();
@@ -1019,7 +1021,10 @@ void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, u
     const HloInstruction& x = comp.instructions[i];
     const Role r = role_of(x.opcode);
     // Host buffers take no device memory: offloading one frees its device operand.
-    bytes[i] = r == Role::kForward || x.shape.memory_space == kHostMemorySpace ? 0 : x.shape.own_bytes();
+    bytes[i] = r == Role::kForward || r == Role::kParameter || r == Role::kConstant ||
+                       x.shape.memory_space == kHostMemorySpace
+                   ? 0
+                   : x.shape.own_bytes();
     unscheduled_users[i] = static_cast<uint32_t>(users[i].size());
     waiting_operands[i] = static_cast<uint32_t>(operands[i].size());
   }

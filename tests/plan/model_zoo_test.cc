@@ -113,7 +113,8 @@ TEST(ModelZoo, VitAndMlpFamiliesPlan) {
   // (mlp_vmap_grads_b128's compiled module has no [batch, in, out] tensor). The zoo writes the program JAX
   // traces and the GPU model folds it the same way; what XLA then adds (the update run in the gradients'
   // transposed layout, so the donated weights are copied: 27.3 MB of temp against 19.7 MB for the mean) is
-  // not modeled, and the plan holds the same temp for both (step_plan_test's kNotHeld).
+  // not modeled, and the plan holds about the same temp for both (step_plan_test's kNotHeld): the same
+  // buffers, in orders a few hundred KiB apart (vmap 21.2 MB, the mean 22.0 MB).
   const StepPlan vmap =
       plan(R"({"model": "mlp", "din": 512, "width": 1024, "depth": 4, "dout": 512, "batch": 128,
                                  "step": "vmap_grads", "donate": true})");
@@ -126,7 +127,7 @@ TEST(ModelZoo, VitAndMlpFamiliesPlan) {
       EXPECT_LE(b.bytes, weight_gradient_bytes) << b.name << " " << b.shape;
     }
   }
-  EXPECT_GE(vmap.hlo.temp_bytes, mean.hlo.temp_bytes);
+  EXPECT_GE(vmap.hlo.temp_bytes, mean.hlo.temp_bytes / 10 * 9);
   EXPECT_LT(vmap.hlo.temp_bytes, 2 * mean.hlo.temp_bytes);
 }
 

@@ -188,6 +188,30 @@ ENTRY main.1 {{
   EXPECT_TRUE(copied) << "the plan holds the copy";
 }
 
+// XLA's ListScheduler counts no memory for parameters and constants (IgnoreInstruction): the last reader of
+// a parameter frees nothing. The weight's bf16 copy (8 MiB, its f32 weight 16 MiB) is made when the GEMM
+// reading it is next, not first because it would "free" the weight; the GEMM that frees `a` runs before it.
+TEST(XlaGpuModel, TheListSchedulerFreesNoParameter) {
+  const HloModule m = lowered(R"(HloModule jit_step
+
+ENTRY main.1 {
+  w = f32[2048,2048]{1,0} parameter(0)
+  x = bf16[1024,2048]{1,0} parameter(1)
+  s = bf16[2048,2048]{1,0} parameter(2)
+  a = bf16[1024,2048]{1,0} dot(x, s), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  b = bf16[1024,2048]{1,0} dot(a, s), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  w16 = bf16[2048,2048]{1,0} convert(w)
+  ROOT h = bf16[1024,2048]{1,0} dot(b, w16), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+})");
+  auto modeled = model_xla_gpu(m);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  const HloModule listed = list_scheduled(*modeled);
+  std::vector<std::string> order;
+  for (const HloInstruction& x : listed.entry()->instructions)
+    if (x.opcode != HloOpcode::kParameter) order.push_back(x.name);
+  EXPECT_EQ(order, (std::vector<std::string>{"a", "b", "w16", "h"}));
+}
+
 // XLA's algebraic simplifier composes a transpose of a transpose into one, and drops one that permutes
 // nothing (HandleTranspose): JAX's StableHLO writes the tied embedding's gradient as a GEMM transposed and
 // transposed back. Rank 2 back to the start is the GEMM's own result; rank 3 turned twice is one turn.

@@ -39,7 +39,12 @@
 //     units), the two schedulers over this model's graph put 18 of 27 programs within 5%, against 22 of
 //     27 here: the graph is not XLA's fused one closely enough for XLA's heuristics to pick what they pick
 //     there (measured with scripts/xla_table.py, 2026-12-02). Layouts cost no copies (approximated). XLA's
-//     latency-hiding scheduler, which reorders after the memory scheduler, is not modeled.
+//     latency-hiding scheduler, which reorders after the memory scheduler, is not modeled: run as it runs
+//     a program with no asynchronous work (latency_hiding_scheduler.cc: bottom-up, the candidate that
+//     readies more operands first, then the later original position; memory pressure only counts past
+//     half its limit, which on a 141 GB GPU no shared program reaches) over this model's graph after the
+//     kept memory schedule, it put 13 of 27 within 5%: gpt2dims_mixed_donate_remat_full_b16 came to
+//     +1.4%, but the plain GPT programs moved up 5% and the remat ones 25% (2026-12-03).
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
 // the README's table.
 #pragma once
