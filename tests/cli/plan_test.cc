@@ -42,6 +42,23 @@ TEST(PlanCommand, SpecFileTakesProgramsJsonConfigsAndFlagsOverrideIt) {
   std::filesystem::remove(path);
 }
 
+// --attn cudnn: cuDNN's fused attention kernel holds no scores, so the step takes less than XLA's attention.
+TEST(PlanCommand, AttnFlagChoosesTheFusedKernel) {
+  const std::vector<std::string> args = {"plan",        "--model", "gpt",      "--layers", "2",
+                                         "--precision", "mixed",   "--donate", "--json"};
+  auto with = [&](const char* attn) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--attn", attn});
+    const auto run = testing::run_cli(a);
+    EXPECT_EQ(run.code, 0) << run.err;
+    return nlohmann::json::parse(run.out);
+  };
+  const auto xla = with("xla"), cudnn = with("cudnn");
+  EXPECT_EQ(xla["spec"]["attn"], "xla");
+  EXPECT_EQ(cudnn["spec"]["attn"], "cudnn");
+  EXPECT_LT(cudnn["peak_bytes"].get<double>(), xla["peak_bytes"].get<double>());
+}
+
 TEST(PlanCommand, DoesNotFitExitsOneAndFitFindsTheCheapestChange) {
   const auto tight = testing::run_cli({"plan", "--model", "gpt", "--capacity", "16GiB"});
   EXPECT_EQ(tight.code, 1);
@@ -152,6 +169,7 @@ TEST(PlanCommand, NonsenseExitsTwoWithAReason) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"plan", "--model", "gpt", "--heads", "7"}, "heads"},
       {{"plan", "--model", "gpt", "--remat", "sometimes"}, "remat"},
+      {{"plan", "--model", "gpt", "--attn", "flash"}, "attn"},
       {{"plan", "--model", "gpt", "--layers", "-3"}, "layers"},
       // Beyond 64 bits, or not a number: the key is named, nothing is clamped to a number never given.
       {{"plan", "--model", "gpt", "--batch", "18446744073709551616"}, "batch: expected a positive integer"},

@@ -85,6 +85,7 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   text("--remat", "remat",
        "none, full (nothing_saveable), dots (dots_saveable), dots_no_batch, offload_dots_no_batch (saved to "
        "host)");
+  text("--attn", "attn", "gpt and vit attention: xla (scores materialized) or cudnn (the fused kernel)");
   text("--optimizer", "optimizer", "adam, adamw, sgd or adafactor");
   text("--step", "step",
        "train, infer, vmap_grads or decode (one token against a KV cache of --seq positions)");
