@@ -236,6 +236,14 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
     // GELU's second output is its derivative's factor, for the backward pass only.
     if (step.train())
       get("g1", [&] { return e.loop({h1}, A({Bm, S, Fl}, cd), w + "/gelu/mul", "activations"); });
+    // XLA:CPU fuses less: unfused f32 residuals its backward reads, in a recomputed block too (under
+    // remat the backward pass reads them from the recomputation; no policy saves them).
+    if (c.cpu) {
+      for (int extra = 0; extra < 7; ++extra)
+        get(fmt::format("cpu{}", extra), [&] {
+          return e.loop({x, o}, A({Bm, S, D}, f32), w + "/unfused", "activations");
+        });
+    }
     if (recompute) return b;
     T h2 = get("h2", [&] {
       return e.dot({g0, step.gemm_operand(find(p + bp.w2), w)}, A({Bm * S, D}, cd),
@@ -249,12 +257,6 @@ void build_transformer(const Ctx& c, Step& step, HloModule& module, TransformerF
       get("scan_d1", [&] {
         return e.loop({x, ln2}, A({Bm, S, D}, cd), w + "/scan/residual", "activations");
       });
-    }
-    if (c.cpu) {
-      for (int extra = 0; extra < 7; ++extra)
-        get(fmt::format("cpu{}", extra), [&] {
-          return e.loop({x, o}, A({Bm, S, D}, f32), w + "/unfused", "activations");
-        });
     }
     b.t["out"] =
         e.loop({x, o, h2, step.use(find(p + bp.b2), w)}, A({Bm, S, D}, cd), w + "/add", "activations");

@@ -748,6 +748,9 @@ class TransformerStep {
   // dots_with_no_batch_dims_saveable those without batch dimensions, nothing_saveable none.
   // offload_dot_with_no_batch_dims saves the same as dots_with_no_batch_dims_saveable, in pinned host memory.
   bool saves(Dot d) const {
+    // cuDNN's kernel computes the scores and their product with v inside one custom call: there is no
+    // dot_general of theirs for a policy to save, and the kernel runs again in the block's recomputation.
+    if (cudnn_ && (d == kScores || d == kAttention)) return false;
     if (s_.remat == RematPolicy::kDots) return true;
     if (s_.remat == RematPolicy::kDotsNoBatch || s_.remat == RematPolicy::kOffloadDotsNoBatch)
       return d != kScores && d != kAttention;

@@ -644,6 +644,35 @@ TEST(ModelZoo, CudnnAttentionHoldsNoScores) {
   EXPECT_NE(fp32.error().message().find("bf16"), std::string::npos);
 }
 
+// Every remat policy with cuDNN's attention: the kernel is a custom call, not a dot_general, so no dots
+// policy saves its output (dots_saveable once asked for the scores GEMM that is not there, and the program
+// named an operand that did not exist); the step holds no more than with XLA's attention. And every
+// policy on XLA:CPU, whose less fused blocks a recomputation writes too (remat on the CPU backend once
+// read a residual the recomputed block never made).
+TEST(ModelZoo, EveryRematPolicyPlansWithCudnnAttentionAndOnTheCpu) {
+  for (const std::string model : {"gpt", "vit"}) {
+    for (const char* policy : {"none", "full", "dots", "dots_no_batch", "offload_dots_no_batch"}) {
+      SCOPED_TRACE(model + " " + policy);
+      const std::string base = R"({"model": ")" + model +
+                               R"(", "layers": 2, "d_model": 128, "heads": 4, "seq": 256, "batch": 4,
+                                  "precision": "mixed", "donate": true, "remat": ")" +
+                               policy + "\"";
+      const StepPlan xla = plan(base + "}");
+      const StepPlan cudnn = plan(base + R"(, "attn": "cudnn"})");
+      EXPECT_GT(cudnn.peak_bytes, 0u);
+      EXPECT_LE(cudnn.peak_bytes, xla.peak_bytes);
+      if (std::string(policy) == "offload_dots_no_batch") continue;  // built for XLA:GPU only
+      for (const char* sharding : {"", R"(, "sharding": "fsdp", "mesh": [2], "mesh_axes": ["data"])"}) {
+        const StepPlan cpu = plan(R"({"model": ")" + model +
+                                  R"(", "layers": 2, "d_model": 128, "heads": 4, "seq": 256, "batch": 4,
+                                      "backend": "cpu", "donate": true, "remat": ")" +
+                                  policy + "\"" + sharding + "}");
+        EXPECT_GT(cpu.peak_bytes, 0u);
+      }
+    }
+  }
+}
+
 // A few tokens through a deep model: every GEMM is split along its contraction (128 rows leave the GPU's
 // cores idle), and the residual stream adds each layer's split sum. Recomputing that stream in every
 // consumer from every layer's partials would hold all of them at once (a 48-layer model held 95); XLA
@@ -731,6 +760,61 @@ TEST(ModelZoo, FitRanksTheChangesThatFit) {
   EXPECT_EQ(fit->programs_planned, shown_programs + 1);
 }
 
+// Long sequences: fit offers cuDNN's fused attention (no scores held), causal for GPT; an fp32 step takes it
+// with bf16 compute, one change of two lines; a decode step, which attends with XLA's attention, is not
+// offered it.
+TEST(ModelZoo, FitOffersCudnnAttention) {
+  const std::string gpt =
+      R"({"model": "gpt", "layers": 2, "d_model": 256, "heads": 4, "seq": 2048, "batch": 4)";
+  auto find = [](const FitResult& fit, const std::string& change) -> const FitCandidate* {
+    for (const FitCandidate& c : fit.candidates)
+      if (c.change == change) return &c;
+    return nullptr;
+  };
+  auto mixed = model_spec_from_json(Json::parse(gpt + R"(, "precision": "mixed"})"));
+  ASSERT_TRUE(mixed.ok());
+  auto fit = fit_step(*mixed, 3ull << 30);  // a 2.25 GiB pool: the step's 2.3 GiB does not fit
+  ASSERT_TRUE(fit.ok()) << fit.error().message();
+  EXPECT_FALSE(fit->baseline.fits);
+  const FitCandidate* cudnn = find(*fit, "cuDNN fused attention");
+  ASSERT_NE(cudnn, nullptr);
+  EXPECT_EQ(cudnn->step, "shapes");
+  EXPECT_TRUE(cudnn->fits);
+  EXPECT_LT(cudnn->peak_bytes, fit->baseline.peak_bytes);
+  EXPECT_NE(cudnn->code.find("implementation='cudnn'"), std::string::npos) << cudnn->code;
+  EXPECT_NE(cudnn->code.find("is_causal=True"), std::string::npos) << cudnn->code;
+  EXPECT_TRUE(std::any_of(fit->ranked.begin(), fit->ranked.end(),
+                          [&](size_t i) { return &fit->candidates[i] == cudnn; }));
+  ModelSpec by_hand = *mixed;
+  by_hand.attn = AttentionKind::kCudnn;
+  EXPECT_EQ(plan_step(by_hand)->peak_bytes, cudnn->peak_bytes);
+
+  auto fp32 = model_spec_from_json(Json::parse(gpt + "}"));
+  ASSERT_TRUE(fp32.ok());
+  auto fit32 = fit_step(*fp32, 3ull << 30);
+  ASSERT_TRUE(fit32.ok()) << fit32.error().message();
+  EXPECT_EQ(find(*fit32, "cuDNN fused attention"), nullptr);
+  const FitCandidate* both = find(*fit32, "mixed precision + cuDNN fused attention");
+  ASSERT_NE(both, nullptr);
+  EXPECT_EQ(std::count(both->code.begin(), both->code.end(), '\n'), 1);
+  EXPECT_NE(both->code.find("astype(jnp.bfloat16)"), std::string::npos);
+
+  auto vit = model_spec_from_json(Json::parse(
+      R"({"model": "vit", "layers": 2, "d_model": 256, "heads": 4, "batch": 64, "precision": "mixed"})"));
+  ASSERT_TRUE(vit.ok());
+  auto fitv = fit_step(*vit, 1ull << 30);
+  ASSERT_TRUE(fitv.ok()) << fitv.error().message();
+  const FitCandidate* bidirectional = find(*fitv, "cuDNN fused attention");
+  ASSERT_NE(bidirectional, nullptr);
+  EXPECT_EQ(bidirectional->code.find("is_causal"), std::string::npos) << bidirectional->code;
+
+  auto decode = model_spec_from_json(Json::parse(gpt + R"(, "precision": "mixed", "step": "decode"})"));
+  ASSERT_TRUE(decode.ok());
+  auto fitd = fit_step(*decode, 1ull << 30);
+  ASSERT_TRUE(fitd.ok()) << fitd.error().message();
+  for (const FitCandidate& c : fitd->candidates) EXPECT_EQ(c.change.find("cuDNN"), std::string::npos);
+}
+
 // jax.checkpoint leaves a function nobody differentiates as it is (no optimization barrier), so a remat
 // policy changes nothing in an inference step: the zoo writes the same lowered program for each.
 TEST(ModelZoo, RematLeavesAnInferenceStepAsItIs) {
@@ -755,22 +839,24 @@ TEST(ModelZoo, RematLeavesAnInferenceStepAsItIs) {
 }
 
 // No single change fits a 4-layer GPT step into a 1 GiB card: fit stacks the ones that lowered the peak
-// (donation, bf16 compute, the best remat policy) and shards the stack over more devices, and the
-// combination it offers plans to the byte as the same spec written by hand.
+// (donation, bf16 compute, the best remat policy, cuDNN's attention - its bf16 compute stacked once) and
+// shards the stack over more devices, and the combination it offers plans to the byte as the same spec
+// written by hand.
 TEST(ModelZoo, FitStacksTheChangesThatHelpWhenNoneFitsAlone) {
   auto spec = model_spec_from_json(Json::parse(R"({"model": "gpt", "layers": 4})"));
   ASSERT_TRUE(spec.ok());
   auto fit = fit_step(*spec, 1ull << 30);
   ASSERT_TRUE(fit.ok()) << fit.error().message();
   EXPECT_FALSE(fit->baseline.fits);
-  double donation = 0, mixed = 0, remat_full = 0;
+  double donation = 0, mixed = 0, remat_full = 0, attention = 0;
   uint64_t best_remat = UINT64_MAX;
   std::string best_remat_name;
   for (const FitCandidate& c : fit->candidates) {
     if (c.step == "combined") continue;
     EXPECT_FALSE(c.fits && !c.only_moves_to_host) << c.change << " fits alone";
     if (c.change.rfind("donate", 0) == 0) donation = c.cost;
-    if (c.change.rfind("mixed precision", 0) == 0) mixed = c.cost;
+    if (c.change == "mixed precision (fp32 parameters, bf16 compute)") mixed = c.cost;
+    if (c.change == "mixed precision + cuDNN fused attention") attention = c.cost - mixed;
     if (c.change.rfind("remat ", 0) == 0 && c.peak_bytes < best_remat) {
       best_remat = c.peak_bytes;
       best_remat_name = c.change;
@@ -783,9 +869,13 @@ TEST(ModelZoo, FitStacksTheChangesThatHelpWhenNoneFitsAlone) {
   EXPECT_EQ(best.step, "combined");
   EXPECT_TRUE(best.fits);
   EXPECT_LE(best.peak_bytes, best.limit_bytes);
-  EXPECT_EQ(best.change, "donation + mixed precision + remat full + FSDP over 4 devices");
-  EXPECT_DOUBLE_EQ(best.cost, donation + mixed + remat_full + 3.0);    // FSDP over 4 costs 3 more GPUs
-  EXPECT_EQ(std::count(best.code.begin(), best.code.end(), '\n'), 3);  // one line per change
+  EXPECT_EQ(best.change,
+            "donation + mixed precision + remat full + cuDNN fused attention + FSDP over 4 devices");
+  EXPECT_GT(attention, 0);
+  // FSDP over 4 costs 3 more GPUs
+  EXPECT_DOUBLE_EQ(best.cost, donation + mixed + remat_full + attention + 3.0);
+  EXPECT_EQ(std::count(best.code.begin(), best.code.end(), '\n'), 4);  // one line per change
+  EXPECT_EQ(best.code.find("astype"), best.code.rfind("astype")) << "bf16 compute written once";
   // The stack alone and FSDP over 2 were planned on the way, and do not fit; nothing past 4 is shown.
   size_t combined = 0;
   for (const FitCandidate& c : fit->candidates) {
@@ -809,6 +899,7 @@ TEST(ModelZoo, FitStacksTheChangesThatHelpWhenNoneFitsAlone) {
   by_hand.donate = true;
   by_hand.precision = Precision::kMixed;
   by_hand.remat = RematPolicy::kFull;
+  by_hand.attn = AttentionKind::kCudnn;
   by_hand.sharding = ShardingKind::kFsdp;
   by_hand.mesh = {4};
   by_hand.mesh_axes = {"data"};
