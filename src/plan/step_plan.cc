@@ -108,7 +108,8 @@ struct Trial {
 constexpr int kStackDonation = 1;
 constexpr int kStackPrecision = 2;
 constexpr int kStackRemat = 3;
-constexpr size_t kStackGroups = 4;
+constexpr int kStackAttention = 4;
+constexpr size_t kStackGroups = 5;
 
 // Changes made before the one a row tries: the row names them all, its code applies them all, and it
 // costs their sum.
@@ -120,10 +121,13 @@ struct OnTop {
     const std::string name = group == kStackDonation    ? "donation"
                              : group == kStackPrecision ? "mixed precision"
                                                         : row.change;
+    push(name, row.code, row.cost_note, row.cost);
+  }
+  void push(const std::string& name, const std::string& line, const std::string& note, double more) {
     changes += (changes.empty() ? "" : " + ") + name;
-    code += (code.empty() ? "" : "\n") + row.code;
-    notes += (notes.empty() ? "" : "; ") + row.cost_note;
-    cost += row.cost;
+    code += (code.empty() ? "" : "\n") + line;
+    notes += (notes.empty() ? "" : "; ") + note;
+    cost += more;
   }
 };
 
@@ -435,6 +439,28 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
                 : "faster on tensor cores; check the loss curve",
         s, memory_fraction, false, kStackPrecision);
   }
+  // cuDNN's fused attention: the scores and probabilities (batch x heads x seq x seq each) are never
+  // materialized, forward or backward. The kernel computes in bf16 or fp16: an fp32 step takes it with
+  // bf16 compute, one change of two parts.
+  const char* kCudnnAttentionNote = "a fused kernel, usually faster; cuDNN 8.9+ on an Ampere or newer GPU";
+  if (spec.attn == AttentionKind::kXla) {
+    ModelSpec s = spec;
+    s.attn = AttentionKind::kCudnn;
+    const bool with_precision = s.precision == Precision::kFp32;
+    if (with_precision) s.precision = Precision::kMixed;
+    const std::string kernel =
+        fmt::format("jax.nn.dot_product_attention(q, k, v, {}implementation='cudnn')  # q, k, v in bfloat16",
+                    spec.model == ModelFamily::kGpt ? "is_causal=True, " : "");
+    add("shapes", with_precision ? "mixed precision + cuDNN fused attention" : "cuDNN fused attention",
+        with_precision ? "x @ W.astype(jnp.bfloat16)  # compute in bfloat16, keep fp32 parameters\n" + kernel
+                       : kernel,
+        with_precision ? 0.03 : 0.01,
+        with_precision
+            ? std::string(serving ? "check the outputs against fp32; " : "check the loss curve; ") +
+                  kCudnnAttentionNote
+            : kCudnnAttentionNote,
+        s, memory_fraction, false, kStackAttention);
+  }
   if (spec.step == StepKind::kTrain) {
     const struct {
       RematPolicy policy;
@@ -495,6 +521,17 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
       if (t.stack_group == kStackRemat) {
         stacked.remat = t.spec.remat;
         stacked.remat_layers = t.spec.remat_layers;
+      }
+      if (t.stack_group == kStackAttention) {
+        stacked.attn = t.spec.attn;
+        // Its bf16 compute is stacked already when mixed precision is: the kernel alone is added.
+        if (best[kStackPrecision] != SIZE_MAX && t.spec.precision != spec.precision) {
+          on_top.push("cuDNN fused attention", t.row.code.substr(t.row.code.find('\n') + 1),
+                      kCudnnAttentionNote, 0.01);
+          ++stacked_changes;
+          continue;
+        }
+        stacked.precision = t.spec.precision;
       }
       on_top.push(t.row, t.stack_group);
       ++stacked_changes;

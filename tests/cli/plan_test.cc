@@ -113,7 +113,8 @@ TEST(PlanCommand, FitOffersACombinationWhenNoChangeFitsAlone) {
   ASSERT_FALSE(j["changes"].empty());
   const auto& best = j["changes"][0];
   EXPECT_EQ(best["step"], "combined");
-  EXPECT_EQ(best["change"], "donation + mixed precision + remat full + FSDP over 4 devices");
+  EXPECT_EQ(best["change"],
+            "donation + mixed precision + remat full + cuDNN fused attention + FSDP over 4 devices");
   EXPECT_NE(best["code"].get<std::string>().find("donate_argnums=(0, 1))\nx @ W.astype"), std::string::npos);
   const auto text = testing::run_cli({"fit", "--model", "gpt", "--layers", "4", "--capacity", "1GiB"});
   ASSERT_EQ(text.code, 0) << text.err;

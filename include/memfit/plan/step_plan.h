@@ -92,12 +92,12 @@ struct FitResult {
 };
 
 // Tries the seed's fixes in its order - allocation (a larger pool, donation), location (saved activations
-// offloaded to pinned host memory), shapes (bf16, remat policies, gradient accumulation, a smaller batch),
-// sharding (FSDP over more devices) - and ranks those that fit by their cost. When none fits alone, the
-// ones that lowered the peak (donation, bf16 compute, the best remat policy) are stacked and tried alone,
-// then under more accumulation, a smaller batch or more devices: step "combined", costs summed. The plans
-// run on every core; `progress` (may be empty) hears each one finish (done, total), from one thread at a
-// time.
+// offloaded to pinned host memory), shapes (bf16, cuDNN's fused attention, remat policies, gradient
+// accumulation, a smaller batch), sharding (FSDP over more devices) - and ranks those that fit by their cost.
+// When none fits alone, the ones that lowered the peak (donation, bf16 compute, the best remat policy,
+// cuDNN's attention) are stacked and tried alone, then under more accumulation, a smaller batch or more
+// devices: step "combined", costs summed. The plans run on every core; `progress` (may be empty) hears each
+// one finish (done, total), from one thread at a time.
 Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction = 0.75,
                              const std::function<void(size_t, size_t)>& progress = {});
 
