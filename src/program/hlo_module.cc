@@ -609,8 +609,15 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
     }
     if (line.starts_with("//") || in_side_table) continue;
     if (!saw_header) {
-      if (!line.starts_with("HloModule "))
-        return invalid_argument("line 1: not an HLO module (no 'HloModule' header)");
+      if (!line.starts_with("HloModule ")) {
+        // XLA's dump folder holds other reports beside the module: say which one this is.
+        if (line.starts_with("BufferAssignment:") || line.starts_with("Total bytes used:"))
+          return invalid_argument(fmt::format(
+              "line {}: this is XLA's {}, not an HLO module: give the module (*after_optimizations.txt) "
+              "or the dump folder, and memfit reads the buffer assignment beside it",
+              number, line.starts_with("Total") ? "memory usage report" : "buffer assignment"));
+        return invalid_argument(fmt::format("line {}: not an HLO module (no 'HloModule' header)", number));
+      }
       saw_header = true;
       const auto parts = split_top(line.substr(10));
       if (parts.empty()) return invalid_argument("line 1: the module has no name");

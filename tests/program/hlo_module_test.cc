@@ -111,6 +111,15 @@ std::string error_of(std::string_view text) {
 
 TEST(HloModule, MalformedOrTruncatedInputNamesTheLine) {
   EXPECT_NE(error_of("hello").find("not an HLO module"), std::string::npos);
+  EXPECT_NE(error_of("\n\nhello").find("line 3"), std::string::npos);
+  // The other reports of XLA's dump folder are named for what they are.
+  const std::string assignment = error_of(
+      "BufferAssignment:\nallocation 0: size 38535168, page 0, parameter 379, shape |f32[64,196,768]| at "
+      "ShapeIndex {}:\n");
+  EXPECT_NE(assignment.find("XLA's buffer assignment, not an HLO module"), std::string::npos) << assignment;
+  EXPECT_NE(assignment.find("after_optimizations"), std::string::npos) << assignment;
+  EXPECT_NE(error_of("Total bytes used: 12665737640 (11.79GiB)\n").find("memory usage report"),
+            std::string::npos);
   EXPECT_NE(error_of("HloModule m\nENTRY %e () -> f32[] {\n  %x = f32[ parameter(0)\n}\n").find("line 3"),
             std::string::npos);
   EXPECT_NE(error_of("HloModule m\nENTRY %e () -> f32[] {\n  %x = f32[] parameter(0)\n").find("truncated"),
