@@ -44,7 +44,7 @@
 //     readies more operands first, then the later original position; memory pressure only counts past
 //     half its limit, which on a 141 GB GPU no shared program reaches) over this model's graph after the
 //     kept memory schedule, it put 13 of 27 within 5%: gpt2dims_mixed_donate_remat_full_b16 came to
-//     +1.4%, but the plain GPT programs moved up 5% and the remat ones 25% (2026-12-03).
+//     +1.4%, but the plain GPT programs moved up about 5% and the remat ones 6% to 49% (2026-12-03).
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
 // the README's table.
 #pragma once
