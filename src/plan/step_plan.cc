@@ -9,6 +9,7 @@
 #include <new>
 #include <numeric>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "memfit/core/bytes.h"
@@ -110,6 +111,20 @@ constexpr int kStackPrecision = 2;
 constexpr int kStackRemat = 3;
 constexpr int kStackAttention = 4;
 constexpr size_t kStackGroups = 5;
+
+// bf16 compute, offered alone and as part of cuDNN's attention on an fp32 step: its JAX and its cost.
+constexpr std::string_view kMixedPrecisionCode =
+    "x @ W.astype(jnp.bfloat16)  # compute in bfloat16, keep fp32 parameters";
+constexpr double kMixedPrecisionCost = 0.02;
+
+// cuDNN's fused attention, offered alone or with bf16 compute, and stacked after bf16 compute by itself.
+constexpr std::string_view kCudnnAttentionNote =
+    "a fused kernel, usually faster; cuDNN 8.9+ on an Ampere or newer GPU";
+constexpr double kCudnnAttentionCost = 0.01;
+std::string cudnn_attention_code(const ModelSpec& spec) {
+  return fmt::format("jax.nn.dot_product_attention(q, k, v, {}implementation='cudnn')  # q, k, v in bfloat16",
+                     spec.model == ModelFamily::kGpt ? "is_causal=True, " : "");
+}
 
 // Changes made before the one a row tries: the row names them all, its code applies them all, and it
 // costs their sum.
@@ -433,8 +448,8 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   if (spec.precision == Precision::kFp32) {
     ModelSpec s = spec;
     s.precision = Precision::kMixed;
-    add("shapes", "mixed precision (fp32 parameters, bf16 compute)",
-        "x @ W.astype(jnp.bfloat16)  # compute in bfloat16, keep fp32 parameters", 0.02,
+    add("shapes", "mixed precision (fp32 parameters, bf16 compute)", std::string(kMixedPrecisionCode),
+        kMixedPrecisionCost,
         serving ? "faster on tensor cores; check the outputs against fp32"
                 : "faster on tensor cores; check the loss curve",
         s, memory_fraction, false, kStackPrecision);
@@ -442,23 +457,18 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   // cuDNN's fused attention: the scores and probabilities (batch x heads x seq x seq each) are never
   // materialized, forward or backward. The kernel computes in bf16 or fp16: an fp32 step takes it with
   // bf16 compute, one change of two parts.
-  const char* kCudnnAttentionNote = "a fused kernel, usually faster; cuDNN 8.9+ on an Ampere or newer GPU";
   if (spec.attn == AttentionKind::kXla) {
     ModelSpec s = spec;
     s.attn = AttentionKind::kCudnn;
     const bool with_precision = s.precision == Precision::kFp32;
     if (with_precision) s.precision = Precision::kMixed;
-    const std::string kernel =
-        fmt::format("jax.nn.dot_product_attention(q, k, v, {}implementation='cudnn')  # q, k, v in bfloat16",
-                    spec.model == ModelFamily::kGpt ? "is_causal=True, " : "");
+    const std::string note(kCudnnAttentionNote);
     add("shapes", with_precision ? "mixed precision + cuDNN fused attention" : "cuDNN fused attention",
-        with_precision ? "x @ W.astype(jnp.bfloat16)  # compute in bfloat16, keep fp32 parameters\n" + kernel
-                       : kernel,
-        with_precision ? 0.03 : 0.01,
-        with_precision
-            ? std::string(serving ? "check the outputs against fp32; " : "check the loss curve; ") +
-                  kCudnnAttentionNote
-            : kCudnnAttentionNote,
+        with_precision ? fmt::format("{}\n{}", kMixedPrecisionCode, cudnn_attention_code(spec))
+                       : cudnn_attention_code(spec),
+        kCudnnAttentionCost + (with_precision ? kMixedPrecisionCost : 0.0),
+        with_precision ? (serving ? "check the outputs against fp32; " : "check the loss curve; ") + note
+                       : note,
         s, memory_fraction, false, kStackAttention);
   }
   if (spec.step == StepKind::kTrain) {
@@ -526,8 +536,8 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
         stacked.attn = t.spec.attn;
         // Its bf16 compute is stacked already when mixed precision is: the kernel alone is added.
         if (best[kStackPrecision] != SIZE_MAX && t.spec.precision != spec.precision) {
-          on_top.push("cuDNN fused attention", t.row.code.substr(t.row.code.find('\n') + 1),
-                      kCudnnAttentionNote, 0.01);
+          on_top.push("cuDNN fused attention", cudnn_attention_code(spec), std::string(kCudnnAttentionNote),
+                      kCudnnAttentionCost);
           ++stacked_changes;
           continue;
         }
