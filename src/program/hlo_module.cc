@@ -611,11 +611,14 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
     if (!saw_header) {
       if (!line.starts_with("HloModule ")) {
         // XLA's dump folder holds other reports beside the module: say which one this is.
-        if (line.starts_with("BufferAssignment:") || line.starts_with("Total bytes used:"))
+        const std::string_view report = line.starts_with("BufferAssignment:")   ? "buffer assignment"
+                                        : line.starts_with("Total bytes used:") ? "memory usage report"
+                                                                                : "";
+        if (!report.empty())
           return invalid_argument(fmt::format(
               "line {}: this is XLA's {}, not an HLO module: give the module (*after_optimizations.txt) "
               "or the dump folder, and memfit reads the buffer assignment beside it",
-              number, line.starts_with("Total") ? "memory usage report" : "buffer assignment"));
+              number, report));
         return invalid_argument(fmt::format("line {}: not an HLO module (no 'HloModule' header)", number));
       }
       saw_header = true;
