@@ -25,6 +25,9 @@ class NameMap {
   struct Entry {
     std::string_view first;  // data() == nullptr: an empty slot
     V second{};
+    // The name's hash, compared before the bytes: most probes of a deep program's table meet another name
+    // of the same length ("multiply.12345"), whose bytes would otherwise be compared in full.
+    size_t hash = 0;
   };
 
   NameMap() = default;
@@ -39,10 +42,11 @@ class NameMap {
   const Entry* end() const { return nullptr; }
   const Entry* find(std::string_view name) const {
     if (slots_.empty()) return nullptr;
-    for (size_t i = hash(name) & mask_;; i = (i + 1) & mask_) {
+    const size_t h = hash(name);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Entry& e = slots_[i];
       if (e.first.data() == nullptr) return nullptr;
-      if (e.first == name) return &e;
+      if (e.hash == h && e.first == name) return &e;
     }
   }
   Entry* find(std::string_view name) {
@@ -53,17 +57,7 @@ class NameMap {
   // Inserts name -> value unless the name is there; returns its entry and whether it was inserted.
   std::pair<Entry*, bool> emplace(std::string_view name, V value) {
     if (2 * (size_ + 1) > slots_.size()) rehash(slots_.empty() ? 16 : 2 * slots_.size());
-    for (size_t i = hash(name) & mask_;; i = (i + 1) & mask_) {
-      Entry& e = slots_[i];
-      if (e.first.data() == nullptr) {
-        // A name must point somewhere, even an empty one, to tell it from an empty slot.
-        e.first = name.data() == nullptr ? std::string_view("", 0) : name;
-        e.second = std::move(value);
-        ++size_;
-        return {&e, true};
-      }
-      if (e.first == name) return {&e, false};
-    }
+    return insert(name, hash(name), std::move(value));
   }
   V& operator[](std::string_view name) { return emplace(name, V{}).first->second; }
 
@@ -74,13 +68,27 @@ class NameMap {
     for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
     return static_cast<size_t>((h ^ (h >> 29)) * 0xbf58476d1ce4e5b9ull >> 16);
   }
+  std::pair<Entry*, bool> insert(std::string_view name, size_t h, V value) {
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      Entry& e = slots_[i];
+      if (e.first.data() == nullptr) {
+        // A name must point somewhere, even an empty one, to tell it from an empty slot.
+        e.first = name.data() == nullptr ? std::string_view("", 0) : name;
+        e.second = std::move(value);
+        e.hash = h;
+        ++size_;
+        return {&e, true};
+      }
+      if (e.hash == h && e.first == name) return {&e, false};
+    }
+  }
   void rehash(size_t capacity) {
     std::vector<Entry> old = std::move(slots_);
     slots_.assign(capacity, Entry{});
     mask_ = capacity - 1;
     size_ = 0;
     for (Entry& e : old)
-      if (e.first.data() != nullptr) emplace(e.first, std::move(e.second));
+      if (e.first.data() != nullptr) insert(e.first, e.hash, std::move(e.second));
   }
 
   std::vector<Entry> slots_;
