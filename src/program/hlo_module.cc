@@ -719,6 +719,28 @@ Status validate_hlo_module(const HloModule& module) {
         for (const Shape& e : s->elements) stack.push_back(&e);
       }
     }
+    // A program before optimization is a graph, not a schedule: its text may name an operand before
+    // defining it, but no value may depend on itself. (A scheduled module's order is checked where its
+    // buffers are built.) In a post order every operand comes before its reader unless they lie on a cycle.
+    if (!module.is_scheduled) {
+      const std::vector<uint32_t> order = instruction_post_order(c);
+      std::vector<uint32_t> position(c.instructions.size(), UINT32_MAX);
+      for (uint32_t k = 0; k < order.size(); ++k) position[order[k]] = k;
+      NameIndex index;
+      index.reserve(c.instructions.size());
+      for (uint32_t k = 0; k < c.instructions.size(); ++k) index.emplace(c.instructions[k].name, k);
+      for (uint32_t k = 0; k < c.instructions.size(); ++k) {
+        for (const std::string& o : c.instructions[k].operands) {
+          const auto it = index.find(o);
+          if (it == index.end()) continue;  // an undefined operand is reported where operands are resolved
+          if (position[k] == UINT32_MAX || position[it->second] >= position[k]) {
+            const HloInstruction& i = c.instructions[k];
+            return invalid_argument(fmt::format(
+                "line {}: {} depends on itself (its operands lead back to it)", i.line, excerpt(i.name)));
+          }
+        }
+      }
+    }
   }
   return ok_status();
 }

@@ -137,6 +137,19 @@ TEST(HloModule, MalformedOrTruncatedInputNamesTheLine) {
                      "  ROOT %y = f32[] negate(%x)\n}\n")
                 .find("line 4: 'y' is a second ROOT"),
             std::string::npos);
+  // A program before optimization whose values depend on each other (elementwise ops that the fusion
+  // model would fold into one kernel) is refused, not planned; a forward reference alone is not a cycle.
+  const std::string cycle =
+      "HloModule m\nENTRY %e (p: f32[4]) -> f32[4] {\n  %p = f32[4] parameter(0)\n"
+      "  %a = f32[4] add(%p, %b)\n  %b = f32[4] add(%a, %p)\n  ROOT %c = f32[4] add(%b, %a)\n}\n";
+  EXPECT_NE(error_of(cycle).find("depends on itself"), std::string::npos) << error_of(cycle);
+  EXPECT_NE(error_of("HloModule m\nENTRY %e (p: f32[4]) -> f32[4] {\n  %p = f32[4] parameter(0)\n"
+                     "  ROOT %a = f32[4] add(%p, %a)\n}\n")
+                .find("line 4: 'a' depends on itself"),
+            std::string::npos);
+  EXPECT_TRUE(parse_hlo_module("HloModule m\nENTRY %e (p: f32[4]) -> f32[4] {\n  %p = f32[4] parameter(0)\n"
+                               "  ROOT %b = f32[4] negate(%a)\n  %a = f32[4] negate(%p)\n}\n")
+                  .ok());
   auto hlo = read_file(data("mlp_fp32.hlo.txt.gz"));
   ASSERT_TRUE(hlo.ok());
   for (size_t cut : {hlo->size() / 3, hlo->size() - 3}) {
