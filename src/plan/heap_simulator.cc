@@ -367,8 +367,12 @@ HeapAssignment best_heap(const std::vector<HeapInterval>& intervals, uint64_t al
   return temporal.heap_bytes < spatial.heap_bytes ? temporal : spatial;
 }
 
-LiveBytesPeak live_bytes_peak(const std::vector<HeapInterval>& intervals) {
-  // A chunk is live while any of the intervals sharing it is: merge each group's ranges, at its largest size.
+namespace {
+
+// Events of the chunks' live ranges, in time order: (time, 0, +size) at a start, (time, 1, size) after an
+// end; at equal times additions first (inclusive ranges). A chunk is live while any of the intervals
+// sharing it is: each group's ranges are merged, at its largest size.
+std::vector<std::tuple<uint64_t, int, uint64_t>> live_events(const std::vector<HeapInterval>& intervals) {
   const uint32_t n = static_cast<uint32_t>(intervals.size());
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> ranges(n);
   std::vector<uint64_t> size(n, 0);
@@ -377,7 +381,6 @@ LiveBytesPeak live_bytes_peak(const std::vector<HeapInterval>& intervals) {
     ranges[l].emplace_back(intervals[i].start, intervals[i].end);
     size[l] = std::max(size[l], intervals[i].size_bytes);
   }
-  // Events: +size at a start, -size after an end; at equal times additions first (inclusive ranges).
   std::vector<std::tuple<uint64_t, int, uint64_t>> events;
   for (uint32_t l = 0; l < n; ++l) {
     auto& r = ranges[l];
@@ -395,9 +398,15 @@ LiveBytesPeak live_bytes_peak(const std::vector<HeapInterval>& intervals) {
     }
   }
   std::sort(events.begin(), events.end());
+  return events;
+}
+
+}  // namespace
+
+LiveBytesPeak live_bytes_peak(const std::vector<HeapInterval>& intervals) {
   LiveBytesPeak peak;
   uint64_t live = 0;
-  for (const auto& [t, kind, bytes] : events) {
+  for (const auto& [t, kind, bytes] : live_events(intervals)) {
     if (kind == 0) {
       live += bytes;
       if (live > peak.bytes) {
@@ -409,6 +418,23 @@ LiveBytesPeak live_bytes_peak(const std::vector<HeapInterval>& intervals) {
     }
   }
   return peak;
+}
+
+std::vector<uint64_t> live_bytes_peaks_by_phase(const std::vector<HeapInterval>& intervals,
+                                                const std::vector<uint8_t>& phase_at_time, size_t phases) {
+  std::vector<uint64_t> peaks(phases, 0);
+  if (phases == 0) return peaks;
+  uint64_t live = 0;
+  for (const auto& [t, kind, bytes] : live_events(intervals)) {
+    if (kind != 0) {
+      live -= bytes;
+      continue;
+    }
+    live += bytes;
+    const size_t p = t < phase_at_time.size() && phase_at_time[t] < phases ? phase_at_time[t] : 0;
+    peaks[p] = std::max(peaks[p], live);
+  }
+  return peaks;
 }
 
 }  // namespace memfit

@@ -53,6 +53,35 @@ Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& option
 
 namespace {
 
+// Which pass of a step an op belongs to, by the name JAX gives it: the backward pass's ops are
+// transpose(jvp(...)) of the forward's jvp(...).
+enum Pass : uint8_t { kForwardPass = 0, kBackwardPass = 1, kOtherPass = 2 };
+Pass pass_of(std::string_view op_name) {
+  if (op_name.find("transpose(jvp") != std::string_view::npos) return kBackwardPass;
+  if (op_name.find("jvp(") != std::string_view::npos) return kForwardPass;
+  return kOtherPass;
+}
+
+PassPeaks pass_peaks(const HloModule& module, const BufferModel& model) {
+  // Each time on the heap's clock takes the pass of the op whose value starts then; a time where none
+  // starts, the pass before it.
+  uint64_t times = 0;
+  for (const HeapInterval& iv : model.heap_intervals) times = std::max(times, iv.end + 1);
+  std::vector<uint8_t> pass(times, kOtherPass);
+  std::vector<bool> known(times, false);
+  for (size_t k = 0; k < model.heap_intervals.size(); ++k) {
+    const HloValue& v = model.values[model.heap_values[k]];
+    const HloInstruction& def = module.computations[v.computation].instructions[v.instruction];
+    const uint64_t t = model.heap_intervals[k].start;
+    pass[t] = pass_of(def.op_name);
+    known[t] = true;
+  }
+  for (uint64_t t = 1; t < times; ++t)
+    if (!known[t]) pass[t] = pass[t - 1];
+  const std::vector<uint64_t> peaks = live_bytes_peaks_by_phase(model.heap_intervals, pass, 3);
+  return PassPeaks{peaks[kForwardPass], peaks[kBackwardPass], peaks[kOtherPass]};
+}
+
 Expected<HloPlan> plan_modeled(const HloModule& module, const BufferModel& model,
                                const HloPlanOptions& options) {
   MEMFIT_ASSIGN_OR_RETURN(EntrySizes sizes, entry_sizes(module));
@@ -87,6 +116,7 @@ Expected<HloPlan> plan_modeled(const HloModule& module, const BufferModel& model
   // The fullest moment of the temp block, on the heap's clock: its bytes are the no-fragmentation bound.
   const LiveBytesPeak temp_peak = live_bytes_peak(model.heap_intervals);
   plan.temp_lower_bound_bytes = temp_peak.bytes;
+  plan.pass_peaks = pass_peaks(module, model);
   // Sizes come from checked shapes; the sums are checked too (a module can claim petabytes).
   const auto io = checked_add(plan.argument_bytes, plan.output_bytes);
   const uint64_t fixed = io ? (*io >= plan.alias_bytes ? *io - plan.alias_bytes : 0) : 0;

@@ -59,6 +59,7 @@ class Extender {
   static bool on_a_line(uint64_t a, uint64_t b, uint64_t c) { return b >= a && c >= b && b - a == c - b; }
 
   bool exact() const { return exact_; }
+  void mark_inexact() { exact_ = false; }
   bool overflow() const { return overflow_; }
 
  private:
@@ -130,6 +131,20 @@ Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
                 {&HloPlan::instructions, &HloPlan::argument_bytes, &HloPlan::output_bytes,
                  &HloPlan::alias_bytes, &HloPlan::temp_bytes, &HloPlan::temp_lower_bound_bytes,
                  &HloPlan::host_temp_bytes, &HloPlan::host_value_bytes, &HloPlan::constant_bytes});
+  // Where the peak is: each pass's bytes grow on a line of their own, and the temp block's on the line of
+  // the pass that leads at the three depths. A pass growing faster can overtake it deeper down - mixed
+  // precision with full remat, whose forward pass holds each layer's bf16 weights and input, leads its
+  // backward pass beyond ~190 layers - and then the temp block's line is not the deep step's: not exact.
+  Extender pass_line(layers, spec.blocks());
+  using P = PassPeaks;
+  pass_line.fields(h.pass_peaks, at[0].hlo.pass_peaks, at[1].hlo.pass_peaks, at[2].hlo.pass_peaks,
+                   {&P::forward_bytes, &P::backward_bytes, &P::other_bytes});
+  auto leading = [](const PassPeaks& p) {
+    if (p.forward_bytes >= p.backward_bytes && p.forward_bytes >= p.other_bytes) return &P::forward_bytes;
+    return p.backward_bytes >= p.other_bytes ? &P::backward_bytes : &P::other_bytes;
+  };
+  if (h.pass_peaks.*leading(h.pass_peaks) > h.pass_peaks.*leading(at[2].hlo.pass_peaks))
+    extend.mark_inexact();
   // The peak as plan_hlo defines it, from the extended parts (so that the parts still add up to it).
   const uint64_t io = h.argument_bytes + h.output_bytes;
   const uint64_t fixed = io >= h.alias_bytes ? io - h.alias_bytes : 0;

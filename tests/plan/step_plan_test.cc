@@ -358,5 +358,71 @@ TEST(StepPlan, ADeepStackIsExtrapolatedFromSmallerDepthsToTheByte) {
   EXPECT_EQ(uneven.error().message().rfind("remat_layers", 0), 0u) << uneven.error().message();
 }
 
+// Three depths on one line say nothing of a deeper step whose peak moves to another pass. With mixed
+// precision and full remat the forward pass holds each layer's bf16 weights and its input, the backward pass
+// one layer's recomputation: the backward pass leads at 8, 16 and 24 layers, the forward pass, growing three
+// times as fast, overtakes it before 96. The extension then is flagged, not passed off as exact - and it is
+// wrong (the whole plan's temp block is the forward pass's line).
+TEST(StepPlan, AnExtensionPastAPassThatOvertakesIsNotExact) {
+  auto spec = model_spec_from_json(Json::parse(
+      R"({"model": "gpt", "batch": 8, "seq": 512, "precision": "mixed", "remat": "full", "donate": true,
+          "layers": 96})"));
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  auto line = extrapolate_step_plan(*spec, 8);
+  auto whole = plan_step(*spec);
+  ASSERT_TRUE(line.ok()) << line.error().message();
+  ASSERT_TRUE(whole.ok()) << whole.error().message();
+  EXPECT_FALSE(line->extrapolation_exact);
+  EXPECT_LT(line->peak_bytes, whole->peak_bytes);
+  // The passes' own lines are the whole plan's: the forward pass leads it.
+  EXPECT_EQ(line->hlo.pass_peaks.forward_bytes, whole->hlo.pass_peaks.forward_bytes);
+  EXPECT_EQ(line->hlo.pass_peaks.backward_bytes, whole->hlo.pass_peaks.backward_bytes);
+  EXPECT_GT(whole->hlo.pass_peaks.forward_bytes, whole->hlo.pass_peaks.backward_bytes);
+  EXPECT_EQ(whole->hlo.temp_lower_bound_bytes, whole->hlo.pass_peaks.forward_bytes);
+  // In fp32 the backward pass leads at every depth: exact, and the whole plan's to the byte.
+  spec->precision = Precision::kFp32;
+  auto fp32_line = extrapolate_step_plan(*spec, 8);
+  auto fp32_whole = plan_step(*spec);
+  ASSERT_TRUE(fp32_line.ok() && fp32_whole.ok());
+  EXPECT_TRUE(fp32_line->extrapolation_exact);
+  EXPECT_EQ(fp32_line->peak_bytes, fp32_whole->peak_bytes);
+}
+
+// A fit of a deep unrolled GPT plans its changes at 16, 32 and 48 layers and extends them where that is
+// exact: the same rows as whole plans, for a fraction of the work.
+TEST(StepPlan, AFitOfADeepStepExtendsItsPlansExactly) {
+  auto spec = model_spec_from_json(Json::parse(
+      R"({"model": "gpt", "d_model": 256, "heads": 4, "seq": 128, "batch": 4, "vocab": 8000,
+          "layers": 128})"));
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  auto fit = fit_step(*spec, 4ull << 30);
+  ASSERT_TRUE(fit.ok()) << fit.error().message();
+  EXPECT_GT(fit->programs_extrapolated, fit->programs_planned / 2);
+  EXPECT_EQ(fit->baseline.extrapolated_from, (std::vector<uint64_t>{16, 32, 48}));
+  auto whole = plan_step(*spec, 4ull << 30);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(fit->baseline.peak_bytes, whole->peak_bytes);
+  // Rows against their changes planned whole: remat full, and FSDP over 2.
+  int compared = 0;
+  for (const FitCandidate& c : fit->candidates) {
+    ModelSpec changed = *spec;
+    if (c.change == "remat full") {
+      changed.remat = RematPolicy::kFull;
+    } else if (c.change == "FSDP over 2 devices") {
+      changed.sharding = ShardingKind::kFsdp;
+      changed.mesh = {2};
+      changed.mesh_axes = {"data"};
+    } else {
+      continue;
+    }
+    SCOPED_TRACE(c.change);
+    auto p = plan_step(changed, 4ull << 30);
+    ASSERT_TRUE(p.ok()) << p.error().message();
+    EXPECT_EQ(c.peak_bytes, p->peak_bytes);
+    ++compared;
+  }
+  EXPECT_EQ(compared, 2);
+}
+
 }  // namespace
 }  // namespace memfit

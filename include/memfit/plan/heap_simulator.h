@@ -9,6 +9,7 @@
 // temporal heaps; so does best_heap().
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -53,5 +54,11 @@ uint32_t colocation_leader(const std::vector<HeapInterval>& intervals, uint32_t 
 
 // The no-fragmentation lower bound: no placement of these intervals needs less than this.
 LiveBytesPeak live_bytes_peak(const std::vector<HeapInterval>& intervals);
+
+// The same bound within each of `phases` parts of the clock: entry p is the most bytes live at a time t
+// with phase_at_time[t] == p, taken at the times an interval starts (live bytes only grow then). Times
+// past the end of phase_at_time count in phase 0.
+std::vector<uint64_t> live_bytes_peaks_by_phase(const std::vector<HeapInterval>& intervals,
+                                                const std::vector<uint8_t>& phase_at_time, size_t phases);
 
 }  // namespace memfit

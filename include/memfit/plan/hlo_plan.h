@@ -42,6 +42,16 @@ struct BufferGroup {
   std::vector<std::string> names;
 };
 
+// The most temp bytes live (no fragmentation) while each pass of a step runs: the forward pass, the
+// backward pass (JAX names its ops transpose(jvp(...))) and the rest (an inference step, the loss's
+// scalars, the optimizer's update), told apart by the ops' JAX names. A deeper step's peak is in the pass
+// whose bytes grow fastest with depth (plan/step_extrapolation.cc).
+struct PassPeaks {
+  uint64_t forward_bytes = 0;
+  uint64_t backward_bytes = 0;
+  uint64_t other_bytes = 0;
+};
+
 struct HloPlan {
   std::string module;
   // "optimized": the module XLA compiled, planned as XLA's buffer assignment does; "lowered-hlo": the
@@ -57,6 +67,7 @@ struct HloPlan {
   uint64_t alias_bytes = 0;             // alias_size_in_bytes
   uint64_t temp_bytes = 0;              // temp_size_in_bytes: the packed temp block
   uint64_t temp_lower_bound_bytes = 0;  // the temp block with no fragmentation
+  PassPeaks pass_peaks;                 // the same within each pass
   uint64_t host_temp_bytes = 0;         // host_temp_size_in_bytes: temps in host memory (S(5), offload)
   uint64_t host_value_bytes = 0;        // every value put in host memory, summed: what the step copies there
   uint64_t constant_bytes = 0;

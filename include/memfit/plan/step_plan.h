@@ -52,6 +52,8 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
 
 // The depths a step too deep to build whole is planned at: kExtrapolationLayers, twice and three times that.
 inline constexpr uint64_t kExtrapolationLayers = 64;
+// fit_step's, for a deep step it could build whole (where the extension is exact).
+inline constexpr uint64_t kFitExtrapolationLayers = 16;
 
 // Whether plan_step extrapolates the step: unrolled (no scan) and deeper than kMaxUnrolledLayers, where the
 // program would hold ~700 instructions a layer (7 x 10^6 at 10^4 layers). Its plan has figures, not buffers:
@@ -89,6 +91,9 @@ struct FitResult {
   // Programs built and planned, the baseline's among them: a family (more accumulation, a smaller batch,
   // more devices) stops at its first member that fits, and the larger pool reuses the baseline's plan.
   size_t programs_planned = 0;
+  // Of those, the ones planned at three smaller depths and extended, exactly (see fit_step): a deep unrolled
+  // GPT or ViT step's.
+  size_t programs_extrapolated = 0;
 };
 
 // Tries the seed's fixes in its order - allocation (a larger pool, donation), location (saved activations
@@ -96,8 +101,10 @@ struct FitResult {
 // accumulation, a smaller batch), sharding (FSDP over more devices) - and ranks those that fit by their cost.
 // When none fits alone, the ones that lowered the peak (donation, bf16 compute, the best remat policy,
 // cuDNN's attention) are stacked and tried alone, then under more accumulation, a smaller batch or more
-// devices: step "combined", costs summed. The plans run on every core; `progress` (may be empty) hears each
-// one finish (done, total), from one thread at a time.
+// devices: step "combined", costs summed. A GPT or ViT step of 128 to 512 unrolled layers is planned at
+// 16, 32 and 48 layers and extended where that is exact (each figure grows alike and the leading pass stays
+// ahead), else whole; deeper, at 64, 128 and 192 as plan_step does. The plans run on every core; `progress`
+// (may be empty) hears each one finish (done, total), from one thread at a time.
 Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction = 0.75,
                              const std::function<void(size_t, size_t)>& progress = {});
 
