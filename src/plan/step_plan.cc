@@ -192,9 +192,14 @@ PlanningOrder planning_order(const std::vector<Trial>& trials) {
 // MLP's small plans are flagged or wobble (the MLP by 0.1% at 200 layers): those are planned whole.
 constexpr uint64_t kFitExtrapolationFromLayers = 128;
 
+bool extended_from_fit_depths(const StepPlan& p) {
+  return !p.extrapolated_from.empty() && p.extrapolated_from.front() == kFitExtrapolationLayers;
+}
+
 Expected<StepPlan> plan_trial(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction) {
+  // Deeper than memfit builds whole, the fallback is plan_step's extension from 64, 128 and 192 layers.
   if ((spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit) && !spec.scan &&
-      spec.remat_layers.empty() && builds_whole(spec) && spec.blocks() >= kFitExtrapolationFromLayers) {
+      spec.remat_layers.empty() && spec.blocks() >= kFitExtrapolationFromLayers) {
     Expected<StepPlan> p =
         extrapolate_step_plan(spec, kFitExtrapolationLayers, capacity_bytes, memory_fraction);
     if (p.ok() && p->extrapolation_exact) return p;
@@ -530,7 +535,7 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
   for (size_t i = 0; i < trials.size(); ++i) {
     if (!plans[i] || trials[i].same_program_as != SIZE_MAX) continue;
     ++result.programs_planned;
-    result.programs_extrapolated += !plans[i]->extrapolated_from.empty();
+    result.programs_extrapolated += extended_from_fit_depths(*plans[i]);
   }
   result.baseline = std::move(*plans.back());
   trials.pop_back();
@@ -625,7 +630,7 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
                             plan_trials(trials, capacity_bytes, planned_so_far, /*run_ahead=*/true));
     for (const std::optional<StepPlan>& p : on_stack) {
       result.programs_planned += p.has_value();
-      result.programs_extrapolated += p.has_value() && !p->extrapolated_from.empty();
+      result.programs_extrapolated += p.has_value() && extended_from_fit_depths(*p);
     }
     take_rows(trials, on_stack);
   }

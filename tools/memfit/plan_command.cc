@@ -289,17 +289,22 @@ Action add_fit_command(CLI::App& app, Io& io) {
           "memfit fit: peak {} in a pool of {} ({:.0f}% of {}): {}\n", format_bytes(b.peak_bytes),
           format_bytes(b.limit_bytes), 100 * b.memory_fraction, format_bytes(*b.capacity_bytes),
           b.fits ? "fits already" : fmt::format("{} over", format_bytes(b.peak_bytes - b.limit_bytes)));
-      if (!b.extrapolated_from.empty() && b.spec.blocks() > kMaxUnrolledLayers) {
+      if (fit->programs_extrapolated > 0) {
+        const bool deep = b.spec.blocks() > kMaxUnrolledLayers;
+        const std::string rest = fit->programs_extrapolated == fit->programs_planned ? ""
+                                 : deep ? fmt::format("; the rest at {}, {} and {}", kExtrapolationLayers,
+                                                      2 * kExtrapolationLayers, 3 * kExtrapolationLayers)
+                                        : "; the rest whole";
+        io.out << fmt::format(
+            "  ({} of the {} plans made at {}, {} and {} layers and extended, where each figure grew "
+            "alike{})\n",
+            fit->programs_extrapolated, fit->programs_planned, kFitExtrapolationLayers,
+            2 * kFitExtrapolationLayers, 3 * kFitExtrapolationLayers, rest);
+      } else if (!b.extrapolated_from.empty()) {
         io.out << fmt::format(
             "  (more than {} unrolled layers: each plan below is made at {}, {} and {} layers and "
             "extrapolated)\n",
             kMaxUnrolledLayers, b.extrapolated_from[0], b.extrapolated_from[1], b.extrapolated_from[2]);
-      } else if (fit->programs_extrapolated > 0) {
-        io.out << fmt::format(
-            "  ({} of the {} plans made at {}, {} and {} layers and extended, where each figure grew alike; "
-            "the rest whole)\n",
-            fit->programs_extrapolated, fit->programs_planned, kFitExtrapolationLayers,
-            2 * kFitExtrapolationLayers, 3 * kFitExtrapolationLayers);
       }
       io.out << "\n  tried, in the seed's order (allocation, location, shapes, sharding):\n";
       for (const FitCandidate& c : fit->candidates) {

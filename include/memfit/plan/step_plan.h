@@ -91,8 +91,8 @@ struct FitResult {
   // Programs built and planned, the baseline's among them: a family (more accumulation, a smaller batch,
   // more devices) stops at its first member that fits, and the larger pool reuses the baseline's plan.
   size_t programs_planned = 0;
-  // Of those, the ones planned at three smaller depths and extended, exactly (see fit_step): a deep unrolled
-  // GPT or ViT step's.
+  // Of those, the ones planned at kFitExtrapolationLayers, twice and three times that and extended, exactly
+  // (see fit_step): a deep unrolled GPT or ViT step's.
   size_t programs_extrapolated = 0;
 };
 
@@ -101,9 +101,10 @@ struct FitResult {
 // accumulation, a smaller batch), sharding (FSDP over more devices) - and ranks those that fit by their cost.
 // When none fits alone, the ones that lowered the peak (donation, bf16 compute, the best remat policy,
 // cuDNN's attention) are stacked and tried alone, then under more accumulation, a smaller batch or more
-// devices: step "combined", costs summed. A GPT or ViT step of 128 to 512 unrolled layers is planned at
+// devices: step "combined", costs summed. A GPT or ViT step of 128 or more unrolled layers is planned at
 // 16, 32 and 48 layers and extended where that is exact (each figure grows alike and the leading pass stays
-// ahead), else whole; deeper, at 64, 128 and 192 as plan_step does. The plans run on every core; `progress`
+// ahead), else as plan_step plans it (whole, or past 512 layers from 64, 128 and 192). The plans run on
+// every core; `progress`
 // (may be empty) hears each one finish (done, total), from one thread at a time.
 Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction = 0.75,
                              const std::function<void(size_t, size_t)>& progress = {});
