@@ -52,7 +52,7 @@ Expected<LargestFit> largest_fitting(const ModelSpec& spec, const std::string& k
       t.refused = valid.error().message();
       return t;
     }
-    auto plan = plan_step(s, capacity_bytes, memory_fraction);
+    auto plan = plan_step_extended(s, capacity_bytes, memory_fraction);
     ++result.programs_planned;
     if (!plan.ok()) {
       if (plan.error().code() != ErrorCode::kInvalidArgument) return plan.error();

@@ -26,6 +26,29 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
   return step_plan_internal::plan_whole_step(spec, capacity_bytes, memory_fraction);
 }
 
+// A deep unrolled GPT or ViT step is planned at kFitExtrapolationLayers, twice and three times
+// that, and extended (extrapolate_step_plan) when the extension is exact - each figure grew alike at the
+// three depths and the pass leading them still leads at the step's depth - else as plan_step plans it. A
+// whole plan of 300
+// layers is ~700 instructions a layer and 1.5 s of one core; a fit plans twenty of them. The three small
+// plans cost 96 layers' worth, and agreed with the whole plans of 300 and 200 layers to the byte (to 32
+// bytes with accumulation) on every GPT and ViT change tried except those flagged (mixed precision with
+// full remat, whose forward pass overtakes its backward pass past ~190 layers). The flax encoder's and the
+// MLP's small plans are flagged or wobble (the MLP by 0.1% at 200 layers): those are planned whole.
+constexpr uint64_t kFitExtrapolationFromLayers = 128;
+
+Expected<StepPlan> plan_step_extended(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
+                                      double memory_fraction) {
+  // Deeper than memfit builds whole, the fallback is plan_step's extension from 64, 128 and 192 layers.
+  if ((spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit) && !spec.scan &&
+      spec.remat_layers.empty() && spec.blocks() >= kFitExtrapolationFromLayers) {
+    Expected<StepPlan> p =
+        extrapolate_step_plan(spec, kFitExtrapolationLayers, capacity_bytes, memory_fraction);
+    if (p.ok() && p->extrapolation_exact) return p;
+  }
+  return plan_step(spec, capacity_bytes, memory_fraction);
+}
+
 namespace step_plan_internal {
 
 void set_capacity(StepPlan& plan, std::optional<uint64_t> capacity_bytes, double memory_fraction) {
@@ -182,29 +205,8 @@ PlanningOrder planning_order(const std::vector<Trial>& trials) {
   }
 }
 
-// A trial of a deep unrolled GPT or ViT step is planned at kFitExtrapolationLayers, twice and three times
-// that, and extended (extrapolate_step_plan) when the extension is exact - each figure grew alike at the
-// three depths and the pass leading them still leads at the step's depth - else whole. A whole plan of 300
-// layers is ~700 instructions a layer and 1.5 s of one core; a fit plans twenty of them. The three small
-// plans cost 96 layers' worth, and agreed with the whole plans of 300 and 200 layers to the byte (to 32
-// bytes with accumulation) on every GPT and ViT change tried except those flagged (mixed precision with
-// full remat, whose forward pass overtakes its backward pass past ~190 layers). The flax encoder's and the
-// MLP's small plans are flagged or wobble (the MLP by 0.1% at 200 layers): those are planned whole.
-constexpr uint64_t kFitExtrapolationFromLayers = 128;
-
 bool extended_from_fit_depths(const StepPlan& p) {
   return !p.extrapolated_from.empty() && p.extrapolated_from.front() == kFitExtrapolationLayers;
-}
-
-Expected<StepPlan> plan_trial(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction) {
-  // Deeper than memfit builds whole, the fallback is plan_step's extension from 64, 128 and 192 layers.
-  if ((spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit) && !spec.scan &&
-      spec.remat_layers.empty() && spec.blocks() >= kFitExtrapolationFromLayers) {
-    Expected<StepPlan> p =
-        extrapolate_step_plan(spec, kFitExtrapolationLayers, capacity_bytes, memory_fraction);
-    if (p.ok() && p->extrapolation_exact) return p;
-  }
-  return plan_step(spec, capacity_bytes, memory_fraction);
 }
 
 // Plans the trials, on as many threads as the machine has: each plan builds and plans its own program and
@@ -273,7 +275,7 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
       // An exception must not leave a worker thread (that would end the process): it becomes this
       // trial's error, as the CLI would make it on the main thread.
       try {
-        plan = plan_trial(trials[i].spec, capacity_bytes, trials[i].memory_fraction);
+        plan = plan_step_extended(trials[i].spec, capacity_bytes, trials[i].memory_fraction);
       } catch (const std::bad_alloc&) {
         plan = resource_exhausted("out of host memory while planning a change");
       } catch (const std::exception& e) {

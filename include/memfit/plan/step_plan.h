@@ -52,8 +52,17 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
 
 // The depths a step too deep to build whole is planned at: kExtrapolationLayers, twice and three times that.
 inline constexpr uint64_t kExtrapolationLayers = 64;
-// fit_step's, for a deep step it could build whole (where the extension is exact).
+// plan_step_extended's: a deep step's plan from these small depths, where that is exact.
 inline constexpr uint64_t kFitExtrapolationLayers = 16;
+
+// plan_step, for a search over many changes of one step (fit_step, largest_fitting): an unrolled GPT or ViT
+// step of 128 or more layers is planned at kFitExtrapolationLayers, twice and three times that, and extended
+// when the extension is exact - every figure grew alike and the pass leading at those depths (HloPlan::
+// pass_peaks) still leads at the step's own - else as plan_step plans it. The figures are plan_step's; an
+// extended plan has no buffers (nothing is drawn from a search).
+Expected<StepPlan> plan_step_extended(const ModelSpec& spec,
+                                      std::optional<uint64_t> capacity_bytes = std::nullopt,
+                                      double memory_fraction = 0.75);
 
 // Whether plan_step extrapolates the step: unrolled (no scan) and deeper than kMaxUnrolledLayers, where the
 // program would hold ~700 instructions a layer (7 x 10^6 at 10^4 layers). Its plan has figures, not buffers:
