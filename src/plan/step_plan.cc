@@ -29,12 +29,12 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
 // A deep unrolled GPT or ViT step is planned at kFitExtrapolationLayers, twice and three times
 // that, and extended (extrapolate_step_plan) when the extension is exact - each figure grew alike at the
 // three depths and the pass leading them still leads at the step's depth - else as plan_step plans it. A
-// whole plan of 300
-// layers is ~700 instructions a layer and 1.5 s of one core; a fit plans twenty of them. The three small
-// plans cost 96 layers' worth, and agreed with the whole plans of 300 and 200 layers to the byte (to 32
-// bytes with accumulation) on every GPT and ViT change tried except those flagged (mixed precision with
-// full remat, whose forward pass overtakes its backward pass past ~190 layers). The flax encoder's and the
-// MLP's small plans are flagged or wobble (the MLP by 0.1% at 200 layers): those are planned whole.
+// whole plan of 300 layers is ~700 instructions a layer and 1.5 s of one core; a fit plans twenty of them.
+// The three small plans cost 96 layers' worth, and agreed with the whole plans of 300 and 200 layers to the
+// byte (within 160 bytes with accumulation) on every GPT and ViT change tried except those flagged (mixed
+// precision with full remat, whose forward pass overtakes its backward pass past ~190 layers). The flax
+// encoder's and the MLP's small plans are flagged or wobble (the MLP by 0.1% at 200 layers): those are
+// planned whole.
 constexpr uint64_t kFitExtrapolationFromLayers = 128;
 
 Expected<StepPlan> plan_step_extended(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
