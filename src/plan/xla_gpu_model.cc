@@ -258,19 +258,19 @@ void fold_add_of_scatter(HloComputation& comp, const Combiners& combiners) {
   // few names involved, each probed once per operand of the program, instead of an index of every name
   // (a 300-layer step has one scatter among 2 x 10^5 instructions).
   NameIndex scatters;  // views of the names: nothing is rewritten until every fold is found
-  for (uint32_t i = 0; i < n; ++i)
-    if (insts[i].opcode == HloOpcode::kScatter) scatters.emplace(insts[i].name, i);
   // The operand chain scatter -> zeros -> scalar, resolved in two passes (the zeros first, then its operand).
+  std::vector<std::string_view> wanted;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (insts[i].opcode != HloOpcode::kScatter) continue;
+    scatters.emplace(insts[i].name, i);
+    if (!insts[i].operands.empty()) wanted.emplace_back(insts[i].operands[0]);
+  }
   NameIndex behind;
   auto resolve = [&](const std::vector<std::string_view>& names) {
     for (std::string_view name : names) behind.emplace(name, UINT32_MAX);
     for (uint32_t i = 0; i < n; ++i)
       if (auto* e = behind.find(insts[i].name); e != nullptr && e->second == UINT32_MAX) e->second = i;
   };
-  std::vector<std::string_view> wanted;
-  for (uint32_t i = 0; i < n; ++i)
-    if (insts[i].opcode == HloOpcode::kScatter && !insts[i].operands.empty())
-      wanted.emplace_back(insts[i].operands[0]);
   resolve(wanted);
   wanted.clear();
   for (uint32_t i = 0; i < n; ++i) {

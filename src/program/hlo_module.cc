@@ -721,8 +721,9 @@ Status validate_hlo_module(const HloModule& module) {
     }
     // A program before optimization is a graph, not a schedule: its text may name an operand before
     // defining it, but no value may depend on itself. (A scheduled module's order is checked where its
-    // buffers are built.) In a post order every operand comes before its reader unless they lie on a cycle.
-    if (!module.is_scheduled) {
+    // buffers are built; StableHLO's parser already refuses a value used before it is defined.) In a post
+    // order every operand comes before its reader unless they lie on a cycle.
+    if (!module.is_scheduled && !module.from_stablehlo) {
       const std::vector<uint32_t> order = instruction_post_order(c);
       std::vector<uint32_t> position(c.instructions.size(), UINT32_MAX);
       for (uint32_t k = 0; k < order.size(); ++k) position[order[k]] = k;

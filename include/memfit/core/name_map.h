@@ -27,7 +27,7 @@ class NameMap {
     V second{};
     // The name's hash, compared before the bytes: most probes of a deep program's table meet another name
     // of the same length ("multiply.12345"), whose bytes would otherwise be compared in full.
-    size_t hash = 0;
+    size_t name_hash = 0;
   };
 
   NameMap() = default;
@@ -46,7 +46,7 @@ class NameMap {
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Entry& e = slots_[i];
       if (e.first.data() == nullptr) return nullptr;
-      if (e.hash == h && e.first == name) return &e;
+      if (e.name_hash == h && e.first == name) return &e;
     }
   }
   Entry* find(std::string_view name) {
@@ -75,11 +75,11 @@ class NameMap {
         // A name must point somewhere, even an empty one, to tell it from an empty slot.
         e.first = name.data() == nullptr ? std::string_view("", 0) : name;
         e.second = std::move(value);
-        e.hash = h;
+        e.name_hash = h;
         ++size_;
         return {&e, true};
       }
-      if (e.hash == h && e.first == name) return {&e, false};
+      if (e.name_hash == h && e.first == name) return {&e, false};
     }
   }
   void rehash(size_t capacity) {
@@ -88,7 +88,7 @@ class NameMap {
     mask_ = capacity - 1;
     size_ = 0;
     for (Entry& e : old)
-      if (e.first.data() != nullptr) insert(e.first, e.hash, std::move(e.second));
+      if (e.first.data() != nullptr) insert(e.first, e.name_hash, std::move(e.second));
   }
 
   std::vector<Entry> slots_;
