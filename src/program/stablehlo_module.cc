@@ -279,6 +279,17 @@ struct PendingWhile {
   bool in_body = false;
 };
 
+// A shard_map being read (sdy.manual_computation): its region, over each device's share of the operands,
+// becomes a computation called from where it stands, as XLA's importer makes it: the operands go through
+// SPMDFullToShardShape custom calls into the call, its results through SPMDShardToFullShape (the same
+// custom calls the program's HLO text holds, so both front ends plan it alike).
+struct PendingManual {
+  std::string name;  // SSA name of its results
+  size_t count = 1;
+  std::vector<std::string> to_local;  // the custom calls that hand the body its operands
+  size_t body = 0;                    // computation index
+};
+
 class Reader {
  public:
   Expected<HloModule> read(std::string_view text) {
@@ -402,8 +413,10 @@ class Reader {
     if (line.starts_with("} do {")) return start_while_body();
     if (line == "cond {") return ok_status();  // the cond region was opened with its while
     if (line.starts_with("return") || line.starts_with("func.return") ||
-        line.starts_with("stablehlo.return") || line.starts_with("\"stablehlo.return\""))
+        line.starts_with("stablehlo.return") || line.starts_with("\"stablehlo.return\"") ||
+        line.starts_with("sdy.return"))
       return return_statement(line);
+    if (line.starts_with("} : ")) return close_manual_computation(line);
     if (line.starts_with("sdy.") || line.starts_with("^bb")) return ok_status();  // meshes, block labels
     if (line.starts_with("reducer(") || line.starts_with("comparator(") ||
         (!line.starts_with("%") && line.ends_with("{"))) {
@@ -528,6 +541,8 @@ class Reader {
 
   Status close_block() {
     if (scopes_.empty()) return ok_status();  // the module's closing brace
+    if (!manuals_.empty() && scope().computation == manuals_.back().body)
+      return error_at(line_, "a manual computation's region ends without its types ('} : (...) -> ...')");
     if (!whiles_.empty() && !whiles_.back().in_body && scope().computation == whiles_.back().cond)
       return error_at(line_, "a while's cond region ends without '} do {'");
     if (!whiles_.empty() && whiles_.back().in_body && scope().computation == whiles_.back().body) {
@@ -595,7 +610,19 @@ class Reader {
     if (eq == std::string_view::npos) return error_at(line_, "expected '%name = op ...'");
     std::string result(trim(line.substr(1, eq - 1)));
     size_t count = 1;
-    if (const size_t colon = result.find(':'); colon != std::string::npos) {
+    // "%output_state, %output = stablehlo.rng_bit_generator ...": results named one by one (an op that
+    // names its results, OpAsmOpInterface) are the elements of one tuple, each name bound to its element.
+    std::vector<std::string> names;
+    if (result.find(',') != std::string::npos) {
+      for (std::string_view n : split_top_level(result)) {
+        if (n.starts_with("%")) n.remove_prefix(1);
+        if (n.empty() || n.find_first_of("%:# ") != std::string_view::npos)
+          return error_at(line_, fmt::format("bad result name in {}", excerpt(line, 80)));
+        names.emplace_back(n);
+      }
+      result = names[0] + ".results";
+      count = names.size();
+    } else if (const size_t colon = result.find(':'); colon != std::string::npos) {
       const auto [end, ec] = std::from_chars(result.data() + colon + 1, result.data() + result.size(), count);
       if (ec != std::errc() || count == 0) return error_at(line_, "bad result count");
       result.resize(colon);
@@ -617,16 +644,140 @@ class Reader {
     }
     if (opname.empty()) return error_at(line_, "an op without a name");
     if (opname == "stablehlo.while") return while_header(result, count, rest);
+    if (opname == "sdy.manual_computation") return manual_computation_header(result, count, rest);
     // An op whose region follows on the next lines (reduce, sort, scatter, case ...): the region is code
     // inside the op; its types may come on the line that closes it.
     if (line.ends_with("{")) {
-      pending_ = PendingOp{result, count, opname, std::string(rest), line_};
+      pending_ = PendingOp{result, count, opname, std::string(rest), line_, std::move(names)};
       skipping_ = true;
       skip_depth_ = 0;
       for (char c : line) skip_depth_ += c == '{' ? 1 : c == '}' ? -1 : 0;
       return ok_status();
     }
-    return finish_op(result, count, opname, rest, rest);
+    return finish_op(result, count, opname, rest, rest, HloOpcode::kUnknown, names);
+  }
+
+  // "(%arg0, %arg1) in_shardings=[...] out_shardings=[...] manual_axes={"x"} (%arg2: tensor<..>, ...) {"
+  Status manual_computation_header(const std::string& result, size_t count, std::string_view rest) {
+    rest = trim(rest);
+    if (!rest.starts_with("(") || !rest.ends_with("{"))
+      return error_at(line_, "expected 'sdy.manual_computation(%operands) ... (%args) {' on one line");
+    const size_t operands_end = rest.find(')');
+    const size_t args_begin = rest.rfind(" (");
+    const size_t args_end = rest.rfind(')');
+    if (operands_end == std::string_view::npos || args_begin == std::string_view::npos ||
+        args_begin < operands_end || args_end < args_begin)
+      return error_at(line_, "a manual computation without its operands or region arguments");
+    std::vector<Value> operands;
+    for (std::string_view ref : references(rest.substr(0, operands_end))) {
+      MEMFIT_ASSIGN_OR_RETURN(Value v, use(ref));
+      operands.push_back(std::move(v));
+    }
+    const std::vector<std::string_view> args =
+        split_top_level(rest.substr(args_begin + 2, args_end - args_begin - 2));
+    if (args.size() != operands.size())
+      return error_at(line_, fmt::format("a manual computation of {} operands with {} region arguments",
+                                         operands.size(), args.size()));
+    PendingManual m;
+    m.name = result;
+    m.count = count;
+    std::vector<std::pair<std::string, Shape>> params;
+    for (size_t k = 0; k < args.size(); ++k) {
+      const size_t colon = args[k].find(':');
+      if (!args[k].starts_with("%") || colon == std::string_view::npos)
+        return error_at(line_, fmt::format("expected '%name: type', got {}", excerpt(args[k], 80)));
+      MEMFIT_ASSIGN_OR_RETURN(Shape local, parse_type(trim(args[k].substr(colon + 1)), line_));
+      HloInstruction to_local;
+      to_local.name = fmt::format("{}.to_local.{}", result, k);
+      to_local.set_opcode("custom-call");
+      to_local.custom_call_target = "SPMDFullToShardShape";
+      to_local.op_name = "sdy.manual_computation";
+      to_local.shape = local;
+      to_local.operands = {operands[k].instruction};
+      m.to_local.push_back(add(std::move(to_local)));
+      params.emplace_back(std::string(trim(args[k].substr(1, colon - 1))), std::move(local));
+    }
+    HloComputation c;
+    c.name = fmt::format("{}.{}.shmap_body", current().name, result);
+    module_.computations.push_back(std::move(c));
+    m.body = module_.computations.size() - 1;
+    Scope region;
+    region.computation = m.body;
+    scopes_.push_back(std::move(region));
+    for (size_t k = 0; k < params.size(); ++k) {
+      HloInstruction p;
+      p.name = params[k].first;
+      p.opcode = HloOpcode::kParameter;
+      p.shape = params[k].second;
+      p.parameter_number = static_cast<int64_t>(k);
+      add(std::move(p));
+      scope().values[params[k].first] = Value{params[k].first, params[k].second};
+    }
+    manuals_.push_back(std::move(m));
+    return ok_status();
+  }
+
+  // "} : (tensor<..>, ...) -> tensor<..>": the manual computation's region ends; the call and its results
+  // go into the enclosing computation.
+  Status close_manual_computation(std::string_view line) {
+    if (manuals_.empty() || scopes_.size() < 2 || scope().computation != manuals_.back().body)
+      return error_at(line_, "'} : ...' closes no manual computation");
+    PendingManual m = std::move(manuals_.back());
+    manuals_.pop_back();
+    const HloComputation& body = module_.computations[m.body];
+    if (body.root() == nullptr || !has_root(body))
+      return error_at(line_, "a manual computation without sdy.return");
+    const Shape local_results = body.root()->shape;
+    scopes_.pop_back();
+    const std::string_view signature = line.substr(4);
+    const size_t a = arrow(signature);
+    if (a == std::string_view::npos) return error_at(line_, "a manual computation without its result types");
+    MEMFIT_ASSIGN_OR_RETURN(std::vector<Shape> results, parse_type_list(signature.substr(a + 2), line_));
+    const size_t locals = local_results.is_tuple() ? local_results.elements.size() : 1;
+    if (results.size() != m.count || locals != m.count)
+      return error_at(line_, fmt::format("a manual computation of {} results returns {} and declares {}",
+                                         m.count, locals, results.size()));
+    HloInstruction call;
+    call.name = m.name + ".body";
+    call.opcode = HloOpcode::kCall;
+    call.called = {body.name};
+    call.operands = m.to_local;
+    call.shape = local_results;
+    call.op_name = "sdy.manual_computation";
+    const std::string called = add(std::move(call));
+    auto to_global = [&](const std::string& name, const std::string& operand, Shape shape) {
+      HloInstruction g;
+      g.name = name;
+      g.set_opcode("custom-call");
+      g.custom_call_target = "SPMDShardToFullShape";
+      g.op_name = "sdy.manual_computation";
+      g.shape = std::move(shape);
+      g.operands = {operand};
+      return add(std::move(g));
+    };
+    if (m.count == 1) {
+      to_global(m.name, called, results[0]);
+      scope().values[m.name] = Value{m.name, results[0]};
+      return ok_status();
+    }
+    HloInstruction t;
+    t.name = m.name;
+    t.opcode = HloOpcode::kTuple;
+    for (size_t k = 0; k < m.count; ++k) {
+      HloInstruction g;
+      g.name = fmt::format("{}.body#{}", m.name, k);
+      g.opcode = HloOpcode::kGetTupleElement;
+      g.shape = local_results.elements[k];
+      g.operands = {called};
+      g.tuple_index = static_cast<int64_t>(k);
+      const std::string element = add(std::move(g));
+      t.operands.push_back(to_global(fmt::format("{}.global.{}", m.name, k), element, results[k]));
+      t.shape.elements.push_back(results[k]);
+    }
+    Shape shape = t.shape;
+    add(std::move(t));
+    scope().values[m.name] = Value{m.name, std::move(shape)};
+    return ok_status();
   }
 
   Status while_header(const std::string& result, size_t count, std::string_view rest) {
@@ -681,12 +832,13 @@ class Reader {
     const std::string_view header = p.rest;
     const bool header_typed = signature_colon(header) != std::string_view::npos && !header.ends_with("{");
     const HloOpcode combiner = p.region_ops == 1 ? p.region_op : HloOpcode::kUnknown;
-    return finish_op(p.result, p.count, p.opname, header, header_typed ? header : line, combiner);
+    return finish_op(p.result, p.count, p.opname, header, header_typed ? header : line, combiner, p.names);
   }
 
   Status finish_op(const std::string& result, size_t count, const std::string& opname,
                    std::string_view operands_text, std::string_view typed_text,
-                   HloOpcode region_combiner = HloOpcode::kUnknown) {
+                   HloOpcode region_combiner = HloOpcode::kUnknown,
+                   const std::vector<std::string>& names = {}) {
     const size_t colon = signature_colon(typed_text);
     if (colon == std::string_view::npos)
       return error_at(line_, fmt::format("{} without a type signature", excerpt(opname, 60)));
@@ -768,6 +920,12 @@ class Reader {
     Shape shape = inst.shape;
     add(std::move(inst));
     scope().values[result] = Value{result, std::move(shape)};
+    for (size_t k = 0; k < names.size(); ++k) {
+      if (scope().values.count(names[k]) != 0)
+        return error_at(line_, fmt::format("%{} is defined twice", one_line(names[k], 60)));
+      MEMFIT_ASSIGN_OR_RETURN(Value element, use(fmt::format("%{}#{}", result, k)));
+      scope().values[names[k]] = std::move(element);
+    }
     return ok_status();
   }
 
@@ -779,6 +937,7 @@ class Reader {
     uint64_t line;
     // The ops of its region (a scatter's or reduce's combiner, written on the lines between): the one op,
     // when there is exactly one, is the combiner, as an HLO module names it through to_apply=.
+    std::vector<std::string> names;  // results named one by one, if they are
     HloOpcode region_op = HloOpcode::kUnknown;
     size_t region_ops = 0;
   };
@@ -786,6 +945,7 @@ class Reader {
   HloModule module_;
   std::vector<Scope> scopes_;
   std::vector<PendingWhile> whiles_;
+  std::vector<PendingManual> manuals_;
   std::optional<PendingOp> pending_;
   bool skipping_ = false;
   int skip_depth_ = 0;

@@ -102,6 +102,60 @@ TEST(StableHlo, ReadsAScattersCombinerFromItsRegion) {
   }
 }
 
+// jax.experimental.shard_map under Shardy (JAX's default) prints sdy.manual_computation: a region over each
+// device's share. It becomes a call between SPMDFullToShardShape and SPMDShardToFullShape custom calls, as
+// the program's HLO text has it. An op that names its results one by one (rng_bit_generator's
+// "%output_state, %output =") binds each name to its element.
+TEST(StableHlo, ReadsShardMapsAndResultsNamedOneByOne) {
+  constexpr const char* kText = R"(module @jit_f attributes {mhlo.num_partitions = 8 : i32} {
+  sdy.mesh @mesh = <["x"=8]>
+  func.func public @main(%arg0: tensor<64x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}, %arg1: tensor<2xui32>) -> (tensor<64x16xf32>, tensor<16xf32>, tensor<4x4xui32>) {
+    %0:2 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"x"}, {}]>] out_shardings=[<@mesh, [{"x"}, {}]>, <@mesh, [{}]>] manual_axes={"x"} (%arg2: tensor<8x16xf32>) {
+      %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+      %1 = stablehlo.reduce(%arg2 init: %cst) applies stablehlo.add across dimensions = [0] : (tensor<8x16xf32>, tensor<f32>) -> tensor<16xf32>
+      %2 = stablehlo.multiply %arg2, %arg2 : tensor<8x16xf32>
+      sdy.return %2, %1 : tensor<8x16xf32>, tensor<16xf32>
+    } : (tensor<64x16xf32>) -> (tensor<64x16xf32>, tensor<16xf32>)
+    %output_state, %output = stablehlo.rng_bit_generator %arg1, algorithm =  DEFAULT : (tensor<2xui32>) -> (tensor<2xui32>, tensor<4x4xui32>)
+    return %0#0, %0#1, %output : tensor<64x16xf32>, tensor<16xf32>, tensor<4x4xui32>
+  }
+}
+)";
+  auto m = parse_program_text(kText);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  std::string to_local, body_call, to_global, random;
+  for (const HloInstruction& i : m->entry()->instructions) {
+    if (i.custom_call_target == "SPMDFullToShardShape") to_local += i.shape.to_string() + ";";
+    if (i.custom_call_target == "SPMDShardToFullShape") to_global += i.shape.to_string() + ";";
+    if (i.opcode == HloOpcode::kCall) body_call = i.shape.to_string();
+    if (i.opcode == HloOpcode::kGetTupleElement && i.operands[0] == "output_state.results")
+      random += i.shape.to_string() + ";";
+  }
+  EXPECT_EQ(to_local, "f32[8,16];");  // each device's share goes in
+  EXPECT_EQ(body_call, "(f32[8,16], f32[16])");
+  EXPECT_EQ(to_global, "f32[64,16];f32[16];");
+  EXPECT_EQ(random, "u32[2];u32[4,4];");  // %output_state, %output
+  const HloInstruction* root = m->entry()->root();
+  ASSERT_NE(root, nullptr);
+  EXPECT_EQ(root->shape.to_string(), "(f32[64,16], f32[16], u32[4,4])");
+
+  // A region that does not close as it opened, or returns what it does not declare, is refused.
+  std::string unclosed = kText;
+  const size_t close = unclosed.find("    } : (tensor<64x16xf32>)");
+  unclosed.replace(close, unclosed.find('\n', close) - close, "    }");
+  auto open = parse_program_text(unclosed);
+  ASSERT_FALSE(open.ok());
+  EXPECT_NE(open.error().message().find("line 9: a manual computation's region ends without its types"),
+            std::string::npos)
+      << open.error().message();
+  std::string miscounted = kText;
+  miscounted.replace(miscounted.find("%0:2 = sdy"), 4, "%0:3");
+  auto bad = parse_program_text(miscounted);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("line 9: a manual computation of 3 results"), std::string::npos)
+      << bad.error().message();
+}
+
 std::string error_of(const std::string& text) {
   auto m = parse_program_text(text);
   EXPECT_FALSE(m.ok());
