@@ -91,6 +91,9 @@ Expected<HloPlan> plan_modeled(const HloModule& module, const BufferModel& model
   plan.argument_bytes = sizes.argument_bytes;
   plan.output_bytes = sizes.output_bytes;
   plan.alias_bytes = sizes.alias_bytes;
+  plan.host_argument_bytes = sizes.host_argument_bytes;
+  plan.host_output_bytes = sizes.host_output_bytes;
+  plan.host_alias_bytes = sizes.host_alias_bytes;
 
   // The heap places chunks at offsets up to the sum of all temp sizes (aligned): that sum must fit.
   uint64_t all_temp = 0;

@@ -130,6 +130,7 @@ Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
   extend.fields(h, at[0].hlo, at[1].hlo, at[2].hlo,
                 {&HloPlan::instructions, &HloPlan::argument_bytes, &HloPlan::output_bytes,
                  &HloPlan::alias_bytes, &HloPlan::temp_bytes, &HloPlan::temp_lower_bound_bytes,
+                 &HloPlan::host_argument_bytes, &HloPlan::host_output_bytes, &HloPlan::host_alias_bytes,
                  &HloPlan::host_temp_bytes, &HloPlan::host_value_bytes, &HloPlan::constant_bytes});
   // Where the peak is: each pass's bytes grow on a line of their own, and the temp block's on the line of
   // the pass that leads at the three depths. A pass growing faster can overtake it deeper down - mixed

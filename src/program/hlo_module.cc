@@ -758,34 +758,31 @@ Expected<EntrySizes> entry_sizes(const HloModule& module) {
     total = *sum;
     return ok_status();
   };
-  auto leaves = [&](const Shape& shape, uint64_t& total) -> Status {
+  // Arrays, each in its memory space's total, and with `tables` the pointer table of every tuple (on the
+  // device).
+  auto leaves = [&](const Shape& shape, uint64_t& device, uint64_t& host, bool tables) -> Status {
     std::vector<const Shape*> stack{&shape};
     while (!stack.empty()) {
       const Shape* s = stack.back();
       stack.pop_back();
-      if (!s->is_tuple()) MEMFIT_RETURN_IF_ERROR(add(total, s->own_bytes()));
+      if (!s->is_tuple() || tables)
+        MEMFIT_RETURN_IF_ERROR(add(s->memory_space == kHostMemorySpace ? host : device, s->own_bytes()));
       for (const Shape& e : s->elements) stack.push_back(&e);
     }
     return ok_status();
   };
   for (const HloInstruction& i : entry->instructions) {
-    if (i.opcode == HloOpcode::kParameter) MEMFIT_RETURN_IF_ERROR(leaves(i.shape, sizes.argument_bytes));
+    if (i.opcode == HloOpcode::kParameter)
+      MEMFIT_RETURN_IF_ERROR(leaves(i.shape, sizes.argument_bytes, sizes.host_argument_bytes, false));
   }
   const HloInstruction* root = entry->root();
   if (root == nullptr) return invalid_argument("the ENTRY computation is empty");
-  // Arrays plus the pointer table of every tuple in the output.
-  std::vector<const Shape*> stack{&root->shape};
-  while (!stack.empty()) {
-    const Shape* s = stack.back();
-    stack.pop_back();
-    MEMFIT_RETURN_IF_ERROR(add(sizes.output_bytes, s->own_bytes()));
-    for (const Shape& e : s->elements) stack.push_back(&e);
-  }
+  MEMFIT_RETURN_IF_ERROR(leaves(root->shape, sizes.output_bytes, sizes.host_output_bytes, true));
   for (const HloAlias& a : module.aliases) {
     const Shape* out = root->shape.at(a.output_index);
     if (out == nullptr)
       return invalid_argument("input_output_alias names an output index the root does not have");
-    MEMFIT_RETURN_IF_ERROR(leaves(*out, sizes.alias_bytes));
+    MEMFIT_RETURN_IF_ERROR(leaves(*out, sizes.alias_bytes, sizes.host_alias_bytes, false));
   }
   return sizes;
 }

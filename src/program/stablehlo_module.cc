@@ -56,6 +56,35 @@ bool next_line(std::string_view text, size_t& pos, std::string_view& line, uint6
   return false;
 }
 
+// Where a trailing location starts: " loc(...)" whose parenthesis closes at the end of `s` (JAX prints
+// them with lowered.as_text(debug_info=True) and in JAX_DUMP_IR_TO's files); npos when there is none.
+size_t trailing_loc(std::string_view s) {
+  if (!s.ends_with(")")) return std::string_view::npos;
+  for (size_t p = s.find(" loc("); p != std::string_view::npos; p = s.find(" loc(", p + 1)) {
+    int depth = 0;
+    bool quoted = false;
+    size_t i = p + 4;
+    for (; i < s.size(); ++i) {
+      const char c = s[i];
+      if (quoted) {
+        if (c == '\\') {
+          ++i;
+        } else if (c == '"') {
+          quoted = false;
+        }
+      } else if (c == '"') {
+        quoted = true;
+      } else if (c == '(') {
+        ++depth;
+      } else if (c == ')' && --depth == 0) {
+        break;
+      }
+    }
+    if (i == s.size() - 1) return p;
+  }
+  return std::string_view::npos;
+}
+
 Error error_at(uint64_t line, std::string_view what) {
   return invalid_argument(fmt::format("line {}: {}", line, what));
 }
@@ -293,8 +322,19 @@ struct PendingManual {
 class Reader {
  public:
   Expected<HloModule> read(std::string_view text) {
+    if (text.find(" loc(") != std::string_view::npos) read_location_aliases(text);
     size_t pos = 0;
-    for (std::string_view line; next_line(text, pos, line, line_);) MEMFIT_RETURN_IF_ERROR(statement(line));
+    for (std::string_view line; next_line(text, pos, line, line_);) {
+      // An op's location names the JAX op that made it ("jit(step)/transpose(jvp())/dot_general"), as an
+      // HLO module's metadata op_name does.
+      location_ = {};
+      if (const size_t at = trailing_loc(line); at != std::string_view::npos) {
+        location_ = line.substr(at + 5, line.size() - at - 6);
+        line = trim(line.substr(0, at));
+      }
+      MEMFIT_RETURN_IF_ERROR(statement(line));
+    }
+    location_ = {};
     if (skipping_) return error_at(line_, "the text ends inside an op's region (truncated?)");
     if (!scopes_.empty()) return error_at(line_, "the text ends inside a function (truncated?)");
     if (!saw_module_) return invalid_argument("not StableHLO: no 'module' or 'func.func' found");
@@ -308,6 +348,23 @@ class Reader {
                             fmt::format("calls @{}, which the module does not define", one_line(callee, 60)));
         }
       }
+    }
+    // Results JAX placed in host memory (out_shardings with memory_kind="pinned_host").
+    for (HloComputation& c : module_.computations) {
+      for (HloInstruction& root : c.instructions) {
+        if (!c.is_entry || !root.is_root) continue;
+        Shape& out = root.shape;
+        for (size_t k = 0; k < host_results_.size(); ++k) {
+          Shape* element = out.is_tuple() ? (k < out.elements.size() ? &out.elements[k] : nullptr) : &out;
+          if (host_results_[k] && element != nullptr && !element->is_tuple())
+            element->memory_space = kHostMemorySpace;
+        }
+      }
+    }
+    for (const Located& l : located_) {
+      std::string name = location_name(l.location, 0);
+      if (!name.empty())
+        module_.computations[l.computation].instructions[l.instruction].op_name = std::move(name);
     }
     module_.platform = HloPlatform::kUnknown;
     module_.is_scheduled = false;
@@ -324,12 +381,71 @@ class Reader {
     return false;
   }
 
+  // "#loc12 = loc(...)" lines, which MLIR prints after the module: alias -> what it stands for.
+  void read_location_aliases(std::string_view text) {
+    size_t pos = 0;
+    uint64_t number = 0;
+    while (pos < text.size()) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string_view::npos) end = text.size();
+      const std::string_view line = trim(text.substr(pos, end - pos));
+      pos = end + 1;
+      ++number;
+      if (!line.starts_with("#loc")) continue;
+      const size_t eq = line.find(" = loc(");
+      if (eq == std::string_view::npos || !line.ends_with(")")) continue;
+      location_aliases_[std::string(line.substr(0, eq))] = line.substr(eq + 7, line.size() - eq - 8);
+    }
+  }
+
+  // The op name a location carries: a NameLoc's string ("name"(child) or "name"), through aliases
+  // (#locN), call sites (the callee's) and fused locations (the first with a name); "" for file
+  // positions ("file.py":3:11) and unknown. Depth-limited: aliases can be written to refer in a circle.
+  std::string location_name(std::string_view loc, int depth) const {
+    loc = trim(loc);
+    if (depth > 32 || loc.empty()) return {};
+    if (loc.starts_with("#")) {
+      auto it = location_aliases_.find(std::string(loc));
+      return it == location_aliases_.end() ? std::string() : location_name(it->second, depth + 1);
+    }
+    if (loc.starts_with("\"")) {
+      std::string name;
+      size_t i = 1;
+      for (; i < loc.size() && loc[i] != '"'; ++i) {
+        if (loc[i] == '\\' && i + 1 < loc.size()) ++i;
+        name += loc[i];
+      }
+      const std::string_view after = i + 1 < loc.size() ? loc.substr(i + 1) : std::string_view();
+      return after.starts_with(":") ? std::string() : name;  // "file":line:col is a position
+    }
+    if (loc.starts_with("callsite(")) {
+      const size_t at = loc.find(" at ");
+      return at == std::string_view::npos ? std::string() : location_name(loc.substr(9, at - 9), depth + 1);
+    }
+    if (loc.starts_with("fused")) {
+      const size_t open = loc.find('[');
+      if (open == std::string_view::npos || !loc.ends_with("]")) return {};
+      for (std::string_view part : split_top_level(loc.substr(open + 1, loc.size() - open - 2))) {
+        std::string name = location_name(part, depth + 1);
+        if (!name.empty()) return name;
+      }
+    }
+    return {};
+  }
+
+  static bool is_host_memory_kind(std::string_view attrs) {
+    return attrs.find("mhlo.memory_kind = \"pinned_host\"") != std::string_view::npos ||
+           attrs.find("mhlo.memory_kind = \"unpinned_host\"") != std::string_view::npos;
+  }
+
   Scope& scope() { return scopes_.back(); }
   HloComputation& current() { return module_.computations[scope().computation]; }
 
   // An instruction appended to the current computation; returns its name.
   std::string add(HloInstruction inst) {
     inst.line = line_;
+    if (!location_.empty())
+      located_.push_back({scope().computation, current().instructions.size(), std::string(location_)});
     std::string name = inst.name;
     current().instructions.push_back(std::move(inst));
     return name;
@@ -463,7 +579,8 @@ class Reader {
     scope().computation = module_.computations.size() - 1;
     int64_t number = 0;
     for (std::string_view arg : split_top_level(line.substr(open + 1, close - open - 1))) {
-      // "%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32, mhlo.sharding = ...}"
+      // "%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32, mhlo.sharding = ...} loc("x")"
+      if (const size_t loc = trailing_loc(arg); loc != std::string_view::npos) arg = trim(arg.substr(0, loc));
       const size_t colon = arg.find(':');
       if (!arg.starts_with("%") || colon == std::string_view::npos)
         return error_at(line_, fmt::format("expected '%name: type', got {}", excerpt(arg, 80)));
@@ -475,6 +592,9 @@ class Reader {
         type = trim(type.substr(0, brace));
       }
       MEMFIT_ASSIGN_OR_RETURN(Shape shape, parse_type(type, line_));
+      // jax.device_put(x, memory_kind="pinned_host") before the call: the argument is in host memory, as
+      // PJRT lays it out (S(5)) from this attribute.
+      if (is_main && is_host_memory_kind(attrs)) shape.memory_space = kHostMemorySpace;
       HloInstruction p;
       p.name = arg_name;
       p.opcode = HloOpcode::kParameter;
@@ -502,6 +622,9 @@ class Reader {
         r = trim(r.substr(0, r.size() - 1));  // the body's '{'
         MEMFIT_ASSIGN_OR_RETURN(std::vector<Shape> results, parse_type_list(r, line_));
         results_of_main_ = results.size();
+        if (r.starts_with("(") && r.ends_with(")")) r = r.substr(1, r.size() - 2);
+        for (std::string_view result : split_top_level(r))
+          host_results_.push_back(is_host_memory_kind(result));
       }
     }
     return ok_status();
@@ -683,10 +806,12 @@ class Reader {
     m.count = count;
     std::vector<std::pair<std::string, Shape>> params;
     for (size_t k = 0; k < args.size(); ++k) {
-      const size_t colon = args[k].find(':');
-      if (!args[k].starts_with("%") || colon == std::string_view::npos)
-        return error_at(line_, fmt::format("expected '%name: type', got {}", excerpt(args[k], 80)));
-      MEMFIT_ASSIGN_OR_RETURN(Shape local, parse_type(trim(args[k].substr(colon + 1)), line_));
+      std::string_view arg = args[k];
+      if (const size_t at = trailing_loc(arg); at != std::string_view::npos) arg = trim(arg.substr(0, at));
+      const size_t colon = arg.find(':');
+      if (!arg.starts_with("%") || colon == std::string_view::npos)
+        return error_at(line_, fmt::format("expected '%name: type', got {}", excerpt(arg, 80)));
+      MEMFIT_ASSIGN_OR_RETURN(Shape local, parse_type(trim(arg.substr(colon + 1)), line_));
       HloInstruction to_local;
       to_local.name = fmt::format("{}.to_local.{}", result, k);
       to_local.set_opcode("custom-call");
@@ -695,7 +820,7 @@ class Reader {
       to_local.shape = local;
       to_local.operands = {operands[k].instruction};
       m.to_local.push_back(add(std::move(to_local)));
-      params.emplace_back(std::string(trim(args[k].substr(1, colon - 1))), std::move(local));
+      params.emplace_back(std::string(trim(arg.substr(1, colon - 1))), std::move(local));
     }
     HloComputation c;
     c.name = fmt::format("{}.{}.shmap_body", current().name, result);
@@ -946,6 +1071,16 @@ class Reader {
   std::vector<Scope> scopes_;
   std::vector<PendingWhile> whiles_;
   std::vector<PendingManual> manuals_;
+  std::vector<bool> host_results_;  // main's results in host memory, by position
+  // Locations: the one on the line being read, each instruction's, and the module's aliases.
+  struct Located {
+    size_t computation;
+    size_t instruction;
+    std::string location;
+  };
+  std::string_view location_;
+  std::vector<Located> located_;
+  std::unordered_map<std::string, std::string_view> location_aliases_;
   std::optional<PendingOp> pending_;
   bool skipping_ = false;
   int skip_depth_ = 0;

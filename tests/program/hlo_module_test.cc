@@ -36,9 +36,63 @@ TEST(HloModule, EntrySizesMatchXlaOnEveryProgram) {
     EXPECT_EQ(sizes->argument_bytes, xla["argument_size_in_bytes"].get<uint64_t>());
     EXPECT_EQ(sizes->output_bytes, xla["output_size_in_bytes"].get<uint64_t>());
     EXPECT_EQ(sizes->alias_bytes, xla["alias_size_in_bytes"].get<uint64_t>());
+    EXPECT_EQ(sizes->host_argument_bytes, xla["host_argument_size_in_bytes"].get<uint64_t>());
+    EXPECT_EQ(sizes->host_output_bytes, xla["host_output_size_in_bytes"].get<uint64_t>());
+    EXPECT_EQ(sizes->host_alias_bytes, xla["host_alias_size_in_bytes"].get<uint64_t>());
     ++checked;
   }
   EXPECT_EQ(checked, 11);
+}
+
+// Arrays in host memory (S(5): jax.device_put(x, memory_kind="pinned_host")) count in the host_* figures,
+// not the device's, as xla/pjrt/compiled_memory_stats.cc sorts allocations; a tuple's pointer table stays
+// on the device. StableHLO says the same with mhlo.memory_kind on main's arguments and results.
+TEST(HloModule, HostArgumentsAndResultsAreNotTheDevices) {
+  constexpr const char* kHlo =
+      R"(HloModule m, is_scheduled=true, input_output_alias={ {0}: (0, {}, may-alias) }
+
+ENTRY main {
+  p0 = f32[256,256]{1,0:S(5)} parameter(0)
+  p1 = f32[256,256]{1,0} parameter(1)
+  copy-start = (f32[256,256]{1,0}, f32[256,256]{1,0:S(5)}, u32[]) copy-start(p0)
+  copy-done = f32[256,256]{1,0} copy-done(copy-start)
+  add = f32[256,256]{1,0} add(copy-done, p1)
+  copy-start.1 = (f32[256,256]{1,0:S(5)}, f32[256,256]{1,0}, u32[]) copy-start(add)
+  copy-done.1 = f32[256,256]{1,0:S(5)} copy-done(copy-start.1)
+  mul = f32[256,256]{1,0} multiply(add, p1)
+  ROOT t = (f32[256,256]{1,0:S(5)}, f32[256,256]{1,0}) tuple(copy-done.1, mul)
+}
+)";
+  auto m = parse_hlo_module(kHlo);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  auto sizes = entry_sizes(*m);
+  ASSERT_TRUE(sizes.ok()) << sizes.error().message();
+  constexpr uint64_t kArray = 256 * 256 * 4;
+  EXPECT_EQ(sizes->argument_bytes, kArray);
+  EXPECT_EQ(sizes->host_argument_bytes, kArray);
+  EXPECT_EQ(sizes->output_bytes, kArray + 2 * 8);  // the device result and the tuple's table
+  EXPECT_EQ(sizes->host_output_bytes, kArray);
+  EXPECT_EQ(sizes->alias_bytes, 0u);
+  EXPECT_EQ(sizes->host_alias_bytes, kArray);
+
+  constexpr const char* kStableHlo = R"(module @jit_f {
+  func.func public @main(%arg0: tensor<256x256xf32> {mhlo.memory_kind = "pinned_host"}, %arg1: tensor<256x256xf32> {mhlo.memory_kind = "device"}) -> (tensor<256x256xf32> {jax.result_info = "[0]", mhlo.memory_kind = "pinned_host"}, tensor<256x256xf32> {jax.result_info = "[1]"}) {
+    %0 = stablehlo.custom_call @annotate_device_placement(%arg0) {has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "device"}} : (tensor<256x256xf32>) -> tensor<256x256xf32>
+    %1 = stablehlo.add %0, %arg1 : tensor<256x256xf32>
+    %2 = stablehlo.custom_call @annotate_device_placement(%1) {has_side_effect = true, mhlo.frontend_attributes = {_xla_buffer_placement = "pinned_host"}} : (tensor<256x256xf32>) -> tensor<256x256xf32>
+    %3 = stablehlo.multiply %1, %arg1 : tensor<256x256xf32>
+    return %2, %3 : tensor<256x256xf32>, tensor<256x256xf32>
+  }
+}
+)";
+  auto lowered = parse_program_text(kStableHlo);
+  ASSERT_TRUE(lowered.ok()) << lowered.error().message();
+  auto lowered_sizes = entry_sizes(*lowered);
+  ASSERT_TRUE(lowered_sizes.ok()) << lowered_sizes.error().message();
+  EXPECT_EQ(lowered_sizes->argument_bytes, kArray);
+  EXPECT_EQ(lowered_sizes->host_argument_bytes, kArray);
+  EXPECT_EQ(lowered_sizes->output_bytes, kArray + 2 * 8);
+  EXPECT_EQ(lowered_sizes->host_output_bytes, kArray);
 }
 
 TEST(HloModule, InstructionsCarryOperandsCalledComputationsAndOpNames) {

@@ -156,6 +156,44 @@ TEST(StableHlo, ReadsShardMapsAndResultsNamedOneByOne) {
       << bad.error().message();
 }
 
+// With debug_info=True (and in JAX_DUMP_IR_TO's files) every op ends in a location; its name is the JAX op
+// that made it, which the plan shows as an HLO module's op_name. Aliases come after the module, names
+// through call sites and fused locations; a file position alone names nothing.
+TEST(StableHlo, LocationsNameTheOpsThatMadeThem) {
+  constexpr const char* kText = R"(#loc1 = loc("x")
+module @jit_f attributes {mhlo.num_partitions = 1 : i32} {
+  func.func public @main(%arg0: tensor<8x8xf32> loc("x"), %arg1: tensor<8x8xf32> {mhlo.layout_mode = "default"} loc("y")) -> (tensor<8x8xf32> {jax.result_info = "result"}) {
+    %0 = stablehlo.sine %arg0 : tensor<8x8xf32> loc(#loc8)
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [0] : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32> loc(#loc9)
+    %2 = stablehlo.cosine %1 : tensor<8x8xf32> loc(#loc10)
+    %3 = stablehlo.negate %2 : tensor<8x8xf32> loc(#loc2)
+    %4 = stablehlo.abs %3 : tensor<8x8xf32> loc("jit(f)/jit(main)/abs"(#loc2))
+    return %4 : tensor<8x8xf32> loc(#loc)
+  } loc(#loc)
+} loc(#loc)
+#loc = loc(unknown)
+#loc2 = loc("/tmp/x.py":3:11)
+#loc3 = loc("jit(f)/jit(main)/dot_general"(#loc2))
+#loc8 = loc("jit(f)/jit(main)/sin"(#loc2))
+#loc9 = loc(callsite(#loc3 at #loc2))
+#loc10 = loc(fused[#loc2, "jit(f)/jit(main)/cos"(#loc2)])
+)";
+  auto m = parse_program_text(kText);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  std::string names;
+  for (const HloInstruction& i : m->entry()->instructions)
+    if (i.opcode != HloOpcode::kParameter) names += i.op_name + ";";
+  EXPECT_EQ(names,
+            "jit(f)/jit(main)/sin;jit(f)/jit(main)/dot_general;jit(f)/jit(main)/cos;stablehlo.negate;"
+            "jit(f)/jit(main)/abs;");
+  // Aliases that refer to each other in a circle name nothing, and end.
+  std::string circle = kText;
+  circle += "#loc11 = loc(#loc12)\n#loc12 = loc(#loc11)\n";
+  circle.replace(circle.find("loc(#loc2)\n    %4"), 10, "loc(#loc11)");
+  auto c = parse_program_text(circle);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+}
+
 std::string error_of(const std::string& text) {
   auto m = parse_program_text(text);
   EXPECT_FALSE(m.ok());

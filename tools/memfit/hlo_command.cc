@@ -29,6 +29,9 @@ Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers)
   j["output_bytes"] = plan.output_bytes;
   j["alias_bytes"] = plan.alias_bytes;
   j["temp_bytes"] = plan.temp_bytes;
+  j["host_argument_bytes"] = plan.host_argument_bytes;
+  j["host_output_bytes"] = plan.host_output_bytes;
+  j["host_alias_bytes"] = plan.host_alias_bytes;
   j["host_temp_bytes"] = plan.host_temp_bytes;
   j["peak_bytes"] = plan.peak_bytes;
   j["lower_bound_bytes"] = plan.lower_bound_bytes;
@@ -145,6 +148,13 @@ void print_table(std::ostream& out, const std::string& path, const HloPlan& plan
   row("temp", plan.temp_bytes,
       fmt::format("one block, {} best-fit packing",
                   plan.packing == HeapPacking::kSpatial ? "spatial" : "temporal"));
+  // Host memory (S(5)): what XLA's memory_analysis() reports in its host_* fields, not on the device.
+  if (plan.host_argument_bytes > 0)
+    row("host arg", plan.host_argument_bytes,
+        "parameters in host memory (pinned_host, S(5)): not on the device");
+  if (plan.host_output_bytes > 0) row("host output", plan.host_output_bytes, "results in host memory");
+  if (plan.host_alias_bytes > 0)
+    row("host alias", plan.host_alias_bytes, "host results written over donated host arguments");
   if (plan.host_temp_bytes > 0)
     row("host temp", plan.host_temp_bytes, "in host memory (offloaded, S(5)): not on the device");
   row("peak", plan.peak_bytes, "argument + output - alias + temp: what the device will hold");

@@ -68,6 +68,9 @@ struct HloPlan {
   uint64_t temp_bytes = 0;              // temp_size_in_bytes: the packed temp block
   uint64_t temp_lower_bound_bytes = 0;  // the temp block with no fragmentation
   PassPeaks pass_peaks;                 // the same within each pass
+  uint64_t host_argument_bytes = 0;     // host_argument_size_in_bytes: parameters in host memory (S(5))
+  uint64_t host_output_bytes = 0;       // host_output_size_in_bytes
+  uint64_t host_alias_bytes = 0;        // host_alias_size_in_bytes
   uint64_t host_temp_bytes = 0;         // host_temp_size_in_bytes: temps in host memory (S(5), offload)
   uint64_t host_value_bytes = 0;        // every value put in host memory, summed: what the step copies there
   uint64_t constant_bytes = 0;

@@ -157,9 +157,14 @@ struct EntrySizes {
   uint64_t argument_bytes = 0;
   uint64_t output_bytes = 0;
   uint64_t alias_bytes = 0;
+  // The same in host memory (S(5): jax.device_put(x, memory_kind="pinned_host")), not on the device.
+  uint64_t host_argument_bytes = 0;
+  uint64_t host_output_bytes = 0;
+  uint64_t host_alias_bytes = 0;
 };
 
-// compiled.memory_analysis()'s argument, output and alias sizes, from the entry computation.
+// compiled.memory_analysis()'s argument, output and alias sizes, from the entry computation; an array in
+// host memory counts in the host_* figures, as xla/pjrt/compiled_memory_stats.cc sorts allocations.
 Expected<EntrySizes> entry_sizes(const HloModule& module);
 
 }  // namespace memfit
