@@ -18,6 +18,13 @@ XlaComparison compare_with_xla(const HloPlan& plan, const XlaBufferAssignment& x
                {"alias", plan.alias_bytes, xla.alias_bytes},
                {"temp", plan.temp_bytes, xla.temp_bytes},
                {"peak", plan.peak_bytes, xla.peak_bytes()}};
+  // Host memory (S(5), color 5) apart, where either side has any.
+  const XlaComparison::Figure host[] = {{"host arg", plan.host_argument_bytes, xla.host_argument_bytes},
+                                        {"host output", plan.host_output_bytes, xla.host_output_bytes},
+                                        {"host alias", plan.host_alias_bytes, xla.host_alias_bytes},
+                                        {"host temp", plan.host_temp_bytes, xla.host_temp_bytes}};
+  for (const XlaComparison::Figure& f : host)
+    if (f.memfit_bytes != 0 || f.xla_bytes != 0) c.figures.push_back(f);
   const std::vector<XlaAssignedValue> xla_temp = xla.temp_values();
   c.largest_xla_temp_values.assign(xla_temp.begin(),
                                    xla_temp.begin() + std::min<size_t>(10, xla_temp.size()));

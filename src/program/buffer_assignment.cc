@@ -22,12 +22,17 @@ std::optional<uint64_t> number_after(std::string_view line, std::string_view key
   return value;
 }
 
+// XLA's host memory space (Layout::kHostMemorySpace), an allocation's color when it is in host memory.
+constexpr uint64_t kHostColor = 5;
+
 }  // namespace
 
 std::vector<XlaAssignedValue> XlaBufferAssignment::temp_values() const {
   std::vector<XlaAssignedValue> out;
   for (const XlaAllocation& a : allocations) {
-    if (a.parameter || a.maybe_live_out || a.output_table || a.constant || a.thread_local_) continue;
+    if (a.parameter || a.maybe_live_out || a.output_table || a.constant || a.thread_local_ ||
+        a.color == kHostColor)
+      continue;
     out.insert(out.end(), a.values.begin(), a.values.end());
   }
   std::stable_sort(out.begin(), out.end(), [](const XlaAssignedValue& a, const XlaAssignedValue& b) {
@@ -69,6 +74,11 @@ Expected<XlaBufferAssignment> parse_buffer_assignment(std::string_view text) {
       a.constant = kinds.find(", constant") != std::string_view::npos;
       a.thread_local_ = kinds.find(", thread-local") != std::string_view::npos;
       a.preallocated_temp = kinds.find(", preallocated-temp") != std::string_view::npos;
+      if (kinds.find(", color ") != std::string_view::npos) {
+        const auto color = number_after(kinds, ", color ");
+        if (!color) return bad(line, "an allocation's color is not a number");
+        a.color = *color;
+      }
       r.allocations.push_back(std::move(a));
     } else if (line.starts_with(" value: <")) {
       if (r.allocations.empty()) return bad(line, "a value before any allocation");
@@ -103,12 +113,15 @@ Expected<XlaBufferAssignment> parse_buffer_assignment(std::string_view text) {
   };
   for (const XlaAllocation& a : r.allocations) {
     bool ok = true;
-    if (a.parameter) ok = ok && add(r.argument_bytes, a.size_bytes);
-    if (a.parameter && a.maybe_live_out) ok = ok && add(r.alias_bytes, a.size_bytes);
-    if (a.maybe_live_out || a.output_table) ok = ok && add(r.output_bytes, a.size_bytes);
+    const bool host = a.color == kHostColor;
+    if (a.parameter) ok = ok && add(host ? r.host_argument_bytes : r.argument_bytes, a.size_bytes);
+    if (a.parameter && a.maybe_live_out)
+      ok = ok && add(host ? r.host_alias_bytes : r.alias_bytes, a.size_bytes);
+    if (a.maybe_live_out || a.output_table)
+      ok = ok && add(host ? r.host_output_bytes : r.output_bytes, a.size_bytes);
     if (a.constant) ok = ok && add(r.constant_bytes, a.size_bytes);
     if (!a.parameter && !a.maybe_live_out && !a.output_table && !a.constant && !a.thread_local_)
-      ok = ok && add(r.temp_bytes, a.size_bytes);
+      ok = ok && add(host ? r.host_temp_bytes : r.temp_bytes, a.size_bytes);
     if (!ok) return invalid_argument("buffer assignment: the allocations' sizes overflow 64 bits");
   }
   if (!checked_add(r.argument_bytes, r.output_bytes) ||

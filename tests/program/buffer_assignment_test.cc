@@ -34,6 +34,40 @@ TEST(BufferAssignment, GivesMemoryAnalysisToTheByte) {
   EXPECT_EQ(temps.front().shape.rfind("f32[", 0), 0u) << temps.front().shape;
 }
 
+// Host memory allocations (", color 5", as BufferAllocation::ToString prints a nonzero color) are the
+// host_* figures of memory_analysis(), not the device's (xla/pjrt/compiled_memory_stats.cc).
+TEST(BufferAssignment, HostColoredAllocationsAreHostFigures) {
+  constexpr const char* kText = R"(BufferAssignment:
+allocation 0: size 4096, color 5, parameter 0, shape |f32[1024]| at ShapeIndex {}:
+ value: <0 p0 @0> (size=4096,offset=0): f32[1024]{0:S(5)}
+allocation 1: size 4096, parameter 1, shape |f32[1024]| at ShapeIndex {}, maybe-live-out:
+ value: <1 p1 @0> (size=4096,offset=0): f32[1024]{0}
+allocation 2: size 8192, color 5, maybe-live-out:
+ value: <2 out @0> (size=8192,offset=0): f32[2048]{0:S(5)}
+allocation 3: size 16, output shape is |(f32[2048], f32[1024])|, maybe-live-out:
+ value: <3 tuple @0> (size=16,offset=0): (f32[2048]{0:S(5)}, f32[1024]{0})
+allocation 4: size 65536, color 5, preallocated-temp:
+ value: <4 copy-start.1 @0> (size=65536,offset=0): f32[16384]{0:S(5)}
+allocation 5: size 1024, preallocated-temp:
+ value: <5 fusion @0> (size=1024,offset=0): f32[256]{0}
+)";
+  auto ba = parse_buffer_assignment(kText);
+  ASSERT_TRUE(ba.ok()) << ba.error().message();
+  EXPECT_EQ(ba->allocations[0].color, 5u);
+  EXPECT_EQ(ba->allocations[1].color, 0u);
+  EXPECT_EQ(ba->argument_bytes, 4096u);
+  EXPECT_EQ(ba->host_argument_bytes, 4096u);
+  EXPECT_EQ(ba->alias_bytes, 4096u);
+  EXPECT_EQ(ba->host_alias_bytes, 0u);
+  EXPECT_EQ(ba->output_bytes, 4096u + 16);
+  EXPECT_EQ(ba->host_output_bytes, 8192u);
+  EXPECT_EQ(ba->temp_bytes, 1024u);
+  EXPECT_EQ(ba->host_temp_bytes, 65536u);
+  ASSERT_EQ(ba->temp_values().size(), 1u);  // the device's only
+  EXPECT_EQ(ba->temp_values()[0].name, "fusion");
+  EXPECT_FALSE(parse_buffer_assignment("BufferAssignment:\nallocation 0: size 8, color x, page 0:\n").ok());
+}
+
 TEST(BufferAssignment, BadTextNamesTheLine) {
   for (const char* text :
        {"hello\n", "BufferAssignment:\n value: <1 x @0> (size=4,offset=0): f32[]\n",

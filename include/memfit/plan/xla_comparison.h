@@ -13,7 +13,7 @@ namespace memfit {
 
 struct XlaComparison {
   struct Figure {
-    std::string name;  // argument, output, alias, temp, peak
+    std::string name;  // argument, output, alias, temp, peak; host arg/output/alias/temp where any
     uint64_t memfit_bytes = 0;
     uint64_t xla_bytes = 0;
   };

@@ -7,7 +7,7 @@
 // f32[8,1024,32000]{2,1,0}"). From it come the figures of `compiled.memory_analysis()`, exactly (checked
 // on the shared programs): argument = parameter allocations; output = live-out allocations and the output
 // tuple's table; alias = parameter allocations that are live out; temp = the rest, less constants and
-// thread-local scratch.
+// thread-local scratch. An allocation of color 5 (host memory) counts in the host_* figures instead.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +36,7 @@ struct XlaAllocation {
   bool constant = false;
   bool thread_local_ = false;
   bool preallocated_temp = false;
+  uint64_t color = 0;  // ", color 5": XLA's memory space; 5 is host memory (S(5), pinned_host)
   std::vector<XlaAssignedValue> values;
 };
 
@@ -46,6 +47,12 @@ struct XlaBufferAssignment {
   uint64_t alias_bytes = 0;
   uint64_t temp_bytes = 0;
   uint64_t constant_bytes = 0;
+  // The same of host-memory allocations (color 5), which memory_analysis() reports apart
+  // (xla/pjrt/compiled_memory_stats.cc): not in the figures above.
+  uint64_t host_argument_bytes = 0;
+  uint64_t host_output_bytes = 0;
+  uint64_t host_alias_bytes = 0;
+  uint64_t host_temp_bytes = 0;
   // argument + output - alias + temp, as memory_analysis() users compute the peak.
   uint64_t peak_bytes() const { return argument_bytes + output_bytes - alias_bytes + temp_bytes; }
   // The values in temp allocations, largest first.
