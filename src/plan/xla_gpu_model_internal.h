@@ -1,0 +1,45 @@
+// Internal to memfit_plan: the passes of the XLA:GPU model (memfit/plan/xla_gpu_model.h) kept in files of
+// their own - host offload (xla_gpu_host_offload.cc), the list scheduler (xla_gpu_schedule.cc), copy
+// insertion (xla_gpu_copy_insertion.cc) - and what they share with the fusion model (xla_gpu_model.cc).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "memfit/core/status.h"
+#include "memfit/program/hlo_module.h"
+
+namespace memfit::xla_gpu_internal {
+
+// What an opcode is to fusion, resolved once per instruction.
+enum class Role {
+  kCheap,      // elementwise or data movement XLA fuses into its consumers and duplicates freely
+  kExpensive,  // elementwise, fused, but not duplicated into several consumers (IsExpensive)
+  kGemm,       // a library call or GEMM fusion root: dot, convolution
+  kRoot,       // gets its own buffer: scatter, sort, custom calls, collectives, rng ...
+  kReduce,     // gets its own buffer, with its elementwise producers fused in (XLA:GPU's input fusion)
+  kForward,    // no buffer of its own: tuple, get-tuple-element, bitcast, optimization barrier
+  kControl,    // while, call, conditional: its operands and result are buffers
+  kParameter,
+  kConstant,
+};
+Role role_of(HloOpcode op);
+
+// Host memory spaces from JAX's placement annotations (XLA's HostOffloader), and each copy to the host
+// moved to just before its first reader (as XLA's latency-hiding scheduler places it).
+void place_offloaded_values(HloComputation& comp);
+void defer_host_copies(HloComputation& comp);
+
+// XLA's ListScheduler over the modeled computation; `runs_after`: pairs (a, b), b to run after a.
+void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, uint32_t>>& runs_after);
+// XLA's MakeInstructionPostOrder, the order a computation converted from StableHLO gets.
+void xla_post_order(HloComputation& comp);
+
+// XLA's copy insertion for loops; and for the list scheduler, each reader of a donated parameter's copy
+// before the op that writes the new value over it.
+Status insert_while_copies(HloModule& m);
+std::vector<std::pair<uint32_t, uint32_t>> readers_before_writers(const HloModule& m,
+                                                                  const HloComputation& c);
+
+}  // namespace memfit::xla_gpu_internal

@@ -1,0 +1,156 @@
+// XLA's memory schedulers over the modeled program (memfit/plan/xla_gpu_model.h).
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <queue>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "memfit/core/name_map.h"
+#include "memfit/plan/xla_gpu_model.h"
+#include "xla_gpu_model_internal.h"
+
+namespace memfit {
+namespace xla_gpu_internal {
+
+// XLA's ListScheduler (xla/service/hlo_memory_scheduler.cc): of the instructions whose operands are done,
+// run the one that frees the most bytes net of what it defines (ties: more users first); a buffer is
+// freed when its last user has run. Buffers are approximated as each instruction's own bytes (a forward -
+// tuple, get-tuple-element, bitcast - defines none), priorities are recomputed when an entry is popped.
+// Parameters and constants count for nothing (ListScheduler::IgnoreInstruction): the last reader of a weight
+// frees no memory, so a weight's bf16 copy is not run early for the f32 weight it would seem to free.
+// A queued entry whose priority rose (another reader of its operand ran) keeps its old place until it is
+// popped. XLA re-queues such entries, but only the users of the operand instructions the scheduled one read
+// (CreateSchedule's adjust_ready_queue), and its fused graph reads most buffers through bitcasts, so many
+// stay where they were. Re-queuing every one here (tried 2026-12-03) put 21 of 27 within 5%, not 22:
+// gpt_fp32_donate_scan_remat_full fell from -1.7% to -16%, and over XLA's own compiled graph of
+// mlp_fp32_donate_remat_full it found 369 MB of temp where XLA's schedule holds 537 MB - which the order
+// kept here reproduces to the byte. The cost: with cuDNN attention, full remat and long sequences (48
+// layers of 4096 tokens) a recomputed GELU output can wait behind the whole backward pass.
+// `runs_after`: pairs (a, b) of instruction indices, b to run after a (no data flows: nothing is freed).
+void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, uint32_t>>& runs_after) {
+  const size_t n = comp.instructions.size();
+  NameIndex index;
+  index.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
+  std::vector<std::vector<uint32_t>> operands(n), users(n), successors(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    for (const std::string& o : comp.instructions[i].operands) {
+      auto it = index.find(o);
+      if (it == index.end()) return;  // not a well-formed computation: keep its order
+      if (std::find(operands[i].begin(), operands[i].end(), it->second) == operands[i].end()) {
+        operands[i].push_back(it->second);
+        users[it->second].push_back(i);
+      }
+    }
+  }
+  std::vector<uint64_t> bytes(n);
+  std::vector<uint32_t> unscheduled_users(n), waiting_operands(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const HloInstruction& x = comp.instructions[i];
+    const Role r = role_of(x.opcode);
+    // Host buffers take no device memory: offloading one frees its device operand.
+    bytes[i] = r == Role::kForward || r == Role::kParameter || r == Role::kConstant ||
+                       x.shape.memory_space == kHostMemorySpace
+                   ? 0
+                   : x.shape.own_bytes();
+    unscheduled_users[i] = static_cast<uint32_t>(users[i].size());
+    waiting_operands[i] = static_cast<uint32_t>(operands[i].size());
+  }
+  for (const auto& [a, b] : runs_after) {
+    if (a >= n || b >= n || a == b) continue;
+    successors[a].push_back(b);
+    ++waiting_operands[b];
+  }
+  // Bytes freed less bytes made, saturating: a hostile program's sizes can sum past 2^63 (its plan is
+  // refused later, when the heap's total is checked), and the order then no longer matters.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  auto clamp = [](uint64_t b) { return static_cast<int64_t>(std::min<uint64_t>(b, kMax)); };
+  auto priority = [&](uint32_t i) {
+    int64_t freed = 0;
+    for (uint32_t o : operands[i]) {
+      if (unscheduled_users[o] == 1)
+        freed = clamp(static_cast<uint64_t>(freed) + static_cast<uint64_t>(clamp(bytes[o])));
+    }
+    // freed and the made bytes are both in [0, 2^63): their difference fits.
+    return std::make_pair(freed - clamp(bytes[i]), static_cast<int64_t>(users[i].size()));
+  };
+  const HloInstruction* root = comp.root();
+  using Entry = std::tuple<std::pair<int64_t, int64_t>, int64_t, uint32_t>;  // priority, -position, index
+  std::priority_queue<Entry> ready;
+  auto push = [&](uint32_t i) { ready.emplace(priority(i), -static_cast<int64_t>(i), i); };
+  std::vector<uint32_t> order;
+  order.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (comp.instructions[i].opcode == HloOpcode::kParameter)
+      order.push_back(i);  // parameters first, as written
+  }
+  for (uint32_t i : order) {
+    for (uint32_t u : users[i]) --waiting_operands[u];
+    for (uint32_t u : successors[i]) --waiting_operands[u];
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    if (comp.instructions[i].opcode != HloOpcode::kParameter && waiting_operands[i] == 0 &&
+        &comp.instructions[i] != root)
+      push(i);
+  }
+  std::vector<bool> done(n, false);
+  for (uint32_t i : order) done[i] = true;
+  auto run = [&](uint32_t i) {
+    done[i] = true;
+    order.push_back(i);
+    for (uint32_t o : operands[i]) --unscheduled_users[o];
+    for (uint32_t u : users[i]) {
+      if (--waiting_operands[u] == 0 && &comp.instructions[u] != root) push(u);
+    }
+    for (uint32_t u : successors[i]) {
+      if (--waiting_operands[u] == 0 && &comp.instructions[u] != root) push(u);
+    }
+  };
+  while (!ready.empty()) {
+    auto [p, pos, i] = ready.top();
+    ready.pop();
+    if (done[i]) continue;
+    if (priority(i) != p) {  // its operands' other users ran since it was queued
+      push(i);
+      continue;
+    }
+    run(i);
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    if (done[i] || &comp.instructions[i] == root) continue;
+    // Left waiting: an order asked for in `runs_after` goes against the data (a reader of the old value
+    // that also reads the new one). Scheduled without those orders.
+    if (!runs_after.empty()) return list_schedule(comp, {});
+    run(i);  // not a well-formed computation (a cycle): as written
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!done[i]) run(i);  // the root, last
+  }
+  reorder_instructions(comp.instructions, order);
+}
+
+// The order XLA gives a computation converted from StableHLO (instruction_post_order, XLA's
+// MakeInstructionPostOrder). The lowered HLO text is printed in this order already; StableHLO's text order is
+// JAX's tracing order (a transposed head's GEMM before the backward loop, where XLA's post order puts it
+// after), so a StableHLO program is put in XLA's order before it is planned.
+void xla_post_order(HloComputation& comp) {
+  const std::vector<uint32_t> order = instruction_post_order(comp);
+  if (order.size() != comp.instructions.size()) return;  // a cycle: not a program XLA accepts; keep its order
+  reorder_instructions(comp.instructions, order);
+}
+
+}  // namespace xla_gpu_internal
+
+HloModule list_scheduled(HloModule modeled) {
+  for (HloComputation& c : modeled.computations) {
+    xla_gpu_internal::list_schedule(c, c.is_entry ? xla_gpu_internal::readers_before_writers(modeled, c)
+                                                  : std::vector<std::pair<uint32_t, uint32_t>>{});
+    xla_gpu_internal::defer_host_copies(c);
+  }
+  return modeled;
+}
+
+}  // namespace memfit
