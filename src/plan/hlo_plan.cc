@@ -29,6 +29,11 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
   // the list scheduler's on a tie (hlo_memory_scheduler.cc): so only the kept schedule is packed.
   const bool from_stablehlo = module.from_stablehlo;
   const uint64_t partitions = module.num_partitions;
+  alias_buffer_donors(module);
+  EntrySizes per_device;
+  if (partitions > 1) {
+    MEMFIT_ASSIGN_OR_RETURN(per_device, per_device_entry_sizes(module));
+  }
   MEMFIT_ASSIGN_OR_RETURN(HloModule in_program_order, model_xla_gpu(std::move(module)));
   copy_donated_parameters(in_program_order);
   HloModule listed = list_scheduled(HloModule(in_program_order));
@@ -42,6 +47,9 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
                                                     : plan_modeled(in_program_order, program_model, options));
   best.source = from_stablehlo ? "stablehlo" : "lowered-hlo";
   best.partitions = partitions;
+  best.per_device_argument_bytes = per_device.argument_bytes;
+  best.per_device_output_bytes = per_device.output_bytes;
+  best.per_device_alias_bytes = per_device.alias_bytes;
   return best;
 }
 

@@ -191,6 +191,77 @@ std::vector<std::pair<uint32_t, uint32_t>> readers_before_writers(const HloModul
 
 }  // namespace xla_gpu_internal
 
+void alias_buffer_donors(HloModule& m) {
+  HloComputation* entry = m.entry();
+  if (m.buffer_donors.empty() || entry == nullptr || entry->root() == nullptr) return;
+  struct Leaf {
+    std::vector<uint64_t> index;
+    int64_t parameter = -1;
+    uint64_t bytes = 0;
+    uint32_t memory_space = 0;
+  };
+  std::unordered_map<int64_t, const HloInstruction*> parameters;
+  for (const HloInstruction& i : entry->instructions)
+    if (i.opcode == HloOpcode::kParameter) parameters[i.parameter_number] = &i;
+  auto aliased_input = [&](int64_t p, const std::vector<uint64_t>& index) {
+    return std::any_of(m.aliases.begin(), m.aliases.end(),
+                       [&](const HloAlias& a) { return a.parameter == p && a.parameter_index == index; });
+  };
+  std::vector<Leaf> donors;
+  for (const HloModule::BufferDonor& d : m.buffer_donors) {
+    const auto p = parameters.find(d.parameter);
+    if (p == parameters.end() || aliased_input(d.parameter, d.parameter_index)) continue;
+    const Shape* s = p->second->shape.at(d.parameter_index);
+    if (s == nullptr || s->is_tuple()) continue;
+    donors.push_back({d.parameter_index, d.parameter, s->own_bytes(), s->memory_space});
+  }
+  std::vector<Leaf> donees;
+  std::vector<std::pair<const Shape*, std::vector<uint64_t>>> stack{{&entry->root()->shape, {}}};
+  std::vector<std::vector<uint64_t>> taken;
+  for (const HloAlias& a : m.aliases) taken.push_back(a.output_index);
+  std::sort(taken.begin(), taken.end());
+  while (!stack.empty()) {
+    auto [s, index] = stack.back();
+    stack.pop_back();
+    if (!s->is_tuple()) {
+      if (!std::binary_search(taken.begin(), taken.end(), index))
+        donees.push_back({index, -1, s->own_bytes(), s->memory_space});
+      continue;
+    }
+    for (size_t k = s->elements.size(); k-- > 0;) {  // in index order once popped
+      std::vector<uint64_t> element = index;
+      element.push_back(k);
+      stack.emplace_back(&s->elements[k], std::move(element));
+    }
+  }
+  auto larger = [](const Leaf& a, const Leaf& b) { return a.bytes > b.bytes; };
+  std::stable_sort(donors.begin(), donors.end(), larger);
+  std::stable_sort(donees.begin(), donees.end(), larger);
+  std::vector<uint32_t> spaces;
+  for (const Leaf& d : donors) spaces.push_back(d.memory_space);
+  std::sort(spaces.begin(), spaces.end());
+  spaces.erase(std::unique(spaces.begin(), spaces.end()), spaces.end());
+  for (uint32_t space : spaces) {
+    size_t i = 0, j = 0;
+    auto next = [&](const std::vector<Leaf>& v, size_t k) {
+      while (k < v.size() && v[k].memory_space != space) ++k;
+      return k;
+    };
+    for (i = next(donors, i), j = next(donees, j); i < donors.size() && j < donees.size();) {
+      if (donors[i].bytes > donees[j].bytes) {
+        i = next(donors, i + 1);
+      } else if (donors[i].bytes < donees[j].bytes) {
+        j = next(donees, j + 1);
+      } else {
+        m.aliases.push_back({donees[j].index, donors[i].parameter, donors[i].index, false});
+        i = next(donors, i + 1);
+        j = next(donees, j + 1);
+      }
+    }
+  }
+  m.buffer_donors.clear();  // matched or not, the compile has decided
+}
+
 void copy_donated_parameters(HloModule& m) {
   HloComputation* c = m.entry();
   if (c == nullptr) return;

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -320,7 +322,55 @@ uint64_t sharding_devices(std::string_view sharding) {
   return product;
 }
 
+std::vector<uint64_t> sharding_tiles(std::string_view sharding, size_t rank) {
+  const size_t at = sharding.find("devices=[");
+  if (at == std::string_view::npos || rank == 0) return {};
+  const std::string_view rest = sharding.substr(at + 9);
+  const size_t close = rest.find(']');
+  if (close == std::string_view::npos) return {};
+  std::vector<uint64_t> tiles;
+  for (std::string_view dim : split_top(rest.substr(0, close))) {
+    uint64_t d = 0;
+    dim = trim(dim);
+    const auto [end, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), d);
+    if (ec != std::errc() || end != dim.data() + dim.size() || d == 0) return {};
+    tiles.push_back(d);
+  }
+  // More tile dimensions than the array has: the last ones replicate (last_tile_dim_replicate,
+  // last_tile_dims={...}); fewer is not a sharding of it.
+  if (tiles.size() < rank) return {};
+  tiles.resize(rank);
+  if (std::all_of(tiles.begin(), tiles.end(), [](uint64_t t) { return t == 1; })) return {};
+  return tiles;
+}
+
 namespace {
+
+// buffer_donor={ (0, {}), (1, {0}) }
+Expected<std::vector<HloModule::BufferDonor>> parse_buffer_donors(std::string_view body, uint64_t line) {
+  std::vector<HloModule::BufferDonor> donors;
+  Cursor c(body, line);
+  while (!c.done()) {
+    if (!c.eat('(')) return c.error("'(' opening a buffer donor");
+    MEMFIT_ASSIGN_OR_RETURN(std::string_view entry, c.until_close('(', ')'));
+    const auto parts = split_top(entry);
+    if (parts.size() != 2) return c.error("(parameter, {index})");
+    uint64_t number = 0;
+    const auto [end, ec] = std::from_chars(parts[0].data(), parts[0].data() + parts[0].size(), number);
+    if (ec != std::errc() || end != parts[0].data() + parts[0].size() ||
+        number > static_cast<uint64_t>(INT64_MAX))
+      return c.error("a parameter number");
+    const std::string_view index = parts[1];
+    if (index.size() < 2 || index.front() != '{' || index.back() != '}')
+      return c.error("a shape index in braces");
+    HloModule::BufferDonor d;
+    d.parameter = static_cast<int64_t>(number);
+    MEMFIT_ASSIGN_OR_RETURN(d.parameter_index, parse_index(index.substr(1, index.size() - 2), line));
+    donors.push_back(std::move(d));
+    c.eat(',');
+  }
+  return donors;
+}
 
 Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line) {
   HloInstruction inst;
@@ -637,6 +687,12 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
           }
           MEMFIT_ASSIGN_OR_RETURN(module.aliases, parse_aliases(value.substr(1, value.size() - 2), number));
         }
+        if (key == "buffer_donor") {
+          if (value.size() < 2 || value.front() != '{' || value.back() != '}')
+            return invalid_argument("line 1: buffer_donor is not in braces");
+          MEMFIT_ASSIGN_OR_RETURN(module.buffer_donors,
+                                  parse_buffer_donors(value.substr(1, value.size() - 2), number));
+        }
       }
       continue;
     }
@@ -678,8 +734,11 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
     MEMFIT_ASSIGN_OR_RETURN(HloInstruction inst, parse_instruction(line, number));
     // A compiled module's shardings describe one device's share of a program already partitioned.
     if (const size_t at = line.find("sharding={devices=[");
-        !module.is_scheduled && at != std::string_view::npos)
+        !module.is_scheduled && at != std::string_view::npos) {
       module.num_partitions = std::max(module.num_partitions, sharding_devices(line.substr(at + 9)));
+      if (inst.opcode == HloOpcode::kParameter && !inst.shape.is_tuple())
+        inst.sharding_tiles = sharding_tiles(line.substr(at + 9), inst.shape.dims.size());
+    }
     if (module.platform == HloPlatform::kUnknown) module.platform = inst.platform;
     current->instructions.push_back(std::move(inst));
   }
@@ -744,6 +803,74 @@ Status validate_hlo_module(const HloModule& module) {
     }
   }
   return ok_status();
+}
+
+Expected<EntrySizes> per_device_entry_sizes(const HloModule& module) {
+  const HloComputation* entry = module.entry();
+  if (entry == nullptr) return invalid_argument("the module has no ENTRY computation");
+  const HloInstruction* root = entry->root();
+  if (root == nullptr) return invalid_argument("the ENTRY computation is empty");
+  const Error overflow = invalid_argument("the module's per-device sizes overflow 64 bits");
+  // An array's share: each dimension split into its tiles, rounded up (XLA pads the last shard).
+  auto share = [](const Shape& s, const std::vector<uint64_t>& tiles) -> std::optional<uint64_t> {
+    if (tiles.size() != s.dims.size()) return s.own_bytes();
+    std::vector<uint64_t> dims = s.dims;
+    for (size_t d = 0; d < dims.size(); ++d) dims[d] = (dims[d] + tiles[d] - 1) / tiles[d];
+    auto bytes = array_bytes(s.type, dims, s.packed_element_bits);
+    return bytes.ok() ? std::optional<uint64_t>(*bytes) : std::nullopt;
+  };
+  std::unordered_map<int64_t, const HloInstruction*> parameters;
+  EntrySizes sizes;
+  for (const HloInstruction& i : entry->instructions) {
+    if (i.opcode != HloOpcode::kParameter) continue;
+    parameters[i.parameter_number] = &i;
+    std::vector<const Shape*> stack{&i.shape};
+    while (!stack.empty()) {
+      const Shape* s = stack.back();
+      stack.pop_back();
+      for (const Shape& e : s->elements) stack.push_back(&e);
+      if (s->is_tuple()) continue;
+      const auto bytes = share(*s, s == &i.shape ? i.sharding_tiles : std::vector<uint64_t>{});
+      uint64_t& total =
+          s->memory_space == kHostMemorySpace ? sizes.host_argument_bytes : sizes.argument_bytes;
+      const auto sum = bytes ? checked_add(total, *bytes) : std::nullopt;
+      if (!sum) return overflow;
+      total = *sum;
+    }
+  }
+  // Each output leaf: the share of the parameter it is written over, else whole; tuple tables as they are.
+  std::map<std::vector<uint64_t>, uint64_t> aliased;  // output index -> the share
+  for (const HloAlias& a : module.aliases) {
+    const auto p = parameters.find(a.parameter);
+    if (p == parameters.end()) continue;
+    const Shape* in = p->second->shape.at(a.parameter_index);
+    if (in == nullptr || in->is_tuple()) continue;
+    const auto bytes =
+        share(*in, a.parameter_index.empty() ? p->second->sharding_tiles : std::vector<uint64_t>{});
+    if (!bytes) return overflow;
+    aliased[a.output_index] = *bytes;
+    uint64_t& total = in->memory_space == kHostMemorySpace ? sizes.host_alias_bytes : sizes.alias_bytes;
+    const auto sum = checked_add(total, *bytes);
+    if (!sum) return overflow;
+    total = *sum;
+  }
+  std::vector<std::pair<const Shape*, std::vector<uint64_t>>> stack{{&root->shape, {}}};
+  while (!stack.empty()) {
+    auto [s, index] = stack.back();
+    stack.pop_back();
+    uint64_t bytes = s->own_bytes();
+    if (const auto a = aliased.find(index); !s->is_tuple() && a != aliased.end()) bytes = a->second;
+    uint64_t& total = s->memory_space == kHostMemorySpace ? sizes.host_output_bytes : sizes.output_bytes;
+    const auto sum = checked_add(total, bytes);
+    if (!sum) return overflow;
+    total = *sum;
+    for (size_t k = 0; k < s->elements.size(); ++k) {
+      std::vector<uint64_t> element = index;
+      element.push_back(k);
+      stack.emplace_back(&s->elements[k], std::move(element));
+    }
+  }
+  return sizes;
 }
 
 Expected<EntrySizes> entry_sizes(const HloModule& module) {

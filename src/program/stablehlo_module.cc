@@ -175,6 +175,72 @@ class Reader {
     return {};
   }
 
+  // "sdy.mesh @mesh = <["data"=2, "model"=4]>": each axis's size, for the shardings that name it.
+  Status mesh(std::string_view line) {
+    const size_t at = line.find('@');
+    const size_t eq = line.find(" = <[");
+    if (at == std::string_view::npos || eq == std::string_view::npos || eq < at) return ok_status();
+    const size_t close = line.find(']', eq);
+    if (close == std::string_view::npos) return ok_status();
+    auto& axes = meshes_[std::string(trim(line.substr(at + 1, eq - at - 1)))];
+    for (std::string_view axis : split_top_level(line.substr(eq + 5, close - eq - 5))) {
+      const size_t e = axis.rfind('=');
+      if (e == std::string_view::npos || axis.size() < 2 || axis.front() != '"') continue;
+      uint64_t size = 0;
+      const std::string_view digits = trim(axis.substr(e + 1));
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), size);
+      if (ec != std::errc() || size == 0) continue;
+      axes[std::string(trim(axis.substr(0, e)))] = size;
+    }
+    return ok_status();
+  }
+
+  // How main's argument is split across devices: mhlo.sharding = "{devices=[8,1]<=[8]}" (GSPMD), or
+  // sdy.sharding = #sdy.sharding<@mesh, [{"data"}, {}]> (Shardy: each dimension split by the product of the
+  // sizes of the mesh axes it names; "x":(1)2, a sub-axis, by its size 2; "?" is open, not split).
+  std::vector<uint64_t> argument_tiles(std::string_view attrs, size_t rank) const {
+    if (const size_t at = attrs.find("mhlo.sharding = \""); at != std::string_view::npos)
+      return sharding_tiles(attrs.substr(at + 17, attrs.find('"', at + 17) - at - 17), rank);
+    const size_t at = attrs.find("#sdy.sharding<@");
+    if (at == std::string_view::npos || rank == 0) return {};
+    const std::string_view rest = attrs.substr(at + 15);
+    const size_t comma = rest.find(',');
+    const size_t open = rest.find('[');
+    if (comma == std::string_view::npos || open == std::string_view::npos || open < comma) return {};
+    const auto mesh = meshes_.find(std::string(trim(rest.substr(0, comma))));
+    size_t close = std::string_view::npos;
+    int depth = 0;
+    for (size_t i = open; i < rest.size(); ++i) {
+      depth += rest[i] == '[' ? 1 : rest[i] == ']' ? -1 : 0;
+      if (depth == 0) {
+        close = i;
+        break;
+      }
+    }
+    if (mesh == meshes_.end() || close == std::string_view::npos) return {};
+    std::vector<uint64_t> tiles;
+    for (std::string_view dim : split_top_level(rest.substr(open + 1, close - open - 1))) {
+      if (dim.size() < 2 || dim.front() != '{' || dim.back() != '}') return {};
+      uint64_t tile = 1;
+      for (std::string_view axis : split_top_level(dim.substr(1, dim.size() - 2))) {
+        if (axis.starts_with("\"") && axis.find(":(") != std::string_view::npos) {  // "x":(1)2
+          uint64_t size = 0;
+          const std::string_view digits = axis.substr(axis.find(')', axis.find(":(")) + 1);
+          const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), size);
+          if (ec != std::errc() || size == 0) return {};
+          tile = checked_mul(tile, size).value_or(uint64_t{1} << 32);
+          continue;
+        }
+        const auto a = mesh->second.find(std::string(axis));
+        if (a != mesh->second.end()) tile = checked_mul(tile, a->second).value_or(uint64_t{1} << 32);
+      }
+      tiles.push_back(std::min<uint64_t>(tile, uint64_t{1} << 32));
+    }
+    if (tiles.size() != rank || std::all_of(tiles.begin(), tiles.end(), [](uint64_t t) { return t == 1; }))
+      return {};
+    return tiles;
+  }
+
   static bool is_host_memory_kind(std::string_view attrs) {
     return attrs.find("mhlo.memory_kind = \"pinned_host\"") != std::string_view::npos ||
            attrs.find("mhlo.memory_kind = \"unpinned_host\"") != std::string_view::npos;
@@ -275,7 +341,8 @@ class Reader {
         line.starts_with("sdy.return"))
       return return_statement(line);
     if (line.starts_with("} : ")) return close_manual_computation(line);
-    if (line.starts_with("sdy.") || line.starts_with("^bb")) return ok_status();  // meshes, block labels
+    if (line.starts_with("sdy.mesh ")) return mesh(line);
+    if (line.starts_with("sdy.") || line.starts_with("^bb")) return ok_status();  // block labels
     if (line.starts_with("reducer(") || line.starts_with("comparator(") ||
         (!line.starts_with("%") && line.ends_with("{"))) {
       // The region of an op already read (a variadic reduce's reducer): code inside that op.
@@ -299,9 +366,20 @@ class Reader {
     const std::string name(trim(line.substr(at + 1, open - at - 1)));
     const bool is_main = name == "main";
     // The argument list: from '(' to its matching ')'.
+    // Quoted strings are skipped: mhlo.sharding = "{devices=[8,1]<=[8]}" holds an unmatched '<'.
     int depth = 0;
+    bool quoted = false;
     size_t close = std::string_view::npos;
     for (size_t i = open; i < line.size(); ++i) {
+      if (quoted) {
+        if (line[i] == '\\') {
+          ++i;
+        } else if (line[i] == '"') {
+          quoted = false;
+        }
+        continue;
+      }
+      if (line[i] == '"') quoted = true;
       if (line[i] == '(' || line[i] == '<' || line[i] == '{' || line[i] == '[') ++depth;
       if (line[i] == ')' || (line[i] == '>' && line[i - 1] != '-') || line[i] == '}' || line[i] == ']')
         --depth;
@@ -338,6 +416,7 @@ class Reader {
       // PJRT lays it out (S(5)) from this attribute.
       if (is_main && is_host_memory_kind(attrs)) shape.memory_space = kHostMemorySpace;
       HloInstruction p;
+      if (is_main) p.sharding_tiles = argument_tiles(attrs, shape.dims.size());
       p.name = arg_name;
       p.opcode = HloOpcode::kParameter;
       p.shape = shape;
@@ -351,6 +430,8 @@ class Reader {
           const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), output);
           if (ec != std::errc()) return error_at(line_, "tf.aliasing_output is not a number");
           module_.aliases.push_back({{output}, number, {}, false});
+        } else if (attrs.find("jax.buffer_donor = true") != std::string_view::npos) {
+          module_.buffer_donors.push_back({number, {}});
         }
       }
       ++number;
@@ -814,6 +895,7 @@ class Reader {
   std::vector<PendingWhile> whiles_;
   std::vector<PendingManual> manuals_;
   std::vector<bool> host_results_;  // main's results in host memory, by position
+  std::unordered_map<std::string, std::unordered_map<std::string, uint64_t>> meshes_;  // name -> axis sizes
   // Locations: the one on the line being read, each instruction's, and the module's aliases.
   struct Located {
     size_t computation;

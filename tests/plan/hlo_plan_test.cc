@@ -325,6 +325,56 @@ TEST(HloPlan, TheLoweredHloAndStableHloOfOneProgramPlanAlike) {
   EXPECT_EQ(pairs, 16);
 }
 
+// A sharded program before partitioning, as JAX lowers jit with shardings: its parameters carry their
+// shardings (HLO's sharding={devices=...}, Shardy's sdy.sharding over a mesh) and its donated arguments are
+// buffer donors, which XLA pairs with outputs of equal size. Each device's share of the arguments is XLA's
+// per-device argument_size_in_bytes to the byte, from both front ends; outputs and aliases too where every
+// new value keeps its argument's sharding (FSDP, replicated), within 0.2% under tensor parallelism (where
+// XLA's propagation gives some results shardings of its own).
+TEST(HloPlan, EachDevicesShareOfAShardedProgramsArguments) {
+  auto text = read_file(data("programs.json"));
+  ASSERT_TRUE(text.ok());
+  auto programs = parse_json(*text, "programs.json");
+  ASSERT_TRUE(programs.ok());
+  Json single;  // the same step compiled for one device: the whole program's entry
+  for (const Json& p : (*programs)["programs"])
+    if (p["name"] == "cpu8_gpt_single") single = p["xla_memory_analysis"];
+  ASSERT_FALSE(single.is_null());
+  int checked = 0;
+  for (const Json& p : (*programs)["programs"]) {
+    const std::string name = p["name"];
+    if (name != "cpu8_gpt_fsdp8" && name != "cpu8_gpt_tp4_dp2" && name != "cpu8_gpt_replicated_dp8") continue;
+    const Json& xla = p["xla_memory_analysis"];
+    for (const char* suffix : {".lowered.hlo.txt.gz", ".stablehlo.mlir.gz"}) {
+      SCOPED_TRACE(name + suffix);
+      auto program = read_file(data(name + suffix));
+      ASSERT_TRUE(program.ok()) << program.error().message();
+      auto module = parse_program_text(*program);
+      ASSERT_TRUE(module.ok()) << module.error().message();
+      auto plan = plan_hlo(std::move(*module));
+      ASSERT_TRUE(plan.ok()) << plan.error().message();
+      EXPECT_EQ(plan->partitions, 8u);
+      EXPECT_EQ(plan->per_device_argument_bytes, xla["argument_size_in_bytes"].get<uint64_t>());
+      const double output = relative(static_cast<double>(plan->per_device_output_bytes),
+                                     xla["output_size_in_bytes"].get<double>());
+      const double alias = relative(static_cast<double>(plan->per_device_alias_bytes),
+                                    xla["alias_size_in_bytes"].get<double>());
+      if (name == "cpu8_gpt_tp4_dp2") {
+        EXPECT_LE(std::abs(output), 0.002) << plan->per_device_output_bytes;
+        EXPECT_LE(std::abs(alias), 0.002) << plan->per_device_alias_bytes;
+      } else {
+        EXPECT_EQ(plan->per_device_output_bytes, xla["output_size_in_bytes"].get<uint64_t>());
+        EXPECT_EQ(plan->per_device_alias_bytes, xla["alias_size_in_bytes"].get<uint64_t>());
+      }
+      // The whole program, one device running all of it: the unsharded compile's entry.
+      EXPECT_EQ(plan->argument_bytes, single["argument_size_in_bytes"].get<uint64_t>());
+      EXPECT_EQ(plan->alias_bytes, single["alias_size_in_bytes"].get<uint64_t>());
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 6);
+}
+
 TEST(HloPlan, StableHloProgramsPlannedThroughTheGpuModel) {
   expect_lowered_plans(".stablehlo.mlir.gz", "StableHLO",
                        {"gpt_fp32", "gpt_fp32_donate", "gpt_fp32_donate_scan", "mlp_fp32", "mlp_fp32_donate",

@@ -423,5 +423,61 @@ ENTRY main.1 {
   EXPECT_TRUE(planned);
 }
 
+// Donated arguments with no output named (buffer_donor=, JAX's jax.buffer_donor) are paired as XLA's
+// OptimizeInputOutputBufferAlias pairs them: largest first, equal sizes, one memory space at a time, never an
+// argument or output already aliased. Parameter 0's update aliases it; parameter 1 finds no output of its
+// size; parameter 2 (host memory) matches only the host output; parameter 3 is aliased already.
+TEST(XlaGpuModel, BufferDonorsAliasOutputsOfTheirSize) {
+  HloModule m = lowered(
+      R"(HloModule jit_step, input_output_alias={ {4}: (3, {}, may-alias) }, buffer_donor={ (0, {}), (1, {}), (2, {}), (3, {}) }
+
+ENTRY main.1 {
+  p0 = f32[1024,1024]{1,0} parameter(0)
+  p1 = f32[512]{0} parameter(1)
+  p2 = f32[256]{0:S(5)} parameter(2)
+  p3 = f32[256]{0} parameter(3)
+  n0 = f32[1024,1024]{1,0} negate(p0)
+  d = f32[256]{0} add(p3, p3)
+  h = f32[256]{0:S(5)} negate(p2)
+  s = f32[64]{0} slice(p1), slice={[0:64]}
+  ROOT t = (f32[64]{0}, f32[1024,1024]{1,0}, f32[256]{0}, f32[256]{0:S(5)}, f32[256]{0}) tuple(s, n0, d, h, d)
+}
+)");
+  ASSERT_EQ(m.buffer_donors.size(), 4u);
+  alias_buffer_donors(m);
+  EXPECT_TRUE(m.buffer_donors.empty());
+  std::set<std::pair<std::vector<uint64_t>, int64_t>> aliases;
+  for (const HloAlias& a : m.aliases) aliases.emplace(a.output_index, a.parameter);
+  const std::set<std::pair<std::vector<uint64_t>, int64_t>> expected = {{{4}, 3}, {{1}, 0}, {{3}, 2}};
+  EXPECT_EQ(aliases, expected);
+  auto plan = plan_hlo(std::move(m));
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  EXPECT_EQ(plan->alias_bytes, 1024u * 1024 * 4 + 256 * 4);
+  EXPECT_EQ(plan->host_alias_bytes, 256u * 4);
+}
+
+// Each device's share of a parameter: Shardy's sdy.sharding splits a dimension by the product of the mesh
+// axes it names (a sub-axis "x":(1)2 by its size), GSPMD's mhlo.sharding by its tiles less a replicated
+// last one; shares round up, as XLA pads the last shard.
+TEST(XlaGpuModel, AShardedArgumentsShareOfEachDevice) {
+  auto m = parse_program_text(R"(module @jit_f attributes {mhlo.num_partitions = 8 : i32} {
+  sdy.mesh @mesh = <["x"=4, "y"=2]>
+  func.func public @main(%arg0: tensor<1000x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x", "y"}, {}]>}, %arg1: tensor<64x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x":(1)2}]>}, %arg2: tensor<64x30xf32> {mhlo.sharding = "{devices=[1,4,2]<=[8] last_tile_dim_replicate}"}, %arg3: tensor<64xf32> {jax.buffer_donor = true, sdy.sharding = #sdy.sharding<@mesh, [{"y"}]>}) -> (tensor<64xf32>) {
+    %0 = stablehlo.negate %arg3 : tensor<64xf32>
+    return %0 : tensor<64xf32>
+  }
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  auto plan = plan_hlo(std::move(*m));
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  EXPECT_EQ(plan->partitions, 8u);
+  // 1000 rows over 8 devices: 125 each; 64 columns over 2: 32; 30 columns over 4: 8 (rounded up); 64 over 2.
+  EXPECT_EQ(plan->per_device_argument_bytes, (125u * 64 + 64 * 32 + 64 * 8 + 32) * 4);
+  EXPECT_EQ(plan->per_device_alias_bytes, 32u * 4);  // the donated argument's share, written over
+  EXPECT_EQ(plan->per_device_output_bytes, 32u * 4);
+  EXPECT_EQ(plan->argument_bytes, (1000u * 64 + 64 * 64 + 64 * 30 + 64) * 4);
+}
+
 }  // namespace
 }  // namespace memfit

@@ -23,7 +23,12 @@ Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers)
   j["file"] = path;
   j["module"] = plan.module;
   j["source"] = plan.source;
-  if (plan.partitions > 1) j["partitions"] = plan.partitions;
+  if (plan.partitions > 1) {
+    j["partitions"] = plan.partitions;
+    j["per_device"] = {{"argument_bytes", plan.per_device_argument_bytes},
+                       {"output_bytes", plan.per_device_output_bytes},
+                       {"alias_bytes", plan.per_device_alias_bytes}};
+  }
   j["instructions"] = plan.instructions;
   j["argument_bytes"] = plan.argument_bytes;
   j["output_bytes"] = plan.output_bytes;
@@ -136,11 +141,17 @@ void print_table(std::ostream& out, const std::string& path, const HloPlan& plan
   }
   if (plan.partitions > 1) {
     out << fmt::format(
-        "  NOTE: the program is sharded over {} devices, and memfit plans it before partitioning: the\n"
-        "  figures below are one device running all of it, not each device's share (XLA's SPMD partitioner\n"
-        "  divides the sharded arguments and most temporaries). For per-device figures, compile for the\n"
-        "  target mesh and run memfit hlo on compiled.as_text().\n",
+        "  NOTE: the program is sharded over {} devices. Each device's share of its arguments and results\n"
+        "  comes from the shardings (arguments exact; an output as the donated argument it replaces, else\n"
+        "  whole); its temp is planned before partitioning, as one device running all of it, not each\n"
+        "  device's share (XLA's SPMD partitioner divides most temporaries). For per-device temp, compile "
+        "for\n"
+        "  the target mesh and run memfit hlo on compiled.as_text().\n",
         plan.partitions);
+    row("argument/dev", plan.per_device_argument_bytes, "each device's arguments");
+    row("output/dev", plan.per_device_output_bytes, "each device's results");
+    row("alias/dev", plan.per_device_alias_bytes, "each device's results written over donated arguments");
+    out << "  the whole program, one device running all of it:\n";
   }
   row("argument", plan.argument_bytes, "entry parameters");
   row("output", plan.output_bytes, "results, with their tuple tables");

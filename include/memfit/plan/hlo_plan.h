@@ -61,6 +61,11 @@ struct HloPlan {
   // A program before partitioning sharded over this many devices (HloModule::num_partitions): planned
   // whole, as one device running all of it - not each device's share.
   uint64_t partitions = 1;
+  // Such a program's entry as each device holds it, from its shardings (per_device_entry_sizes): arguments
+  // exact, an output as the donated argument it replaces, else whole. Zero for a program on one device.
+  uint64_t per_device_argument_bytes = 0;
+  uint64_t per_device_output_bytes = 0;
+  uint64_t per_device_alias_bytes = 0;
   uint64_t instructions = 0;            // in sequential computations (fusion bodies not counted)
   uint64_t argument_bytes = 0;          // memory_analysis().argument_size_in_bytes
   uint64_t output_bytes = 0;            // output_size_in_bytes

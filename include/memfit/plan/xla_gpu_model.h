@@ -62,6 +62,13 @@ bool is_lowered_module(const HloModule& module);
 // In the program's own order.
 Expected<HloModule> model_xla_gpu(HloModule lowered);
 
+// XLA's OptimizeInputOutputBufferAlias (xla/service/optimize_input_output_buffer_alias.cc) for the donated
+// arguments JAX names no output for (HloModule::buffer_donors): per memory space, donors and outputs not yet
+// aliased, each sorted largest first, are paired greedily where their sizes are equal, as input_output_alias
+// entries. Sizes are the arrays' whole sizes: XLA compares each device's share, the same pairing when a new
+// value takes its old value's shape and sharding (an optimizer's update).
+void alias_buffer_donors(HloModule& lowered);
+
 // The same buffers in the order XLA's ListScheduler would run them (frees the most bytes first).
 HloModule list_scheduled(HloModule modeled);
 

@@ -72,6 +72,10 @@ struct HloInstruction {
   };
   std::vector<OperandAlias> operand_aliases;
   HloPlatform platform = HloPlatform::kUnknown;  // what its backend_config says, if anything
+  // A parameter of a program before partitioning: into how many parts each dimension is split across the
+  // devices (HLO's sharding={devices=[8,1]<=[8]}, StableHLO's mhlo.sharding or sdy.sharding); empty when
+  // every device holds it whole.
+  std::vector<uint64_t> sharding_tiles;
   // What the buffer is for, when memfit built the program (model zoo): parameters, optimizer_state,
   // gradients, activations, temporaries. Empty for parsed modules.
   std::string category;
@@ -129,6 +133,13 @@ struct HloModule {
   uint64_t num_partitions = 1;
   HloPlatform platform = HloPlatform::kUnknown;
   std::vector<HloAlias> aliases;
+  // Donated arguments with no output named (HLO's buffer_donor=, StableHLO's jax.buffer_donor, which JAX
+  // writes for a sharded step): the compiler picks the outputs they alias (plan/xla_gpu_model.h).
+  struct BufferDonor {
+    int64_t parameter = 0;
+    std::vector<uint64_t> parameter_index;
+  };
+  std::vector<BufferDonor> buffer_donors;
   std::vector<HloComputation> computations;
 
   const HloComputation* entry() const;
@@ -140,6 +151,11 @@ struct HloModule {
 // "{devices=[2,1,4]<=[8] last_tile_dim_replicate}" -> 8, "{devices=[2,2]0,1,2,3}" -> 4, "{replicated}" or
 // "{maximal device=0}" -> 1. Saturates at 2^32 (a hostile annotation).
 uint64_t sharding_devices(std::string_view sharding);
+
+// The parts each of an array's `rank` dimensions is split into by an HLO sharding attribute's value:
+// "{devices=[8,1]<=[8]}" -> {8, 1}; "{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}" -> {1, 4} (the
+// last tile dimension replicates); "{replicated}", "{maximal device=0}" or anything else -> {} (whole).
+std::vector<uint64_t> sharding_tiles(std::string_view sharding, size_t rank);
 
 // The most instructions memfit reads in one module: ten times the largest modules it is built for
 // (ARCHITECTURE.md), a bound on memory and time for text that is not a real program.
@@ -166,5 +182,10 @@ struct EntrySizes {
 // compiled.memory_analysis()'s argument, output and alias sizes, from the entry computation; an array in
 // host memory counts in the host_* figures, as xla/pjrt/compiled_memory_stats.cc sorts allocations.
 Expected<EntrySizes> entry_sizes(const HloModule& module);
+
+// The same for each device of a program before partitioning: a parameter's share as its sharding splits it
+// (each split dimension rounded up, as XLA's SPMD partitioner pads), an output aliased to a parameter that
+// parameter's share, any other output whole (its sharding is the compiler's choice).
+Expected<EntrySizes> per_device_entry_sizes(const HloModule& module);
 
 }  // namespace memfit
