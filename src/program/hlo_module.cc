@@ -739,6 +739,27 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
       if (inst.opcode == HloOpcode::kParameter && !inst.shape.is_tuple())
         inst.sharding_tiles = sharding_tiles(line.substr(at + 9), inst.shape.dims.size());
     }
+    // The ENTRY root's sharding: each result's split ({{...}, {...}} for a tuple of results).
+    if (const size_t at = line.find(", sharding={");
+        !module.is_scheduled && inst.is_root && current->is_entry && at != std::string_view::npos) {
+      std::string_view value = line.substr(at + 11);
+      int depth = 0;
+      for (size_t i = 0; i < value.size(); ++i) {
+        depth += value[i] == '{' ? 1 : value[i] == '}' ? -1 : 0;
+        if (depth == 0) {
+          value = value.substr(0, i + 1);
+          break;
+        }
+      }
+      module.result_tiles.clear();
+      if (inst.shape.is_tuple() && value.starts_with("{{")) {
+        const auto parts = split_top(value.substr(1, value.size() - 2));
+        for (size_t k = 0; k < parts.size() && k < inst.shape.elements.size(); ++k)
+          module.result_tiles.push_back(sharding_tiles(parts[k], inst.shape.elements[k].dims.size()));
+      } else if (!inst.shape.is_tuple()) {
+        module.result_tiles.push_back(sharding_tiles(value, inst.shape.dims.size()));
+      }
+    }
     if (module.platform == HloPlatform::kUnknown) module.platform = inst.platform;
     current->instructions.push_back(std::move(inst));
   }
@@ -859,7 +880,16 @@ Expected<EntrySizes> per_device_entry_sizes(const HloModule& module) {
     auto [s, index] = stack.back();
     stack.pop_back();
     uint64_t bytes = s->own_bytes();
-    if (const auto a = aliased.find(index); !s->is_tuple() && a != aliased.end()) bytes = a->second;
+    if (const auto a = aliased.find(index); !s->is_tuple() && a != aliased.end()) {
+      bytes = a->second;
+    } else if (!s->is_tuple() && index.size() <= 1) {
+      const size_t k = index.empty() ? 0 : index[0];
+      if (k < module.result_tiles.size()) {
+        const auto own = share(*s, module.result_tiles[k]);
+        if (!own) return overflow;
+        bytes = *own;
+      }
+    }
     uint64_t& total = s->memory_space == kHostMemorySpace ? sizes.host_output_bytes : sizes.output_bytes;
     const auto sum = checked_add(total, bytes);
     if (!sum) return overflow;

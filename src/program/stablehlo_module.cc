@@ -446,8 +446,11 @@ class Reader {
         MEMFIT_ASSIGN_OR_RETURN(std::vector<Shape> results, parse_type_list(r, line_));
         results_of_main_ = results.size();
         if (r.starts_with("(") && r.ends_with(")")) r = r.substr(1, r.size() - 2);
-        for (std::string_view result : split_top_level(r))
-          host_results_.push_back(is_host_memory_kind(result));
+        const std::vector<std::string_view> each = split_top_level(r);
+        for (size_t k = 0; k < each.size() && k < results.size(); ++k) {
+          host_results_.push_back(is_host_memory_kind(each[k]));
+          module_.result_tiles.push_back(argument_tiles(each[k], results[k].dims.size()));
+        }
       }
     }
     return ok_status();

@@ -462,9 +462,10 @@ ENTRY main.1 {
 TEST(XlaGpuModel, AShardedArgumentsShareOfEachDevice) {
   auto m = parse_program_text(R"(module @jit_f attributes {mhlo.num_partitions = 8 : i32} {
   sdy.mesh @mesh = <["x"=4, "y"=2]>
-  func.func public @main(%arg0: tensor<1000x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x", "y"}, {}]>}, %arg1: tensor<64x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x":(1)2}]>}, %arg2: tensor<64x30xf32> {mhlo.sharding = "{devices=[1,4,2]<=[8] last_tile_dim_replicate}"}, %arg3: tensor<64xf32> {jax.buffer_donor = true, sdy.sharding = #sdy.sharding<@mesh, [{"y"}]>}) -> (tensor<64xf32>) {
+  func.func public @main(%arg0: tensor<1000x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x", "y"}, {}]>}, %arg1: tensor<64x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x":(1)2}]>}, %arg2: tensor<64x30xf32> {mhlo.sharding = "{devices=[1,4,2]<=[8] last_tile_dim_replicate}"}, %arg3: tensor<64xf32> {jax.buffer_donor = true, sdy.sharding = #sdy.sharding<@mesh, [{"y"}]>}) -> (tensor<64xf32>, tensor<1000x64xf32> {jax.result_info = "[1]", sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) {
     %0 = stablehlo.negate %arg3 : tensor<64xf32>
-    return %0 : tensor<64xf32>
+    %1 = stablehlo.negate %arg0 : tensor<1000x64xf32>
+    return %0, %1 : tensor<64xf32>, tensor<1000x64xf32>
   }
 }
 )");
@@ -475,8 +476,27 @@ TEST(XlaGpuModel, AShardedArgumentsShareOfEachDevice) {
   // 1000 rows over 8 devices: 125 each; 64 columns over 2: 32; 30 columns over 4: 8 (rounded up); 64 over 2.
   EXPECT_EQ(plan->per_device_argument_bytes, (125u * 64 + 64 * 32 + 64 * 8 + 32) * 4);
   EXPECT_EQ(plan->per_device_alias_bytes, 32u * 4);  // the donated argument's share, written over
-  EXPECT_EQ(plan->per_device_output_bytes, 32u * 4);
+  // That share, the second result as its own sharding splits it (250 rows), the results' tuple table.
+  EXPECT_EQ(plan->per_device_output_bytes, 32u * 4 + 250 * 64 * 4 + 2 * 8);
   EXPECT_EQ(plan->argument_bytes, (1000u * 64 + 64 * 64 + 64 * 30 + 64) * 4);
+
+  // The same in HLO text: the ENTRY root's tuple sharding splits its results.
+  auto hlo = parse_program_text(R"(HloModule jit_f, buffer_donor={ (1, {}) }
+
+ENTRY main.5 {
+  Arg_0.1 = f32[1000,64]{1,0} parameter(0), sharding={devices=[8,1]<=[8]}
+  Arg_1.2 = f32[64]{0} parameter(1), sharding={devices=[2,4]<=[8] last_tile_dim_replicate}
+  negate.3 = f32[64]{0} negate(Arg_1.2)
+  negate.4 = f32[1000,64]{1,0} negate(Arg_0.1)
+  ROOT tuple.5 = (f32[64]{0}, f32[1000,64]{1,0}) tuple(negate.3, negate.4), sharding={{devices=[2,4]<=[8] last_tile_dim_replicate}, {devices=[4,1,2]<=[8] last_tile_dim_replicate}}
+}
+)");
+  ASSERT_TRUE(hlo.ok()) << hlo.error().message();
+  auto hlo_plan = plan_hlo(std::move(*hlo));
+  ASSERT_TRUE(hlo_plan.ok()) << hlo_plan.error().message();
+  EXPECT_EQ(hlo_plan->per_device_argument_bytes, (125u * 64 + 32) * 4);
+  EXPECT_EQ(hlo_plan->per_device_output_bytes, 32u * 4 + 250 * 64 * 4 + 2 * 8);
+  EXPECT_EQ(hlo_plan->per_device_alias_bytes, 32u * 4);
 }
 
 }  // namespace

@@ -140,6 +140,10 @@ struct HloModule {
     std::vector<uint64_t> parameter_index;
   };
   std::vector<BufferDonor> buffer_donors;
+  // How a program before partitioning splits each of its results across the devices, by position (the
+  // ENTRY root's sharding={{...}, ...}, StableHLO's result attributes): sharding_tiles' form; empty where
+  // none is given (the compiler chooses).
+  std::vector<std::vector<uint64_t>> result_tiles;
   std::vector<HloComputation> computations;
 
   const HloComputation* entry() const;
@@ -185,7 +189,8 @@ Expected<EntrySizes> entry_sizes(const HloModule& module);
 
 // The same for each device of a program before partitioning: a parameter's share as its sharding splits it
 // (each split dimension rounded up, as XLA's SPMD partitioner pads), an output aliased to a parameter that
-// parameter's share, any other output whole (its sharding is the compiler's choice).
+// parameter's share, another output as its own sharding splits it where one is given (result_tiles), else
+// whole (its sharding is then the compiler's choice).
 Expected<EntrySizes> per_device_entry_sizes(const HloModule& module);
 
 }  // namespace memfit
