@@ -1,6 +1,8 @@
 // memfit hlo: what an XLA program will need on the device, from its optimized HLO alone.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <optional>
 #include <ostream>
 
 #include "commands.h"
@@ -257,24 +259,51 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       if (!fit.ok()) return fail(io, fit.error());
       next = *fit;
     }
+    // A sharded program before partitioning is decided only where the whole program fits one device, or
+    // where each device's arguments and results alone do not: its share of the temp is the partitioner's.
+    std::optional<bool> fits;
+    std::string verdict;
+    if (limit) {
+      const uint64_t fixed_per_device =
+          plan->per_device_argument_bytes + plan->per_device_output_bytes -
+          std::min(plan->per_device_alias_bytes,
+                   plan->per_device_argument_bytes + plan->per_device_output_bytes);
+      if (plan->peak_bytes <= *limit) {
+        fits = true;
+        verdict = plan->partitions > 1 ? "fits (one device running all of it would)" : "fits";
+      } else if (plan->partitions <= 1) {
+        fits = false;
+        verdict = "does NOT fit";
+      } else if (fixed_per_device > *limit) {
+        fits = false;
+        verdict = fmt::format("does NOT fit: each device's arguments and results alone take {}",
+                              format_bytes(fixed_per_device));
+      } else {
+        verdict = fmt::format(
+            "is not decided before partitioning:\n"
+            "  one device running all of it needs {}; each device's arguments and results take {}, and its\n"
+            "  share of the temp is XLA's SPMD partitioner's to make (compile for the mesh and run memfit "
+            "hlo\n"
+            "  on compiled.as_text())",
+            format_bytes(plan->peak_bytes), format_bytes(fixed_per_device));
+      }
+    }
     if (options->json) {
       Json j = hlo_run_to_json(*run, options->buffers);
       if (limit) {
         j["limit_bytes"] = *limit;
-        j["fits"] = plan->peak_bytes <= *limit;
+        j["fits"] = fits ? Json(*fits) : Json(nullptr);
       }
       if (next) j["live_profile"] = next_step_json(options->live_profile, *next);
       io.out << json_to_output(j);
     } else {
       print_table(io.out, source_read->path, *plan);
-      if (limit)
-        io.out << fmt::format("  pool limit {}: the program {}\n", format_bytes(*limit),
-                              plan->peak_bytes <= *limit ? "fits" : "does NOT fit");
+      if (limit) io.out << fmt::format("  pool limit {}: the program {}\n", format_bytes(*limit), verdict);
       if (run->xla) print_comparison(io.out, source_read->buffer_assignment_path, *run->xla);
       if (next) print_next_step(io.out, options->live_profile, *next);
     }
     if (next && next->fits) return *next->fits ? kExitOk : kExitFinding;
-    if (limit) return plan->peak_bytes <= *limit ? kExitOk : kExitFinding;
+    if (limit) return fits.value_or(false) ? kExitOk : kExitFinding;  // undecided is not "fits"
     return kExitOk;
   };
 }
