@@ -927,6 +927,24 @@ Status inline_calls(HloModule& m) {
   return ok_status();
 }
 
+// Sharding annotations are no buffers. Compiled for one device, XLA's ShardingRemover
+// (xla/service/sharding_remover.cc) hands each Sharding, SPMDFullToShardShape and SPMDShardToFullShape
+// custom call's readers its operand; JAX's with_sharding_constraint and shard_map write them, and Shardy's
+// export their xla.sdy.* twins. Before partitioning the program is planned as one device running all of it,
+// so they forward their operand (a bitcast), as StableHLO's sdy.sharding_constraint is read.
+void remove_sharding_annotations(HloComputation& comp) {
+  for (HloInstruction& x : comp.instructions) {
+    if (x.opcode != HloOpcode::kCustomCall || x.operands.size() != 1 || x.shape.is_tuple()) continue;
+    const std::string_view target = x.custom_call_target;
+    if (target == "Sharding" || target == "SPMDFullToShardShape" || target == "SPMDShardToFullShape" ||
+        target == "xla.sdy.GlobalToLocalShape" || target == "xla.sdy.LocalToGlobalShape" ||
+        target == "xla.sdy.FuncResultSharding") {
+      x.opcode = HloOpcode::kBitcast;
+      x.opcode_text.clear();
+    }
+  }
+}
+
 }  // namespace
 
 bool is_lowered_module(const HloModule& module) { return !module.is_scheduled; }
@@ -936,6 +954,7 @@ Expected<HloModule> model_xla_gpu(HloModule lowered) {
   if (m.from_stablehlo)
     for (HloComputation& c : m.computations) xla_gpu_internal::xla_post_order(c);
   MEMFIT_RETURN_IF_ERROR(inline_calls(m));
+  for (HloComputation& c : m.computations) remove_sharding_annotations(c);
   MEMFIT_RETURN_IF_ERROR(xla_gpu_internal::insert_while_copies(m));
   for (HloComputation& c : m.computations) xla_gpu_internal::place_offloaded_values(c);
   Combiners combiners;

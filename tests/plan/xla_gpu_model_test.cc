@@ -499,5 +499,30 @@ ENTRY main.5 {
   EXPECT_EQ(hlo_plan->per_device_alias_bytes, 32u * 4);
 }
 
+// with_sharding_constraint's Sharding custom call (and shard_map's shape changes) take no memory: planned as
+// one device running all of it, they are XLA's ShardingRemover's, a bitcast of their operand - where a custom
+// call would be a copy of its own.
+TEST(XlaGpuModel, ShardingAnnotationsAreNoBuffers) {
+  HloModule m = lowered(R"(HloModule jit_f
+
+ENTRY main.1 {
+  p = f32[1024,1024]{1,0} parameter(0)
+  n = f32[1024,1024]{1,0} negate(p)
+  c = f32[1024,1024]{1,0} custom-call(n), custom_call_target="Sharding", sharding={devices=[8,1]<=[8]}
+  f = f32[1024,1024]{1,0} custom-call(c), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  ROOT e = f32[1024,1024]{1,0} exponential(f)
+}
+)");
+  auto modeled = model_xla_gpu(HloModule(m));
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  for (const HloInstruction& x : modeled->entry()->instructions)
+    EXPECT_NE(x.opcode, HloOpcode::kCustomCall) << x.name;
+  auto plan = plan_hlo(std::move(m));
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  // The negation is written where the result goes (its one reader is elementwise); as copies, the two
+  // custom calls held 4 MiB of temp.
+  EXPECT_EQ(plan->temp_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace memfit
