@@ -301,6 +301,10 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       if (limit) io.out << fmt::format("  pool limit {}: the program {}\n", format_bytes(*limit), verdict);
       if (run->xla) print_comparison(io.out, source_read->buffer_assignment_path, *run->xla);
       if (next) print_next_step(io.out, options->live_profile, *next);
+      if (next && plan->partitions > 1)
+        io.out
+            << "  (the program is sharded: that step is one device running all of it, an upper bound; each\n"
+               "  device's share of its temp is not known before partitioning)\n";
     }
     if (next && next->fits) return *next->fits ? kExitOk : kExitFinding;
     if (limit) return fits.value_or(false) ? kExitOk : kExitFinding;  // undecided is not "fits"
