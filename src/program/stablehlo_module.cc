@@ -241,6 +241,32 @@ class Reader {
     return tiles;
   }
 
+  // Where " attributes {" starts outside brackets and quotes (a function's attribute dictionary after its
+  // results), or the end of `s`.
+  static size_t top_level_attributes(std::string_view s) {
+    int depth = 0;
+    bool quoted = false;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const char c = s[i];
+      if (quoted) {
+        if (c == '\\') {
+          ++i;
+        } else if (c == '"') {
+          quoted = false;
+        }
+      } else if (c == '"') {
+        quoted = true;
+      } else if (c == '(' || c == '[' || c == '{' || c == '<') {
+        ++depth;
+      } else if (c == ')' || c == ']' || c == '}' || (c == '>' && (i == 0 || s[i - 1] != '-'))) {
+        --depth;
+      } else if (depth == 0 && s.substr(i).starts_with(" attributes {")) {
+        return i;
+      }
+    }
+    return s.size();
+  }
+
   static bool is_host_memory_kind(std::string_view attrs) {
     return attrs.find("mhlo.memory_kind = \"pinned_host\"") != std::string_view::npos ||
            attrs.find("mhlo.memory_kind = \"unpinned_host\"") != std::string_view::npos;
@@ -443,6 +469,8 @@ class Reader {
       if (const size_t a = rest.find("->"); a != std::string_view::npos) {
         std::string_view r = trim(rest.substr(a + 2));
         r = trim(r.substr(0, r.size() - 1));  // the body's '{'
+        // "-> (...) attributes {mhlo.frontend_attributes = ...}": the function's attributes, not a result.
+        r = trim(r.substr(0, top_level_attributes(r)));
         MEMFIT_ASSIGN_OR_RETURN(std::vector<Shape> results, parse_type_list(r, line_));
         results_of_main_ = results.size();
         if (r.starts_with("(") && r.ends_with(")")) r = r.substr(1, r.size() - 2);

@@ -194,6 +194,25 @@ module @jit_f attributes {mhlo.num_partitions = 1 : i32} {
   ASSERT_TRUE(c.ok()) << c.error().message();
 }
 
+// A function's attribute dictionary after its results ("attributes {...}") is not one of them.
+TEST(StableHlo, FunctionAttributesAreNotResults) {
+  auto m = parse_program_text(R"(module @jit_f {
+  func.func public @main(%arg0: tensor<8xf32>) -> (tensor<8xf32> {jax.result_info = "[0]"}, tensor<8xf32>) attributes {mhlo.frontend_attributes = {xla.sdy.meshes = "{mesh = #sdy.mesh<[\"x\"=2]>}"}} {
+    %0 = call @inner(%arg0) : (tensor<8xf32>) -> tensor<8xf32>
+    return %0, %arg0 : tensor<8xf32>, tensor<8xf32>
+  }
+  func.func private @inner(%arg0: tensor<8xf32>) -> tensor<8xf32> attributes {no_inline} {
+    %0 = stablehlo.sine %arg0 : tensor<8xf32>
+    return %0 : tensor<8xf32>
+  }
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const HloInstruction* root = m->entry()->root();
+  ASSERT_NE(root, nullptr);
+  EXPECT_EQ(root->shape.to_string(), "(f32[8], f32[8])");
+}
+
 std::string error_of(const std::string& text) {
   auto m = parse_program_text(text);
   EXPECT_FALSE(m.ok());
