@@ -864,6 +864,18 @@ class Reader {
       }
     } else if (opname == "stablehlo.dot_general") {
       inst.lhs_batch_dims = int_list_after(body, "batching_dims = [");
+    } else if (opname == "stablehlo.get_tuple_element") {
+      // "%t[1]" (pretty) or "<{index = 1 : i32}>" (generic): the element read.
+      const size_t at = body.find("index = ");
+      const size_t open = body.find('[');
+      const size_t from = at != std::string_view::npos     ? at + 8
+                          : open != std::string_view::npos ? open + 1
+                                                           : body.size();
+      uint64_t k = 0;
+      const auto [end, ec] = std::from_chars(body.data() + from, body.data() + body.size(), k);
+      if (ec != std::errc() || k > static_cast<uint64_t>(INT64_MAX))
+        return error_at(line_, "get_tuple_element without its index");
+      inst.tuple_index = static_cast<int64_t>(k);
     }
     // A scatter's (or a generic reduce's) combiner, from its region: XLA's simplifier folds an add of a
     // scatter-add into zeros (plan/xla_gpu_model.cc), as it does for the HLO text's to_apply=.

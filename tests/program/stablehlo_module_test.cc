@@ -213,6 +213,32 @@ TEST(StableHlo, FunctionAttributesAreNotResults) {
   EXPECT_EQ(root->shape.to_string(), "(f32[8], f32[8])");
 }
 
+// The generic op form ("stablehlo.add"(%a, %b) : (...) -> ...), tuples and their elements in both forms,
+// and the tokens of ordered effects (io_callback) are read.
+TEST(StableHlo, ReadsTheGenericFormTuplesAndTokens) {
+  auto m = parse_program_text(R"(module @jit_f {
+  func.func public @main(%arg0: !stablehlo.token {jax.token = true}, %arg1: tensor<16xf32>) -> (!stablehlo.token, tensor<16xf32>, tensor<i32>) {
+    %0 = "stablehlo.sine"(%arg1) : (tensor<16xf32>) -> tensor<16xf32>
+    %c = "stablehlo.constant"() <{value = dense<1> : tensor<i32>}> : () -> tensor<i32>
+    %1 = "stablehlo.tuple"(%0, %c) : (tensor<16xf32>, tensor<i32>) -> tuple<tensor<16xf32>, tensor<i32>>
+    %2 = "stablehlo.get_tuple_element"(%1) <{index = 0 : i32}> : (tuple<tensor<16xf32>, tensor<i32>>) -> tensor<16xf32>
+    %3 = stablehlo.get_tuple_element %1[1] : (tuple<tensor<16xf32>, tensor<i32>>) -> tensor<i32>
+    %4:2 = stablehlo.custom_call @xla_python_gpu_callback(%arg0, %2) {api_version = 2 : i32, has_side_effect = true} : (!stablehlo.token, tensor<16xf32>) -> (!stablehlo.token, tensor<16xf32>)
+    return %4#0, %4#1, %3 : !stablehlo.token, tensor<16xf32>, tensor<i32>
+  }
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  std::string elements;
+  for (const HloInstruction& i : m->entry()->instructions)
+    if (i.opcode == HloOpcode::kGetTupleElement && i.operands[0] == "1")
+      elements += std::to_string(i.tuple_index) + ":" + i.shape.to_string() + ";";
+  EXPECT_EQ(elements, "0:f32[16];1:s32[];");
+  auto sizes = entry_sizes(*m);
+  ASSERT_TRUE(sizes.ok()) << sizes.error().message();
+  EXPECT_EQ(sizes->argument_bytes, 16u * 4);  // a token takes no memory
+}
+
 std::string error_of(const std::string& text) {
   auto m = parse_program_text(text);
   EXPECT_FALSE(m.ok());
