@@ -29,6 +29,7 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
   // the list scheduler's on a tie (hlo_memory_scheduler.cc): so only the kept schedule is packed.
   const bool from_stablehlo = module.from_stablehlo;
   const uint64_t partitions = module.num_partitions;
+  pack_four_bit_types(module);
   alias_buffer_donors(module);
   EntrySizes per_device;
   if (partitions > 1) {

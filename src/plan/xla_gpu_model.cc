@@ -949,8 +949,25 @@ void remove_sharding_annotations(HloComputation& comp) {
 
 bool is_lowered_module(const HloModule& module) { return !module.is_scheduled; }
 
+void pack_four_bit_types(HloModule& m) {
+  for (HloComputation& c : m.computations) {
+    for (HloInstruction& x : c.instructions) {
+      std::vector<Shape*> stack{&x.shape};
+      while (!stack.empty()) {
+        Shape* s = stack.back();
+        stack.pop_back();
+        for (Shape& e : s->elements) stack.push_back(&e);
+        if (s->packed_element_bits == 0 && (s->type == PrimitiveType::kS4 || s->type == PrimitiveType::kU4 ||
+                                            s->type == PrimitiveType::kF4E2M1FN))
+          s->packed_element_bits = 4;
+      }
+    }
+  }
+}
+
 Expected<HloModule> model_xla_gpu(HloModule lowered) {
   HloModule m = std::move(lowered);
+  pack_four_bit_types(m);
   if (m.from_stablehlo)
     for (HloComputation& c : m.computations) xla_gpu_internal::xla_post_order(c);
   MEMFIT_RETURN_IF_ERROR(inline_calls(m));

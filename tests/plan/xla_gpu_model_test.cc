@@ -524,5 +524,24 @@ ENTRY main.1 {
   EXPECT_EQ(plan->temp_bytes, 0u);
 }
 
+// Int4 weights (weight-only quantized serving) are packed two to a byte on the GPU (SubByteNormalization):
+// a lowered program's s4 parameter is half its element count in bytes, as the compiled module's E(4) layout
+// says; the bf16 it is widened into is not.
+TEST(XlaGpuModel, FourBitArraysArePackedTwoToAByte) {
+  HloModule m = lowered(R"(HloModule jit_f
+
+ENTRY main.1 {
+  w = s4[4096,4096]{1,0} parameter(0)
+  x = bf16[16,4096]{1,0} parameter(1)
+  c = bf16[4096,4096]{1,0} convert(w)
+  ROOT d = bf16[16,4096]{1,0} dot(x, c), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+)");
+  auto plan = plan_hlo(std::move(m));
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  EXPECT_EQ(plan->argument_bytes, 4096u * 4096 / 2 + 16 * 4096 * 2);
+  EXPECT_EQ(plan->output_bytes, 16u * 4096 * 2);
+}
+
 }  // namespace
 }  // namespace memfit

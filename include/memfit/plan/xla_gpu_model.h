@@ -62,6 +62,12 @@ bool is_lowered_module(const HloModule& module);
 // In the program's own order.
 Expected<HloModule> model_xla_gpu(HloModule lowered);
 
+// XLA:GPU's SubByteNormalization(SET_ELEMENT_SIZE) (xla/hlo/transforms/simplifiers/sub_byte_normalization.cc,
+// run by gpu_compiler.cc before layout assignment, entry parameters and results included): arrays of 4-bit
+// types (s4, u4, f4e2m1fn) are packed two to a byte. A lowered program has no layouts to say so; a compiled
+// one's E(4) is read as written.
+void pack_four_bit_types(HloModule& lowered);
+
 // XLA's OptimizeInputOutputBufferAlias (xla/service/optimize_input_output_buffer_alias.cc) for the donated
 // arguments JAX names no output for (HloModule::buffer_donors): per memory space, donors and outputs not yet
 // aliased, each sorted largest first, are paired greedily where their sizes are equal, as input_output_alias
