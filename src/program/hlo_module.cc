@@ -294,54 +294,58 @@ Expected<std::vector<HloInstruction::OperandAlias>> parse_operand_aliases(std::s
 
 }  // namespace
 
-uint64_t sharding_devices(std::string_view sharding) {
-  constexpr uint64_t kMost = uint64_t{1} << 32;
+namespace {
+
+// The tile assignment's dimensions of an HLO sharding, "{devices=[2,1,4]<=[8] ...}" -> {2, 1, 4}; none when
+// it has none ({replicated}, {maximal device=0}) or they do not read.
+std::optional<std::vector<uint64_t>> tile_dimensions(std::string_view sharding) {
   const size_t at = sharding.find("devices=[");
-  if (at == std::string_view::npos) return 1;
-  std::string_view rest = sharding.substr(at + 9);
-  // The iota form names the device count after "<=["; else the tile dimensions multiply to it.
-  uint64_t product = 1;
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view rest = sharding.substr(at + 9);
   const size_t close = rest.find(']');
-  if (close == std::string_view::npos) return 1;
+  if (close == std::string_view::npos) return std::nullopt;
+  std::vector<uint64_t> dims;
   for (std::string_view dim : split_top(rest.substr(0, close))) {
     uint64_t d = 0;
     dim = trim(dim);
     const auto [end, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), d);
-    if (ec != std::errc() || end != dim.data() + dim.size() || d == 0) return 1;
-    d = std::min(d, kMost);
-    product = product > kMost / d ? kMost : product * d;
+    if (ec != std::errc() || end != dim.data() + dim.size() || d == 0) return std::nullopt;
+    dims.push_back(d);
   }
-  rest = rest.substr(close + 1);
-  if (rest.starts_with("<=[")) {
+  return dims;
+}
+
+}  // namespace
+
+uint64_t sharding_devices(std::string_view sharding) {
+  constexpr uint64_t kMost = uint64_t{1} << 32;
+  const auto dims = tile_dimensions(sharding);
+  if (!dims) return 1;
+  // The iota form names the device count after "<=["; else the tile dimensions multiply to it.
+  const std::string_view rest = sharding.substr(sharding.find("devices=[") + 9);
+  if (const size_t iota = rest.find("]<=["); iota != std::string_view::npos && iota == rest.find(']')) {
     uint64_t n = 0;
-    const std::string_view digits = rest.substr(3);
+    const std::string_view digits = rest.substr(iota + 4);
     const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
     if (ec == std::errc() && end != digits.data() + digits.size() && *end == ']' && n > 0)
       return std::min(n, kMost);
+  }
+  uint64_t product = 1;
+  for (uint64_t d : *dims) {
+    d = std::min(d, kMost);
+    product = product > kMost / d ? kMost : product * d;
   }
   return product;
 }
 
 std::vector<uint64_t> sharding_tiles(std::string_view sharding, size_t rank) {
-  const size_t at = sharding.find("devices=[");
-  if (at == std::string_view::npos || rank == 0) return {};
-  const std::string_view rest = sharding.substr(at + 9);
-  const size_t close = rest.find(']');
-  if (close == std::string_view::npos) return {};
-  std::vector<uint64_t> tiles;
-  for (std::string_view dim : split_top(rest.substr(0, close))) {
-    uint64_t d = 0;
-    dim = trim(dim);
-    const auto [end, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), d);
-    if (ec != std::errc() || end != dim.data() + dim.size() || d == 0) return {};
-    tiles.push_back(d);
-  }
+  auto tiles = tile_dimensions(sharding);
   // More tile dimensions than the array has: the last ones replicate (last_tile_dim_replicate,
   // last_tile_dims={...}); fewer is not a sharding of it.
-  if (tiles.size() < rank) return {};
-  tiles.resize(rank);
-  if (std::all_of(tiles.begin(), tiles.end(), [](uint64_t t) { return t == 1; })) return {};
-  return tiles;
+  if (!tiles || rank == 0 || tiles->size() < rank) return {};
+  tiles->resize(rank);
+  if (std::all_of(tiles->begin(), tiles->end(), [](uint64_t t) { return t == 1; })) return {};
+  return std::move(*tiles);
 }
 
 namespace {
@@ -431,6 +435,16 @@ Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line)
           break;
         }
         out.push_back(d);
+      }
+    } else if (key == "sharding" && (inst.opcode == HloOpcode::kParameter || inst.is_root)) {
+      // What each device holds of an argument or a result: {devices=...} splits an array, {{...}, ...} each
+      // element of a tuple.
+      if (!inst.shape.is_tuple()) {
+        inst.sharding_tiles = {sharding_tiles(value, inst.shape.dims.size())};
+      } else if (value.starts_with("{{") && value.ends_with("}}")) {
+        const auto parts = split_top(value.substr(1, value.size() - 2));
+        for (size_t k = 0; k < parts.size() && k < inst.shape.elements.size(); ++k)
+          inst.sharding_tiles.push_back(sharding_tiles(parts[k], inst.shape.elements[k].dims.size()));
       }
     } else if (key == "custom_call_target") {
       inst.custom_call_target = std::string(unquote(value));
@@ -734,32 +748,8 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
     MEMFIT_ASSIGN_OR_RETURN(HloInstruction inst, parse_instruction(line, number));
     // A compiled module's shardings describe one device's share of a program already partitioned.
     if (const size_t at = line.find("sharding={devices=[");
-        !module.is_scheduled && at != std::string_view::npos) {
+        !module.is_scheduled && at != std::string_view::npos)
       module.num_partitions = std::max(module.num_partitions, sharding_devices(line.substr(at + 9)));
-      if (inst.opcode == HloOpcode::kParameter && !inst.shape.is_tuple())
-        inst.sharding_tiles = sharding_tiles(line.substr(at + 9), inst.shape.dims.size());
-    }
-    // The ENTRY root's sharding: each result's split ({{...}, {...}} for a tuple of results).
-    if (const size_t at = line.find(", sharding={");
-        !module.is_scheduled && inst.is_root && current->is_entry && at != std::string_view::npos) {
-      std::string_view value = line.substr(at + 11);
-      int depth = 0;
-      for (size_t i = 0; i < value.size(); ++i) {
-        depth += value[i] == '{' ? 1 : value[i] == '}' ? -1 : 0;
-        if (depth == 0) {
-          value = value.substr(0, i + 1);
-          break;
-        }
-      }
-      module.result_tiles.clear();
-      if (inst.shape.is_tuple() && value.starts_with("{{")) {
-        const auto parts = split_top(value.substr(1, value.size() - 2));
-        for (size_t k = 0; k < parts.size() && k < inst.shape.elements.size(); ++k)
-          module.result_tiles.push_back(sharding_tiles(parts[k], inst.shape.elements[k].dims.size()));
-      } else if (!inst.shape.is_tuple()) {
-        module.result_tiles.push_back(sharding_tiles(value, inst.shape.dims.size()));
-      }
-    }
     if (module.platform == HloPlatform::kUnknown) module.platform = inst.platform;
     current->instructions.push_back(std::move(inst));
   }
@@ -826,122 +816,122 @@ Status validate_hlo_module(const HloModule& module) {
   return ok_status();
 }
 
-Expected<EntrySizes> per_device_entry_sizes(const HloModule& module) {
+namespace {
+
+// An array's share of each device: each dimension split into its tiles, rounded up (XLA pads the last shard);
+// the whole array when `tiles` is not one per dimension.
+std::optional<uint64_t> share_bytes(const Shape& s, const std::vector<uint64_t>& tiles) {
+  if (tiles.size() != s.dims.size()) return s.own_bytes();
+  std::vector<uint64_t> dims = s.dims;
+  for (size_t d = 0; d < dims.size(); ++d) dims[d] = (dims[d] + tiles[d] - 1) / tiles[d];
+  auto bytes = array_bytes(s.type, dims, s.packed_element_bits);
+  return bytes.ok() ? std::optional<uint64_t>(*bytes) : std::nullopt;
+}
+
+// The tiles splitting the array at `index` of an instruction's shape (HloInstruction::sharding_tiles).
+const std::vector<uint64_t>& tiles_at(const HloInstruction& i, const std::vector<uint64_t>& index) {
+  static const std::vector<uint64_t> kWhole;
+  if (index.empty() && !i.shape.is_tuple() && i.sharding_tiles.size() == 1) return i.sharding_tiles[0];
+  if (index.size() == 1 && i.shape.is_tuple() && index[0] < i.sharding_tiles.size())
+    return i.sharding_tiles[index[0]];
+  return kWhole;
+}
+
+// entry_sizes and per_device_entry_sizes: the same walk, arrays whole or each device's share.
+Expected<EntrySizes> sizes_of_entry(const HloModule& module, bool per_device) {
   const HloComputation* entry = module.entry();
   if (entry == nullptr) return invalid_argument("the module has no ENTRY computation");
   const HloInstruction* root = entry->root();
   if (root == nullptr) return invalid_argument("the ENTRY computation is empty");
-  const Error overflow = invalid_argument("the module's per-device sizes overflow 64 bits");
-  // An array's share: each dimension split into its tiles, rounded up (XLA pads the last shard).
-  auto share = [](const Shape& s, const std::vector<uint64_t>& tiles) -> std::optional<uint64_t> {
-    if (tiles.size() != s.dims.size()) return s.own_bytes();
-    std::vector<uint64_t> dims = s.dims;
-    for (size_t d = 0; d < dims.size(); ++d) dims[d] = (dims[d] + tiles[d] - 1) / tiles[d];
-    auto bytes = array_bytes(s.type, dims, s.packed_element_bits);
-    return bytes.ok() ? std::optional<uint64_t>(*bytes) : std::nullopt;
-  };
-  std::unordered_map<int64_t, const HloInstruction*> parameters;
-  EntrySizes sizes;
-  for (const HloInstruction& i : entry->instructions) {
-    if (i.opcode != HloOpcode::kParameter) continue;
-    parameters[i.parameter_number] = &i;
-    std::vector<const Shape*> stack{&i.shape};
+  // Each shape was checked when parsed; their sums are checked here (four f32[2^60] parameters are 2^64 B).
+  const Error overflow = invalid_argument("the module's argument or output bytes overflow 64 bits");
+  // Adds each array of `shape` - `bytes_of(array, index)` - to its memory space's total, and with `tables`
+  // each tuple's pointer table (on the device).
+  auto walk = [&](const Shape& shape, uint64_t& device, uint64_t& host, bool tables,
+                  const auto& bytes_of) -> Status {
+    std::vector<std::pair<const Shape*, std::vector<uint64_t>>> stack{{&shape, {}}};
     while (!stack.empty()) {
-      const Shape* s = stack.back();
+      auto [s, index] = std::move(stack.back());
       stack.pop_back();
-      for (const Shape& e : s->elements) stack.push_back(&e);
-      if (s->is_tuple()) continue;
-      const auto bytes = share(*s, s == &i.shape ? i.sharding_tiles : std::vector<uint64_t>{});
-      uint64_t& total =
-          s->memory_space == kHostMemorySpace ? sizes.host_argument_bytes : sizes.argument_bytes;
+      std::optional<uint64_t> bytes = s->own_bytes();
+      if (!s->is_tuple()) {
+        bytes = bytes_of(*s, index);
+      } else if (!tables) {
+        bytes = 0;
+      }
+      uint64_t& total = s->memory_space == kHostMemorySpace ? host : device;
       const auto sum = bytes ? checked_add(total, *bytes) : std::nullopt;
       if (!sum) return overflow;
       total = *sum;
-    }
-  }
-  // Each output leaf: the share of the parameter it is written over, else whole; tuple tables as they are.
-  std::map<std::vector<uint64_t>, uint64_t> aliased;  // output index -> the share
-  for (const HloAlias& a : module.aliases) {
-    const auto p = parameters.find(a.parameter);
-    if (p == parameters.end()) continue;
-    const Shape* in = p->second->shape.at(a.parameter_index);
-    if (in == nullptr || in->is_tuple()) continue;
-    const auto bytes =
-        share(*in, a.parameter_index.empty() ? p->second->sharding_tiles : std::vector<uint64_t>{});
-    if (!bytes) return overflow;
-    aliased[a.output_index] = *bytes;
-    uint64_t& total = in->memory_space == kHostMemorySpace ? sizes.host_alias_bytes : sizes.alias_bytes;
-    const auto sum = checked_add(total, *bytes);
-    if (!sum) return overflow;
-    total = *sum;
-  }
-  std::vector<std::pair<const Shape*, std::vector<uint64_t>>> stack{{&root->shape, {}}};
-  while (!stack.empty()) {
-    auto [s, index] = stack.back();
-    stack.pop_back();
-    uint64_t bytes = s->own_bytes();
-    if (const auto a = aliased.find(index); !s->is_tuple() && a != aliased.end()) {
-      bytes = a->second;
-    } else if (!s->is_tuple() && index.size() <= 1) {
-      const size_t k = index.empty() ? 0 : index[0];
-      if (k < module.result_tiles.size()) {
-        const auto own = share(*s, module.result_tiles[k]);
-        if (!own) return overflow;
-        bytes = *own;
+      for (size_t k = 0; k < s->elements.size(); ++k) {
+        std::vector<uint64_t> element = index;
+        element.push_back(k);
+        stack.emplace_back(&s->elements[k], std::move(element));
       }
     }
-    uint64_t& total = s->memory_space == kHostMemorySpace ? sizes.host_output_bytes : sizes.output_bytes;
-    const auto sum = checked_add(total, bytes);
-    if (!sum) return overflow;
-    total = *sum;
-    for (size_t k = 0; k < s->elements.size(); ++k) {
-      std::vector<uint64_t> element = index;
-      element.push_back(k);
-      stack.emplace_back(&s->elements[k], std::move(element));
-    }
-  }
-  return sizes;
-}
-
-Expected<EntrySizes> entry_sizes(const HloModule& module) {
-  const HloComputation* entry = module.entry();
-  if (entry == nullptr) return invalid_argument("the module has no ENTRY computation");
+    return ok_status();
+  };
+  auto whole = [](const Shape& s, const std::vector<uint64_t>&) {
+    return std::optional<uint64_t>(s.own_bytes());
+  };
   EntrySizes sizes;
-  // Each shape was checked when parsed; their sums are checked here (four f32[2^60] parameters are 2^64 B).
-  const Error overflow = invalid_argument("the module's argument or output bytes overflow 64 bits");
-  auto add = [&](uint64_t& total, uint64_t bytes) -> Status {
-    const auto sum = checked_add(total, bytes);
-    if (!sum) return overflow;
-    total = *sum;
-    return ok_status();
-  };
-  // Arrays, each in its memory space's total, and with `tables` the pointer table of every tuple (on the
-  // device).
-  auto leaves = [&](const Shape& shape, uint64_t& device, uint64_t& host, bool tables) -> Status {
-    std::vector<const Shape*> stack{&shape};
-    while (!stack.empty()) {
-      const Shape* s = stack.back();
-      stack.pop_back();
-      if (!s->is_tuple() || tables)
-        MEMFIT_RETURN_IF_ERROR(add(s->memory_space == kHostMemorySpace ? host : device, s->own_bytes()));
-      for (const Shape& e : s->elements) stack.push_back(&e);
-    }
-    return ok_status();
-  };
+  std::unordered_map<int64_t, const HloInstruction*> parameters;
   for (const HloInstruction& i : entry->instructions) {
-    if (i.opcode == HloOpcode::kParameter)
-      MEMFIT_RETURN_IF_ERROR(leaves(i.shape, sizes.argument_bytes, sizes.host_argument_bytes, false));
+    if (i.opcode != HloOpcode::kParameter) continue;
+    parameters[i.parameter_number] = &i;
+    auto share = [&](const Shape& s, const std::vector<uint64_t>& index) {
+      return share_bytes(s, tiles_at(i, index));
+    };
+    if (per_device) {
+      MEMFIT_RETURN_IF_ERROR(walk(i.shape, sizes.argument_bytes, sizes.host_argument_bytes, false, share));
+    } else {
+      MEMFIT_RETURN_IF_ERROR(walk(i.shape, sizes.argument_bytes, sizes.host_argument_bytes, false, whole));
+    }
   }
-  const HloInstruction* root = entry->root();
-  if (root == nullptr) return invalid_argument("the ENTRY computation is empty");
-  MEMFIT_RETURN_IF_ERROR(leaves(root->shape, sizes.output_bytes, sizes.host_output_bytes, true));
+  // An output written over an argument takes what the argument takes: each device's share of it.
+  std::map<std::vector<uint64_t>, uint64_t> aliased;  // output index -> bytes
   for (const HloAlias& a : module.aliases) {
     const Shape* out = root->shape.at(a.output_index);
     if (out == nullptr)
       return invalid_argument("input_output_alias names an output index the root does not have");
-    MEMFIT_RETURN_IF_ERROR(leaves(*out, sizes.alias_bytes, sizes.host_alias_bytes, false));
+    const auto p = parameters.find(a.parameter);
+    const Shape* in = p == parameters.end() ? nullptr : p->second->shape.at(a.parameter_index);
+    if (!per_device || in == nullptr) {
+      MEMFIT_RETURN_IF_ERROR(walk(*out, sizes.alias_bytes, sizes.host_alias_bytes, false, whole));
+      continue;
+    }
+    auto share = [&](const Shape& s, const std::vector<uint64_t>& sub) {
+      std::vector<uint64_t> index = a.parameter_index;
+      index.insert(index.end(), sub.begin(), sub.end());
+      std::vector<uint64_t> output = a.output_index;
+      output.insert(output.end(), sub.begin(), sub.end());
+      const auto bytes = share_bytes(s, tiles_at(*p->second, index));
+      if (bytes) aliased[output] = *bytes;
+      return bytes;
+    };
+    MEMFIT_RETURN_IF_ERROR(walk(*in, sizes.alias_bytes, sizes.host_alias_bytes, false, share));
+  }
+  auto output_share = [&](const Shape& s, const std::vector<uint64_t>& index) {
+    if (const auto a = aliased.find(index); a != aliased.end()) return std::optional<uint64_t>(a->second);
+    return share_bytes(s, tiles_at(*root, index));
+  };
+  if (per_device) {
+    MEMFIT_RETURN_IF_ERROR(
+        walk(root->shape, sizes.output_bytes, sizes.host_output_bytes, true, output_share));
+  } else {
+    MEMFIT_RETURN_IF_ERROR(walk(root->shape, sizes.output_bytes, sizes.host_output_bytes, true, whole));
   }
   return sizes;
+}
+
+}  // namespace
+
+Expected<EntrySizes> entry_sizes(const HloModule& module) {
+  return sizes_of_entry(module, /*per_device=*/false);
+}
+
+Expected<EntrySizes> per_device_entry_sizes(const HloModule& module) {
+  return sizes_of_entry(module, /*per_device=*/true);
 }
 
 }  // namespace memfit

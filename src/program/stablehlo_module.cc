@@ -91,7 +91,8 @@ class Reader {
         }
       }
     }
-    // Results JAX placed in host memory (out_shardings with memory_kind="pinned_host").
+    // What main's result attributes say of each result: in host memory (out_shardings with
+    // memory_kind="pinned_host"), split across devices (sdy.sharding, mhlo.sharding).
     for (HloComputation& c : module_.computations) {
       for (HloInstruction& root : c.instructions) {
         if (!c.is_entry || !root.is_root) continue;
@@ -101,6 +102,8 @@ class Reader {
           if (host_results_[k] && element != nullptr && !element->is_tuple())
             element->memory_space = kHostMemorySpace;
         }
+        if (std::any_of(result_tiles_.begin(), result_tiles_.end(), [](const auto& t) { return !t.empty(); }))
+          root.sharding_tiles = result_tiles_;
       }
     }
     for (const Located& l : located_) {
@@ -442,7 +445,7 @@ class Reader {
       // PJRT lays it out (S(5)) from this attribute.
       if (is_main && is_host_memory_kind(attrs)) shape.memory_space = kHostMemorySpace;
       HloInstruction p;
-      if (is_main) p.sharding_tiles = argument_tiles(attrs, shape.dims.size());
+      if (is_main) p.sharding_tiles = {argument_tiles(attrs, shape.dims.size())};
       p.name = arg_name;
       p.opcode = HloOpcode::kParameter;
       p.shape = shape;
@@ -477,7 +480,7 @@ class Reader {
         const std::vector<std::string_view> each = split_top_level(r);
         for (size_t k = 0; k < each.size() && k < results.size(); ++k) {
           host_results_.push_back(is_host_memory_kind(each[k]));
-          module_.result_tiles.push_back(argument_tiles(each[k], results[k].dims.size()));
+          result_tiles_.push_back(argument_tiles(each[k], results[k].dims.size()));
         }
       }
     }
@@ -937,7 +940,8 @@ class Reader {
   std::vector<Scope> scopes_;
   std::vector<PendingWhile> whiles_;
   std::vector<PendingManual> manuals_;
-  std::vector<bool> host_results_;  // main's results in host memory, by position
+  std::vector<bool> host_results_;                   // main's results in host memory, by position
+  std::vector<std::vector<uint64_t>> result_tiles_;  // and how each is split across devices
   std::unordered_map<std::string, std::unordered_map<std::string, uint64_t>> meshes_;  // name -> axis sizes
   // Locations: the one on the line being read, each instruction's, and the module's aliases.
   struct Located {

@@ -72,10 +72,11 @@ struct HloInstruction {
   };
   std::vector<OperandAlias> operand_aliases;
   HloPlatform platform = HloPlatform::kUnknown;  // what its backend_config says, if anything
-  // A parameter of a program before partitioning: into how many parts each dimension is split across the
-  // devices (HLO's sharding={devices=[8,1]<=[8]}, StableHLO's mhlo.sharding or sdy.sharding); empty when
-  // every device holds it whole.
-  std::vector<uint64_t> sharding_tiles;
+  // A parameter or the ENTRY root of a program before partitioning: into how many parts its sharding
+  // splits each dimension across the devices - one list for an array, one per element for a tuple (HLO's
+  // sharding={devices=[8,1]<=[8]} or {{...}, {...}}, StableHLO's mhlo.sharding or sdy.sharding on main's
+  // arguments and results). An empty list: every device holds it whole.
+  std::vector<std::vector<uint64_t>> sharding_tiles;
   // What the buffer is for, when memfit built the program (model zoo): parameters, optimizer_state,
   // gradients, activations, temporaries. Empty for parsed modules.
   std::string category;
@@ -140,10 +141,6 @@ struct HloModule {
     std::vector<uint64_t> parameter_index;
   };
   std::vector<BufferDonor> buffer_donors;
-  // How a program before partitioning splits each of its results across the devices, by position (the
-  // ENTRY root's sharding={{...}, ...}, StableHLO's result attributes): sharding_tiles' form; empty where
-  // none is given (the compiler chooses).
-  std::vector<std::vector<uint64_t>> result_tiles;
   std::vector<HloComputation> computations;
 
   const HloComputation* entry() const;
@@ -189,8 +186,8 @@ Expected<EntrySizes> entry_sizes(const HloModule& module);
 
 // The same for each device of a program before partitioning: a parameter's share as its sharding splits it
 // (each split dimension rounded up, as XLA's SPMD partitioner pads), an output aliased to a parameter that
-// parameter's share, another output as its own sharding splits it where one is given (result_tiles), else
-// whole (its sharding is then the compiler's choice).
+// parameter's share, another output as the root's sharding splits it where one is given, else whole (its
+// sharding is then the compiler's choice).
 Expected<EntrySizes> per_device_entry_sizes(const HloModule& module);
 
 }  // namespace memfit
