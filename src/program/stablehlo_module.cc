@@ -18,7 +18,9 @@ namespace memfit {
 namespace {
 
 using stablehlo_text::arrow;
+using stablehlo_text::closing_bracket;
 using stablehlo_text::error_at;
+using stablehlo_text::find_top_level;
 using stablehlo_text::hlo_opcode;
 using stablehlo_text::int_list_after;
 using stablehlo_text::next_line;
@@ -64,9 +66,12 @@ struct PendingManual {
 class Reader {
  public:
   Expected<HloModule> read(std::string_view text) {
-    if (text.find(" loc(") != std::string_view::npos) read_location_aliases(text);
     size_t pos = 0;
     for (std::string_view line; next_line(text, pos, line, line_);) {
+      if (line.starts_with("#")) {  // an attribute alias; "#loc12 = loc(...)" names ops, before or after
+        location_alias(line);
+        continue;
+      }
       // An op's location names the JAX op that made it ("jit(step)/transpose(jvp())/dot_general"), as an
       // HLO module's metadata op_name does.
       location_ = {};
@@ -126,21 +131,11 @@ class Reader {
     return false;
   }
 
-  // "#loc12 = loc(...)" lines, which MLIR prints after the module: alias -> what it stands for.
-  void read_location_aliases(std::string_view text) {
-    size_t pos = 0;
-    uint64_t number = 0;
-    while (pos < text.size()) {
-      size_t end = text.find('\n', pos);
-      if (end == std::string_view::npos) end = text.size();
-      const std::string_view line = trim(text.substr(pos, end - pos));
-      pos = end + 1;
-      ++number;
-      if (!line.starts_with("#loc")) continue;
-      const size_t eq = line.find(" = loc(");
-      if (eq == std::string_view::npos || !line.ends_with(")")) continue;
-      location_aliases_[std::string(line.substr(0, eq))] = line.substr(eq + 7, line.size() - eq - 8);
-    }
+  // "#loc12 = loc(...)": what the alias stands for (MLIR prints them after the module).
+  void location_alias(std::string_view line) {
+    const size_t eq = line.find(" = loc(");
+    if (!line.starts_with("#loc") || eq == std::string_view::npos || !line.ends_with(")")) return;
+    location_aliases_[std::string(line.substr(0, eq))] = line.substr(eq + 7, line.size() - eq - 8);
   }
 
   // The op name a location carries: a NameLoc's string ("name"(child) or "name"), through aliases
@@ -211,15 +206,7 @@ class Reader {
     const size_t open = rest.find('[');
     if (comma == std::string_view::npos || open == std::string_view::npos || open < comma) return {};
     const auto mesh = meshes_.find(std::string(trim(rest.substr(0, comma))));
-    size_t close = std::string_view::npos;
-    int depth = 0;
-    for (size_t i = open; i < rest.size(); ++i) {
-      depth += rest[i] == '[' ? 1 : rest[i] == ']' ? -1 : 0;
-      if (depth == 0) {
-        close = i;
-        break;
-      }
-    }
+    const size_t close = closing_bracket(rest, open);
     if (mesh == meshes_.end() || close == std::string_view::npos) return {};
     std::vector<uint64_t> tiles;
     for (std::string_view dim : split_top_level(rest.substr(open + 1, close - open - 1))) {
@@ -242,32 +229,6 @@ class Reader {
     if (tiles.size() != rank || std::all_of(tiles.begin(), tiles.end(), [](uint64_t t) { return t == 1; }))
       return {};
     return tiles;
-  }
-
-  // Where " attributes {" starts outside brackets and quotes (a function's attribute dictionary after its
-  // results), or the end of `s`.
-  static size_t top_level_attributes(std::string_view s) {
-    int depth = 0;
-    bool quoted = false;
-    for (size_t i = 0; i < s.size(); ++i) {
-      const char c = s[i];
-      if (quoted) {
-        if (c == '\\') {
-          ++i;
-        } else if (c == '"') {
-          quoted = false;
-        }
-      } else if (c == '"') {
-        quoted = true;
-      } else if (c == '(' || c == '[' || c == '{' || c == '<') {
-        ++depth;
-      } else if (c == ')' || c == ']' || c == '}' || (c == '>' && (i == 0 || s[i - 1] != '-'))) {
-        --depth;
-      } else if (depth == 0 && s.substr(i).starts_with(" attributes {")) {
-        return i;
-      }
-    }
-    return s.size();
   }
 
   static bool is_host_memory_kind(std::string_view attrs) {
@@ -396,27 +357,7 @@ class Reader {
     const bool is_main = name == "main";
     // The argument list: from '(' to its matching ')'.
     // Quoted strings are skipped: mhlo.sharding = "{devices=[8,1]<=[8]}" holds an unmatched '<'.
-    int depth = 0;
-    bool quoted = false;
-    size_t close = std::string_view::npos;
-    for (size_t i = open; i < line.size(); ++i) {
-      if (quoted) {
-        if (line[i] == '\\') {
-          ++i;
-        } else if (line[i] == '"') {
-          quoted = false;
-        }
-        continue;
-      }
-      if (line[i] == '"') quoted = true;
-      if (line[i] == '(' || line[i] == '<' || line[i] == '{' || line[i] == '[') ++depth;
-      if (line[i] == ')' || (line[i] == '>' && line[i - 1] != '-') || line[i] == '}' || line[i] == ']')
-        --depth;
-      if (depth == 0) {
-        close = i;
-        break;
-      }
-    }
+    const size_t close = closing_bracket(line, open);
     if (close == std::string_view::npos || !line.ends_with("{"))
       return error_at(line_, "a function header must fit on one line and end in '{'");
     HloComputation c;
@@ -473,7 +414,7 @@ class Reader {
         std::string_view r = trim(rest.substr(a + 2));
         r = trim(r.substr(0, r.size() - 1));  // the body's '{'
         // "-> (...) attributes {mhlo.frontend_attributes = ...}": the function's attributes, not a result.
-        r = trim(r.substr(0, top_level_attributes(r)));
+        r = trim(r.substr(0, find_top_level(r, " attributes {")));
         MEMFIT_ASSIGN_OR_RETURN(std::vector<Shape> results, parse_type_list(r, line_));
         results_of_main_ = results.size();
         if (r.starts_with("(") && r.ends_with(")")) r = r.substr(1, r.size() - 2);
@@ -971,6 +912,7 @@ ProgramTextKind program_text_kind(std::string_view text) {
   size_t pos = 0;
   uint64_t number = 0;
   for (std::string_view line; next_line(text, pos, line, number);) {
+    if (line.starts_with("#")) continue;  // MLIR's attribute aliases may come first
     if (line.starts_with("HloModule ")) return ProgramTextKind::kHlo;
     if (line.starts_with("module") || line.starts_with("func.func")) return ProgramTextKind::kStableHlo;
     return ProgramTextKind::kUnknown;

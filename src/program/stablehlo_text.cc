@@ -13,12 +13,14 @@
 namespace memfit::stablehlo_text {
 namespace {
 
-// Depth-aware scanning: brackets of every kind and double-quoted strings (with escapes).
+// Depth-aware scanning: brackets of every kind ('>' of "->" is none) and double-quoted strings (with
+// escapes). Calls `visit(i, depth, opens, closes)` for each character outside quotes from `from`, `depth`
+// counting the brackets open before it (less one if it closes one); stops when `visit` returns false.
 template <typename F>
-void scan_top_level(std::string_view s, F&& at_top) {
+void walk_brackets(std::string_view s, size_t from, F&& visit) {
   int depth = 0;
   bool quoted = false;
-  for (size_t i = 0; i < s.size(); ++i) {
+  for (size_t i = from; i < s.size(); ++i) {
     const char c = s[i];
     if (quoted) {
       if (c == '\\') {
@@ -30,14 +32,22 @@ void scan_top_level(std::string_view s, F&& at_top) {
     }
     if (c == '"') {
       quoted = true;
-    } else if (c == '(' || c == '[' || c == '{' || c == '<') {
-      ++depth;
-    } else if (c == ')' || c == ']' || c == '}' || (c == '>' && (i == 0 || s[i - 1] != '-'))) {
-      if (depth > 0) --depth;
-    } else if (depth == 0) {
-      if (!at_top(i)) return;
+      continue;
     }
+    const bool opens = c == '(' || c == '[' || c == '{' || c == '<';
+    const bool closes = c == ')' || c == ']' || c == '}' || (c == '>' && (i == 0 || s[i - 1] != '-'));
+    if (closes && depth > 0) --depth;
+    if (!visit(i, depth, opens, closes)) return;
+    if (opens) ++depth;
   }
+}
+
+// Calls `at_top(i)` for each character outside brackets and quotes that is none itself.
+template <typename F>
+void scan_top_level(std::string_view s, F&& at_top) {
+  walk_brackets(s, 0, [&](size_t i, int depth, bool opens, bool closes) {
+    return depth != 0 || opens || closes || at_top(i);
+  });
 }
 
 }  // namespace
@@ -78,7 +88,7 @@ bool next_line(std::string_view text, size_t& pos, std::string_view& line, uint6
     line = trim(text.substr(pos, end - pos));
     pos = end + 1;
     ++number;
-    if (!line.empty() && !line.starts_with("//") && !line.starts_with("#")) return true;
+    if (!line.empty() && !line.starts_with("//")) return true;
   }
   return false;
 }
@@ -87,29 +97,27 @@ bool next_line(std::string_view text, size_t& pos, std::string_view& line, uint6
 // them with lowered.as_text(debug_info=True) and in JAX_DUMP_IR_TO's files); npos when there is none.
 size_t trailing_loc(std::string_view s) {
   if (!s.ends_with(")")) return std::string_view::npos;
-  for (size_t p = s.find(" loc("); p != std::string_view::npos; p = s.find(" loc(", p + 1)) {
-    int depth = 0;
-    bool quoted = false;
-    size_t i = p + 4;
-    for (; i < s.size(); ++i) {
-      const char c = s[i];
-      if (quoted) {
-        if (c == '\\') {
-          ++i;
-        } else if (c == '"') {
-          quoted = false;
-        }
-      } else if (c == '"') {
-        quoted = true;
-      } else if (c == '(') {
-        ++depth;
-      } else if (c == ')' && --depth == 0) {
-        break;
-      }
-    }
-    if (i == s.size() - 1) return p;
-  }
+  for (size_t p = s.find(" loc("); p != std::string_view::npos; p = s.find(" loc(", p + 1))
+    if (closing_bracket(s, p + 4) == s.size() - 1) return p;
   return std::string_view::npos;
+}
+
+size_t closing_bracket(std::string_view s, size_t open) {
+  size_t found = std::string_view::npos;
+  walk_brackets(s, open, [&](size_t i, int depth, bool, bool closes) {
+    if (closes && depth == 0) found = i;
+    return found == std::string_view::npos;
+  });
+  return found;
+}
+
+size_t find_top_level(std::string_view s, std::string_view what) {
+  size_t found = s.size();
+  scan_top_level(s, [&](size_t i) {
+    if (s.substr(i).starts_with(what)) found = i;
+    return found == s.size();
+  });
+  return found;
 }
 
 Error error_at(uint64_t line, std::string_view what) {

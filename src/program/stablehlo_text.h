@@ -14,11 +14,16 @@ namespace memfit::stablehlo_text {
 // "[0, 2, 1]" after `key` (which ends with '['): the integers, or none when the list does not read.
 std::vector<int64_t> int_list_after(std::string_view text, std::string_view key);
 std::string_view trim(std::string_view s);
-// The next line from `pos` that says something (trimmed; not blank, not a comment), counting lines in
-// `number`; false at the end.
+// The next line from `pos` that says something (trimmed; not blank, not a // comment), counting lines in
+// `number`; false at the end. Attribute aliases ("#loc3 = loc(...)") are lines too.
 bool next_line(std::string_view text, size_t& pos, std::string_view& line, uint64_t& number);
 // Where a trailing " loc(...)" starts (debug_info=True), or npos.
 size_t trailing_loc(std::string_view s);
+// Where the bracket that `s[open]` opens is closed, outside quoted strings (every kind of bracket counted,
+// '>' of "->" none); npos when it is not.
+size_t closing_bracket(std::string_view s, size_t open);
+// Where `what` first starts outside brackets and quotes, or s.size().
+size_t find_top_level(std::string_view s, std::string_view what);
 Error error_at(uint64_t line, std::string_view what);
 // Split at top-level commas (outside brackets of every kind and quoted strings), each part trimmed.
 std::vector<std::string_view> split_top_level(std::string_view s);
