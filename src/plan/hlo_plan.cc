@@ -29,13 +29,12 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
   // the list scheduler's on a tie (hlo_memory_scheduler.cc): so only the kept schedule is packed.
   const bool from_stablehlo = module.from_stablehlo;
   const uint64_t partitions = module.num_partitions;
-  pack_four_bit_types(module);
-  alias_buffer_donors(module);
+  MEMFIT_ASSIGN_OR_RETURN(HloModule in_program_order, model_xla_gpu(std::move(module)));
+  // Each device's share of the entry, from the shardings the model keeps (and the donors it paired).
   EntrySizes per_device;
   if (partitions > 1) {
-    MEMFIT_ASSIGN_OR_RETURN(per_device, per_device_entry_sizes(module));
+    MEMFIT_ASSIGN_OR_RETURN(per_device, per_device_entry_sizes(in_program_order));
   }
-  MEMFIT_ASSIGN_OR_RETURN(HloModule in_program_order, model_xla_gpu(std::move(module)));
   copy_donated_parameters(in_program_order);
   HloModule listed = list_scheduled(HloModule(in_program_order));
   remove_unneeded_donation_copies(in_program_order);

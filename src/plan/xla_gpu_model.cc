@@ -968,6 +968,7 @@ void pack_four_bit_types(HloModule& m) {
 Expected<HloModule> model_xla_gpu(HloModule lowered) {
   HloModule m = std::move(lowered);
   pack_four_bit_types(m);
+  alias_buffer_donors(m);
   if (m.from_stablehlo)
     for (HloComputation& c : m.computations) xla_gpu_internal::xla_post_order(c);
   MEMFIT_RETURN_IF_ERROR(inline_calls(m));

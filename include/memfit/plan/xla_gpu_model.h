@@ -65,7 +65,7 @@ Expected<HloModule> model_xla_gpu(HloModule lowered);
 // XLA:GPU's SubByteNormalization(SET_ELEMENT_SIZE) (xla/hlo/transforms/simplifiers/sub_byte_normalization.cc,
 // run by gpu_compiler.cc before layout assignment, entry parameters and results included): arrays of 4-bit
 // types (s4, u4, f4e2m1fn) are packed two to a byte. A lowered program has no layouts to say so; a compiled
-// one's E(4) is read as written.
+// one's E(4) is read as written. model_xla_gpu runs this and alias_buffer_donors first.
 void pack_four_bit_types(HloModule& lowered);
 
 // XLA's OptimizeInputOutputBufferAlias (xla/service/optimize_input_output_buffer_alias.cc) for the donated
