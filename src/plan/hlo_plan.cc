@@ -18,6 +18,7 @@ namespace {
 // The plan of `module` from its buffer model: the heap placed, the peak and what is live at it.
 Expected<HloPlan> plan_modeled(const HloModule& module, const BufferModel& model,
                                const HloPlanOptions& options);
+Expected<uint64_t> device_temp_total(const BufferModel& model, const HloPlanOptions& options);
 
 }  // namespace
 
@@ -45,6 +46,17 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
                            live_bytes_peak(program_model.heap_intervals).bytes;
   MEMFIT_ASSIGN_OR_RETURN(HloPlan best, keep_listed ? plan_modeled(listed, listed_model, options)
                                                     : plan_modeled(in_program_order, program_model, options));
+  // The top of the range: the post order's packed temp. Packing can make the kept schedule's block the
+  // larger of the two.
+  if (keep_listed) {
+    MEMFIT_RETURN_IF_ERROR(device_temp_total(program_model, options));
+    const uint64_t post_order_temp =
+        best_heap(program_model.heap_intervals, options.alignment_bytes).heap_bytes;
+    best.temp_upper_bytes = std::max(best.temp_bytes, post_order_temp);
+    const auto upper = checked_add(best.peak_bytes - best.temp_bytes, best.temp_upper_bytes);
+    if (!upper) return invalid_argument("the module's sizes overflow 64 bits");
+    best.peak_upper_bytes = *upper;
+  }
   best.source = from_stablehlo ? "stablehlo" : "lowered-hlo";
   best.partitions = partitions;
   best.per_device_argument_bytes = per_device.argument_bytes;
@@ -90,6 +102,18 @@ PassPeaks pass_peaks(const HloModule& module, const BufferModel& model) {
   return PassPeaks{peaks[kForwardPass], peaks[kBackwardPass], peaks[kOtherPass]};
 }
 
+// The heap places chunks at offsets up to the sum of all device temp sizes (aligned): that sum must fit.
+Expected<uint64_t> device_temp_total(const BufferModel& model, const HloPlanOptions& options) {
+  uint64_t all_temp = 0;
+  for (const HeapInterval& iv : model.heap_intervals) {
+    const auto aligned = checked_round_up(iv.size_bytes, std::max<uint64_t>(options.alignment_bytes, 1));
+    const auto sum = aligned ? checked_add(all_temp, *aligned) : std::nullopt;
+    if (!sum) return invalid_argument("the module's temporary buffers total more than 2^64 bytes");
+    all_temp = *sum;
+  }
+  return all_temp;
+}
+
 Expected<HloPlan> plan_modeled(const HloModule& module, const BufferModel& model,
                                const HloPlanOptions& options) {
   MEMFIT_ASSIGN_OR_RETURN(EntrySizes sizes, entry_sizes(module));
@@ -103,14 +127,7 @@ Expected<HloPlan> plan_modeled(const HloModule& module, const BufferModel& model
   plan.host_output_bytes = sizes.host_output_bytes;
   plan.host_alias_bytes = sizes.host_alias_bytes;
 
-  // The heap places chunks at offsets up to the sum of all temp sizes (aligned): that sum must fit.
-  uint64_t all_temp = 0;
-  for (const HeapInterval& iv : model.heap_intervals) {
-    const auto aligned = checked_round_up(iv.size_bytes, std::max<uint64_t>(options.alignment_bytes, 1));
-    const auto sum = aligned ? checked_add(all_temp, *aligned) : std::nullopt;
-    if (!sum) return invalid_argument("the module's temporary buffers total more than 2^64 bytes");
-    all_temp = *sum;
-  }
+  MEMFIT_ASSIGN_OR_RETURN(uint64_t all_temp, device_temp_total(model, options));
   const HeapAssignment heap = best_heap(model.heap_intervals, options.alignment_bytes);
   // Host memory (offloaded activations) is its own heap: XLA reports it as host_temp, apart from the device.
   for (const HeapInterval& iv : model.host_heap_intervals) {
@@ -136,6 +153,8 @@ Expected<HloPlan> plan_modeled(const HloModule& module, const BufferModel& model
   if (!io || !peak || !bound) return invalid_argument("the module's sizes overflow 64 bits");
   plan.peak_bytes = *peak;
   plan.lower_bound_bytes = *bound;
+  plan.temp_upper_bytes = plan.temp_bytes;  // one schedule: plan_hlo widens a lowered program's range
+  plan.peak_upper_bytes = plan.peak_bytes;
 
   // One row per buffer, named by its first value's instruction.
   std::vector<uint64_t> temp_offset(model.buffers.size(), 0);

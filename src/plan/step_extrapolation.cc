@@ -151,7 +151,16 @@ Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
   const uint64_t fixed = io >= h.alias_bytes ? io - h.alias_bytes : 0;
   h.peak_bytes = fixed + h.temp_bytes;
   h.lower_bound_bytes = fixed + h.temp_lower_bound_bytes;
-  if (extend.overflow() || io < h.argument_bytes || h.peak_bytes < fixed || h.lower_bound_bytes < fixed)
+  // The post order's temp (the top of the range) need not grow evenly - the program's own order is no
+  // packing the layers repeat - so it is extended on a line of its own, the larger growth taken, and does not
+  // make the prediction inexact.
+  Extender upper_line(layers, spec.blocks());
+  h.temp_upper_bytes =
+      std::max(upper_line(at[0].hlo.temp_upper_bytes, at[1].hlo.temp_upper_bytes, at[2].hlo.temp_upper_bytes),
+               h.temp_bytes);
+  h.peak_upper_bytes = fixed + h.temp_upper_bytes;
+  if (extend.overflow() || upper_line.overflow() || io < h.argument_bytes || h.peak_bytes < fixed ||
+      h.lower_bound_bytes < fixed || h.peak_upper_bytes < fixed)
     return invalid_argument(
         fmt::format("layers: the step's memory at {} layers overflows 64 bits", spec.blocks()));
   // Buffers belong to a program; this plan has none. The peak's op stays when every depth peaks at it.
@@ -187,6 +196,7 @@ Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
   h.groups = std::move(groups);
 
   plan.peak_bytes = h.peak_bytes;
+  plan.peak_upper_bytes = h.peak_upper_bytes;
   extend.fields(plan, at[0], at[1], at[2], {&StepPlan::host_peak_bytes, &StepPlan::offloaded_bytes});
   PeakBreakdown& b = plan.breakdown;
   using B = PeakBreakdown;

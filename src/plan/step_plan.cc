@@ -56,6 +56,7 @@ void set_capacity(StepPlan& plan, std::optional<uint64_t> capacity_bytes, double
   plan.memory_fraction = memory_fraction;
   if (capacity_bytes) plan.limit_bytes = bfc_memory_limit(memory_fraction, *capacity_bytes);
   plan.fits = !capacity_bytes || plan.peak_bytes <= plan.limit_bytes;
+  plan.fits_in_every_order = !capacity_bytes || plan.peak_upper_bytes <= plan.limit_bytes;
 }
 
 Expected<StepPlan> plan_whole_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
@@ -67,6 +68,7 @@ Expected<StepPlan> plan_whole_step(const ModelSpec& spec, std::optional<uint64_t
   options.top = 8;
   MEMFIT_ASSIGN_OR_RETURN(plan.hlo, plan_hlo(std::move(module), options));
   plan.peak_bytes = plan.hlo.peak_bytes;
+  plan.peak_upper_bytes = plan.hlo.peak_upper_bytes;
   plan.host_peak_bytes = plan.hlo.host_temp_bytes;
   plan.offloaded_bytes = plan.hlo.host_value_bytes;
   // Arguments by group; outputs not written over a donated argument count with what they replace.

@@ -131,6 +131,51 @@ TEST(HloCommand, AShardedProgramsCapacityVerdictIsEachDevices) {
   }
 }
 
+// A program before optimization is planned in the order memfit predicts XLA picks, and also in the
+// program's own order, the most XLA's memory scheduler keeps: --capacity between the two fits as predicted
+// but says the order decides ("fits_in_every_order": false, still exit 0); above both it simply fits; below
+// the prediction it does not (exit 1). A compiled module has one order: its upper figures are its own.
+TEST(HloCommand, ALoweredProgramsVerdictSaysWhenTheOrderDecides) {
+  const std::string file = kData + "gpt_fp32_donate_remat_full.lowered.hlo.txt.gz";
+  const auto json = testing::run_cli({"hlo", file, "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  const uint64_t peak = j["peak_bytes"];
+  const uint64_t upper = j["peak_upper_bytes"];
+  ASSERT_GT(upper, peak + peak / 10);  // jax.checkpoint's recomputation, run where written, holds far more
+  EXPECT_EQ(upper - peak, j["temp_upper_bytes"].get<uint64_t>() - j["temp_bytes"].get<uint64_t>());
+  const auto table = testing::run_cli({"hlo", file});
+  EXPECT_NE(table.out.find("at most"), std::string::npos) << table.out;
+  struct Case {
+    uint64_t pool;  // the pool wanted: --capacity is the device, the pool about 75% of it
+    int code;
+    bool fits;
+    bool says_order;
+  };
+  for (const Case& c : {Case{peak / 2 + upper / 2, 0, true, true}, Case{upper + upper / 10, 0, true, false},
+                        Case{peak - peak / 10, 1, false, false}}) {
+    SCOPED_TRACE(c.pool);
+    const std::string capacity = std::to_string(c.pool / 3 * 4);
+    const auto verdict = testing::run_cli({"hlo", file, "--capacity", capacity, "--json"});
+    EXPECT_EQ(verdict.code, c.code) << verdict.err;
+    const auto v = nlohmann::json::parse(verdict.out);
+    EXPECT_EQ(v["fits"], c.fits);
+    if (c.fits) {
+      EXPECT_EQ(v["fits_in_every_order"], !c.says_order) << "limit " << v["limit_bytes"];
+    } else {
+      EXPECT_FALSE(v.contains("fits_in_every_order"));
+    }
+    const auto text = testing::run_cli({"hlo", file, "--capacity", capacity});
+    EXPECT_EQ(text.code, c.code);
+    EXPECT_EQ(text.out.find("whether it fits depends on the order") != std::string::npos, c.says_order)
+        << text.out;
+  }
+  const auto compiled = testing::run_cli({"hlo", kData + "gpt_fp32.hlo.txt.gz", "--json"});
+  ASSERT_EQ(compiled.code, 0) << compiled.err;
+  const auto o = nlohmann::json::parse(compiled.out);
+  EXPECT_EQ(o["peak_upper_bytes"], o["peak_bytes"]);
+}
+
 TEST(HloCommand, DumpFolderPicksTheLargestModuleOrTheNamedOne) {
   const auto dir = std::filesystem::temp_directory_path() / ("memfit_dump_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -26,6 +26,35 @@ TEST(PlanCommand, GoldenTableAndJson) {
     EXPECT_TRUE(j["breakdown"].contains(key)) << key;
 }
 
+// The step's peak in the program's own order bounds what XLA's memory scheduler keeps; a device whose pool
+// lies between it and the predicted peak fits as predicted, but the plan says the order decides.
+TEST(PlanCommand, SaysWhenOnlyThePredictedOrderFits) {
+  const std::vector<std::string> step = {"plan", "--model", "gpt", "--remat", "full", "--donate", "--json"};
+  const auto json = testing::run_cli(step);
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  const uint64_t peak = j["peak_bytes"];
+  const uint64_t upper = j["peak_upper_bytes"];
+  ASSERT_GT(upper, peak + peak / 10);
+  EXPECT_FALSE(j.contains("fits_in_every_order"));  // no device, no verdict
+  auto with_pool = [&](uint64_t pool, bool json_out) {
+    std::vector<std::string> args(step.begin(), step.end() - (json_out ? 0 : 1));
+    args.insert(args.end(), {"--device", std::to_string(pool / 3 * 4)});  // the pool is 75% of it
+    return testing::run_cli(args);
+  };
+  const auto between = with_pool(peak / 2 + upper / 2, true);
+  ASSERT_EQ(between.code, 0) << between.err;
+  const auto b = nlohmann::json::parse(between.out);
+  EXPECT_TRUE(b["fits"].get<bool>());
+  EXPECT_FALSE(b["fits_in_every_order"].get<bool>());
+  EXPECT_NE(with_pool(peak / 2 + upper / 2, false).out.find("but not in every order XLA may pick"),
+            std::string::npos);
+  const auto above = with_pool(upper + upper / 10, true);
+  ASSERT_EQ(above.code, 0) << above.err;
+  EXPECT_TRUE(nlohmann::json::parse(above.out)["fits_in_every_order"].get<bool>());
+  EXPECT_EQ(with_pool(upper + upper / 10, false).out.find("not in every order"), std::string::npos);
+}
+
 TEST(PlanCommand, SpecFileTakesProgramsJsonConfigsAndFlagsOverrideIt) {
   const auto path =
       std::filesystem::temp_directory_path() / ("memfit_spec_" + std::to_string(::getpid()) + ".json");

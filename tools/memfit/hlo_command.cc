@@ -42,6 +42,8 @@ Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers)
   j["host_temp_bytes"] = plan.host_temp_bytes;
   j["peak_bytes"] = plan.peak_bytes;
   j["lower_bound_bytes"] = plan.lower_bound_bytes;
+  j["temp_upper_bytes"] = plan.temp_upper_bytes;
+  j["peak_upper_bytes"] = plan.peak_upper_bytes;
   j["temp_lower_bound_bytes"] = plan.temp_lower_bound_bytes;
   j["constant_bytes"] = plan.constant_bytes;
   j["heap_packing"] = plan.packing == HeapPacking::kSpatial ? "spatial" : "temporal";
@@ -174,6 +176,13 @@ void print_table(std::ostream& out, const std::string& path, const HloPlan& plan
   row("lower bound", plan.lower_bound_bytes,
       fmt::format("with no fragmentation in temp (fragmentation is {} of the peak)",
                   format_percent(plan.peak_bytes - plan.lower_bound_bytes, plan.peak_bytes)));
+  if (plan.source != "optimized")
+    row("at most", plan.peak_upper_bytes,
+        plan.peak_upper_bytes > plan.peak_bytes
+            ? fmt::format("the peak in the program's own order, the most XLA's memory scheduler keeps:\n{:44}"
+                          "the order XLA picks decides where between this and the peak the step lands",
+                          "")
+            : "the peak: the program's own order is the predicted one");
   if (plan.groups.empty()) return;
   out << fmt::format("\n  live in temp at its peak (while {} runs{}):\n", plan.peak_instruction,
                      plan.peak_op_name.empty() ? "" : ", " + plan.peak_op_name);
@@ -271,6 +280,13 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       if (plan->peak_bytes <= *limit) {
         fits = true;
         verdict = plan->partitions > 1 ? "fits (one device running all of it would)" : "fits";
+        if (plan->peak_upper_bytes > *limit)
+          verdict += fmt::format(
+              " as predicted, with {} to spare;\n"
+              "  in the program's own order it needs {}, {} over: whether it fits depends on the order\n"
+              "  XLA schedules it in (compile it for the device to be sure)",
+              format_bytes(*limit - plan->peak_bytes), format_bytes(plan->peak_upper_bytes),
+              format_bytes(plan->peak_upper_bytes - *limit));
       } else if (plan->partitions <= 1) {
         fits = false;
         verdict = "does NOT fit";
@@ -293,6 +309,8 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       if (limit) {
         j["limit_bytes"] = *limit;
         j["fits"] = fits ? Json(*fits) : Json(nullptr);
+        // Whether it fits whatever order XLA's memory scheduler keeps (peak_upper_bytes).
+        if (fits && *fits) j["fits_in_every_order"] = plan->peak_upper_bytes <= *limit;
       }
       if (next) j["live_profile"] = next_step_json(options->live_profile, *next);
       io.out << json_to_output(j);

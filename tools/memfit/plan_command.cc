@@ -27,6 +27,7 @@ Json step_plan_to_json(const StepPlan& p) {
   j["temp_bytes"] = p.hlo.temp_bytes;
   j["peak_bytes"] = p.peak_bytes;
   j["lower_bound_bytes"] = p.hlo.lower_bound_bytes;  // the peak with no fragmentation in temp
+  j["peak_upper_bytes"] = p.peak_upper_bytes;        // in the program's own order: the most XLA keeps
   j["host_peak_bytes"] = p.host_peak_bytes;          // pinned host memory (remat offload), not the device's
   j["offloaded_bytes"] = p.offloaded_bytes;          // copied to the host and back each step
   j["breakdown"] = {{"parameters", p.breakdown.parameters}, {"optimizer_state", p.breakdown.optimizer_state},
@@ -37,6 +38,7 @@ Json step_plan_to_json(const StepPlan& p) {
     j["memory_fraction"] = p.memory_fraction;
     j["limit_bytes"] = p.limit_bytes;
     j["fits"] = p.fits;
+    j["fits_in_every_order"] = p.fits_in_every_order;
   } else {
     // Without a device there is no answer to "does it fit": null, not a guess.
     j["capacity_bytes"] = nullptr;
@@ -149,6 +151,12 @@ void print(std::ostream& out, const StepPlan& p) {
   if (s.step == StepKind::kDecode) row("KV cache", p.breakdown.kv_cache);
   row("temporaries", p.breakdown.temporaries);
   row("peak", p.peak_bytes);
+  if (p.peak_upper_bytes > p.peak_bytes)
+    out << fmt::format(
+        "  at most {} in the program's own order, the most XLA's memory scheduler keeps: the order XLA "
+        "picks\n"
+        "  decides where between that and the peak the step lands\n",
+        format_bytes(p.peak_upper_bytes));
   if (p.offloaded_bytes > 0) {
     out << fmt::format(
         "  pinned host memory: {} at its fullest, not on the device ({} copied to the host and back each "
@@ -174,6 +182,12 @@ void print(std::ostream& out, const StepPlan& p) {
                        p.fits ? fmt::format("fits, {} to spare", format_bytes(p.limit_bytes - p.peak_bytes))
                               : fmt::format("does NOT fit, {} over (memfit fit finds the cheapest change)",
                                             format_bytes(p.peak_bytes - p.limit_bytes)));
+    if (p.fits && !p.fits_in_every_order)
+      out << fmt::format(
+          "  but not in every order XLA may pick: in the program's own order it is {} over (compile it for "
+          "the\n"
+          "  device to be sure)\n",
+          format_bytes(p.peak_upper_bytes - p.limit_bytes));
   }
   if (p.hlo.groups.empty()) return;
   out << "\n  largest tensors live at the peak:\n";

@@ -81,6 +81,13 @@ struct HloPlan {
   uint64_t constant_bytes = 0;
   uint64_t peak_bytes = 0;         // argument + output - alias + temp: what the device measured
   uint64_t lower_bound_bytes = 0;  // the same with the lower-bound temp
+  // The top of the range XLA's choice of schedule spans, for a program before optimization: its temp and
+  // peak in the program's own post order, the schedule XLA's memory scheduler falls back on (it keeps the
+  // smallest of its list, DFS and post-order schedules, hlo_memory_scheduler.cc). temp_bytes is memfit's
+  // prediction of the order XLA picks; an order needing more than this XLA does not keep. The same as
+  // temp_bytes and peak_bytes for an optimized module, whose schedule is fixed.
+  uint64_t temp_upper_bytes = 0;
+  uint64_t peak_upper_bytes = 0;
   HeapPacking packing = HeapPacking::kSpatial;
   uint64_t peak_time = 0;        // flattened schedule time where the most temp bytes are live
   std::string peak_instruction;  // the instruction running then

@@ -30,6 +30,9 @@ struct StepPlan {
   HloPlan hlo;  // argument/output/alias/temp/peak as memory_analysis() would report for the step
   PeakBreakdown breakdown;
   uint64_t peak_bytes = 0;
+  // The most XLA's memory scheduler would keep: the step's peak in the program's own order
+  // (HloPlan::peak_upper_bytes). peak_bytes is the prediction of the order XLA picks.
+  uint64_t peak_upper_bytes = 0;
   // remat offload_dots_no_batch: pinned host memory at its fullest (XLA's host_temp), and the bytes copied
   // to the host (and back) each step.
   uint64_t host_peak_bytes = 0;
@@ -38,6 +41,7 @@ struct StepPlan {
   double memory_fraction = 0.75;           // of it, XLA's BFC pool (XLA_CLIENT_MEM_FRACTION)
   uint64_t limit_bytes = 0;                // the pool: what the step must fit in
   bool fits = true;
+  bool fits_in_every_order = true;  // peak_upper_bytes fits too: no order XLA keeps can push it over
   // A step unrolled deeper than kMaxUnrolledLayers: the depths it was planned at, whole, before each figure
   // was extended to its own depth (see extrapolate_step_plan); empty when it was planned whole.
   std::vector<uint64_t> extrapolated_from;
