@@ -307,6 +307,7 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
     p.memory_fraction = trials[i].memory_fraction;
     p.limit_bytes = bfc_memory_limit(p.memory_fraction, capacity_bytes);
     p.fits = p.peak_bytes <= p.limit_bytes;
+    p.fits_in_every_order = p.peak_upper_bytes <= p.limit_bytes;
   }
   std::vector<std::optional<StepPlan>> out(trials.size());
   for (size_t i = 0; i < trials.size(); ++i) {
@@ -589,8 +590,10 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
       if (!their_plans[i]) continue;  // its family stopped helping before it
       const StepPlan& p = *their_plans[i];
       t.row.peak_bytes = p.peak_bytes;
+      t.row.peak_upper_bytes = p.peak_upper_bytes;
       t.row.limit_bytes = p.limit_bytes;
       t.row.fits = p.fits;
+      t.row.fits_in_every_order = p.fits_in_every_order;
       if (t.family != 0 && t.row.fits) family_fits[static_cast<size_t>(t.family)] = true;
       result.candidates.push_back(std::move(t.row));
     }

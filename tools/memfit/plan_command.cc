@@ -72,6 +72,8 @@ Json fit_to_json(const FitResult& fit) {
                 {"peak_bytes", c.peak_bytes},
                 {"limit_bytes", c.limit_bytes},
                 {"fits", c.fits},
+                {"peak_upper_bytes", c.peak_upper_bytes},
+                {"fits_in_every_order", c.fits_in_every_order},
                 {"host_peak_bytes", c.host_peak_bytes},
                 {"only_moves_to_host", c.only_moves_to_host}};
   };
@@ -325,7 +327,10 @@ Action add_fit_command(CLI::App& app, Io& io) {
         const bool long_name = c.change.size() > 50;
         if (long_name) io.out << fmt::format("  {:<10} {}\n", c.step, c.change);
         io.out << fmt::format("  {:<10} {:<50} {:>10}  {}\n", long_name ? "" : c.step,
-                              long_name ? "" : c.change, format_bytes(c.peak_bytes), c.fits ? "fits" : "-");
+                              long_name ? "" : c.change, format_bytes(c.peak_bytes),
+                              !c.fits                 ? "-"
+                              : c.fits_in_every_order ? "fits"
+                                                      : "fits as predicted (not in every order)");
         if (c.host_peak_bytes > 0) io.out << fmt::format("  {:<10} {}\n", "", c.cost_note);
       }
       if (fit->ranked.empty()) {
@@ -340,8 +345,13 @@ Action add_fit_command(CLI::App& app, Io& io) {
           std::string code = c.code;
           for (size_t at = code.find('\n'); at != std::string::npos; at = code.find('\n', at + 8))
             code.replace(at, 1, "\n       ");
-          io.out << fmt::format("  {}. {} -> peak {} ({})\n       {}\n", ++n, c.change,
-                                format_bytes(c.peak_bytes), c.cost_note, code);
+          io.out << fmt::format("  {}. {} -> peak {} ({}){}\n       {}\n", ++n, c.change,
+                                format_bytes(c.peak_bytes), c.cost_note,
+                                c.fits_in_every_order
+                                    ? ""
+                                    : fmt::format("; {} in the program's own order: XLA's order decides",
+                                                  format_bytes(c.peak_upper_bytes)),
+                                code);
         }
       }
     }

@@ -91,10 +91,12 @@ struct FitCandidate {
   double cost = 0;     // extra compute, more steps, devices: lower is cheaper
   std::string cost_note;
   uint64_t peak_bytes = 0;
+  uint64_t peak_upper_bytes = 0;  // in the program's own order (StepPlan::peak_upper_bytes)
   uint64_t limit_bytes = 0;
   bool fits = false;
-  uint64_t host_peak_bytes = 0;     // pinned host memory it takes (location: offloaded activations)
-  bool only_moves_to_host = false;  // host memory taken, and the device's peak no lower for it
+  bool fits_in_every_order = false;  // fits whatever order XLA's memory scheduler keeps
+  uint64_t host_peak_bytes = 0;      // pinned host memory it takes (location: offloaded activations)
+  bool only_moves_to_host = false;   // host memory taken, and the device's peak no lower for it
 };
 
 struct FitResult {
