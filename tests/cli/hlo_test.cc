@@ -174,6 +174,16 @@ TEST(HloCommand, ALoweredProgramsVerdictSaysWhenTheOrderDecides) {
   ASSERT_EQ(compiled.code, 0) << compiled.err;
   const auto o = nlohmann::json::parse(compiled.out);
   EXPECT_EQ(o["peak_upper_bytes"], o["peak_bytes"]);
+  // The HTML timeline draws it as a line beside the peak's; a compiled module's has none.
+  const auto html = std::filesystem::temp_directory_path() / ("memfit-range-" + std::to_string(::getpid()));
+  for (const auto& [program, drawn] :
+       {std::pair{file, true}, std::pair{kData + "gpt_fp32.hlo.txt.gz", false}}) {
+    ASSERT_EQ(testing::run_cli({"hlo", program, "--html", html.string()}).code, 0);
+    auto page = read_file(html.string());
+    ASSERT_TRUE(page.ok());
+    EXPECT_EQ(page->find("at most (the program's own order)") != std::string::npos, drawn) << program;
+  }
+  std::filesystem::remove(html);
 }
 
 TEST(HloCommand, DumpFolderPicksTheLargestModuleOrTheNamedOne) {

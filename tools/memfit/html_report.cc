@@ -16,6 +16,9 @@ MemoryChart chart_from_plan(const HloPlan& plan, const std::string& title) {
       format_bytes(plan.argument_bytes), format_bytes(plan.output_bytes), format_bytes(plan.alias_bytes),
       format_bytes(plan.temp_bytes), format_bytes(plan.peak_bytes));
   chart.lines.push_back({"device peak", plan.peak_bytes});
+  // A program before optimization: the most XLA's memory scheduler keeps (the program's own order).
+  if (plan.peak_upper_bytes > plan.peak_bytes)
+    chart.lines.push_back({"at most (the program's own order)", plan.peak_upper_bytes});
   return chart;
 }
 
