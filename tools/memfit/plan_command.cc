@@ -155,9 +155,8 @@ void print(std::ostream& out, const StepPlan& p) {
   row("peak", p.peak_bytes);
   if (p.peak_upper_bytes > p.peak_bytes)
     out << fmt::format(
-        "  at most {} in the program's own order, the most XLA's memory scheduler keeps: the order XLA "
-        "picks\n"
-        "  decides where between that and the peak the step lands\n",
+        "  at most {} in the program's own order, the most XLA's memory scheduler keeps:\n"
+        "  the order XLA picks decides where between that and the peak the step lands\n",
         format_bytes(p.peak_upper_bytes));
   if (p.offloaded_bytes > 0) {
     out << fmt::format(
@@ -186,9 +185,8 @@ void print(std::ostream& out, const StepPlan& p) {
                                             format_bytes(p.peak_bytes - p.limit_bytes)));
     if (p.fits && !p.fits_in_every_order)
       out << fmt::format(
-          "  but not in every order XLA may pick: in the program's own order it is {} over (compile it for "
-          "the\n"
-          "  device to be sure)\n",
+          "  but not in every order XLA may pick: in the program's own order it is {} over\n"
+          "  (compile it for the device to be sure)\n",
           format_bytes(p.peak_upper_bytes - p.limit_bytes));
   }
   if (p.hlo.groups.empty()) return;
