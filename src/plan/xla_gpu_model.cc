@@ -602,6 +602,36 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       }
     }
   }
+  // A norm or softmax is one Triton fusion (SoftmaxRewriterTriton), and what it takes into itself must be
+  // something Triton's block-level emitter supports (xla/service/gpu/fusions/triton/triton_support.cc): a
+  // concatenate is not, and priority fusion fuses a producer into all of its readers or none
+  // (priority_fusion.cc, CanFuseWithAllNonBitcastUsers). So a norm's input built by a concatenate - ViT's
+  // class token joined to the patch embeddings - is written once, by a fusion of its own (the compiled
+  // ViT's input_concatenate_fusion, live through the first block), not recomputed in the norm and every
+  // other reader. A norm's input is told by its diamond: it is reduced, and read by an elementwise op
+  // beside the reduction (x - mean(x), x - max(x)).
+  for (uint32_t r = 0; r < n; ++r) {
+    if (role[r] != Role::kReduce || operands[r].empty() || materialized[operands[r][0]]) continue;
+    const uint32_t v = operands[r][0];
+    const bool diamond = std::any_of(users[v].begin(), users[v].end(), [&](uint32_t u) {
+      const HloOpcode op = comp.instructions[u].opcode;
+      return u != r && fuses(role[u]) && operands[u].size() >= 2 && op != HloOpcode::kConcatenate &&
+             op != HloOpcode::kPad && op != HloOpcode::kDynamicSlice;
+    });
+    if (!diamond) continue;
+    std::vector<uint32_t> stack{v};
+    std::unordered_set<uint32_t> seen{v};
+    while (!stack.empty()) {
+      const uint32_t x = stack.back();
+      stack.pop_back();
+      if (comp.instructions[x].opcode == HloOpcode::kConcatenate) {
+        materialized[x] = true;
+        continue;
+      }
+      for (uint32_t o : operands[x])
+        if (!materialized[o] && fuses(role[o]) && seen.insert(o).second) stack.push_back(o);
+    }
+  }
   // A sum over a dot's batch dimensions (through transposes) is a dot that contracts them: XLA's algebraic
   // simplifier folds reduce(dot) into the dot (xla/hlo/transforms/simplifiers/algebraic_simplifier.cc,
   // "reduce of a batch dot"). Per-example gradients by vmap summed into one gradient never exist whole;

@@ -543,5 +543,67 @@ ENTRY main.1 {
   EXPECT_EQ(plan->output_bytes, 16u * 4096 * 2);
 }
 
+// ViT's class token joined to the patch embeddings, the position embedding added, then a layer norm: the
+// norm is a Triton fusion that cannot take a concatenate in, and priority fusion fuses a producer into all
+// of its readers or none, so the concatenate is written once (XLA's input_concatenate_fusion) and read by
+// the norm and the residual add; its patch GEMM's result dies at it. Without the rule the norm and the
+// residual add each recompute the concatenate from the GEMM's result, which then lives as long.
+TEST(XlaGpuModel, ANormsInputBuiltByAConcatenateIsWrittenOnce) {
+  const HloModule m = lowered(R"(HloModule jit_step
+
+region_0.1 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main.1 {
+  cls = f32[64]{0} parameter(0)
+  patches = f32[8,16,64]{2,1,0} parameter(1)
+  w = f32[64,64]{1,0} parameter(2)
+  pos = f32[17,64]{1,0} parameter(3)
+  w2 = f32[64,64]{1,0} parameter(4)
+  tok = f32[8,1,64]{2,1,0} broadcast(cls), dimensions={2}
+  emb = f32[8,16,64]{2,1,0} dot(patches, w), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+  cat = f32[8,17,64]{2,1,0} concatenate(tok, emb), dimensions={1}
+  posb = f32[8,17,64]{2,1,0} broadcast(pos), dimensions={1,2}
+  x = f32[8,17,64]{2,1,0} add(cat, posb)
+  zero = f32[] constant(0)
+  sum = f32[8,17]{1,0} reduce(x, zero), dimensions={2}, to_apply=region_0.1
+  mean = f32[8,17,64]{2,1,0} broadcast(sum), dimensions={0,1}
+  centered = f32[8,17,64]{2,1,0} subtract(x, mean)
+  h = f32[8,17,64]{2,1,0} dot(centered, w2), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+  ROOT y = f32[8,17,64]{2,1,0} add(x, h)
+})");
+  auto modeled = model_xla_gpu(m);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  ASSERT_NE(find(*modeled, "cat"), nullptr) << "the concatenate is a buffer";
+  EXPECT_EQ(find(*modeled, "x"), nullptr) << "the position embedding's add is recomputed from it";
+  const HloInstruction* sum = find(*modeled, "sum");
+  ASSERT_NE(sum, nullptr);
+  EXPECT_NE(std::find(sum->operands.begin(), sum->operands.end(), "cat"), sum->operands.end());
+  EXPECT_EQ(std::find(sum->operands.begin(), sum->operands.end(), "emb"), sum->operands.end())
+      << "the norm reads the concatenate, not the patch GEMM's result";
+  // A plain reduction of a concatenate (no diamond) takes it in, as XLA's input fusions do.
+  const HloModule plain = lowered(R"(HloModule jit_step
+
+region_0.1 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main.1 {
+  p = f32[8,16,64]{2,1,0} parameter(0)
+  q = f32[8,1,64]{2,1,0} parameter(1)
+  cat = f32[8,17,64]{2,1,0} concatenate(q, p), dimensions={1}
+  zero = f32[] constant(0)
+  ROOT sum = f32[8,17]{1,0} reduce(cat, zero), dimensions={2}, to_apply=region_0.1
+})");
+  auto plain_modeled = model_xla_gpu(plain);
+  ASSERT_TRUE(plain_modeled.ok()) << plain_modeled.error().message();
+  EXPECT_EQ(find(*plain_modeled, "cat"), nullptr);
+}
+
 }  // namespace
 }  // namespace memfit
