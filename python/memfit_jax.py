@@ -55,7 +55,9 @@ def _has_gpu():
 def check(fn, *args, capacity=None, donate_argnums=()):
     """Plan `fn(*args)` before it runs. Returns {"prediction": memfit.hlo(lowered StableHLO), and where a GPU is
     present "xla": memory_analysis(), "compiled": memfit.hlo(optimized HLO), "error": prediction vs XLA's peak;
-    with `capacity` (bytes, "80GiB", "h100") "fits": the prediction against JAX's default pool there}."""
+    with `capacity` (bytes, "80GiB", "h100") "fits": the prediction against JAX's default pool there}. The
+    prediction's "peak_upper_bytes" is the step's peak in the program's own order, the most XLA's memory
+    scheduler keeps: under the pool too, the step fits whatever order XLA picks."""
     lowered = _lower(fn, args, donate_argnums)
     out = {"prediction": memfit.hlo(lowered.as_text())}
     if _has_gpu():
