@@ -79,6 +79,31 @@ TEST(ProfileCommand, LiveProfileSaysWhetherTheNextStepFits) {
   const uint64_t args = j["argument_bytes"].get<uint64_t>();
   EXPECT_EQ(live["needed_bytes"].get<uint64_t>(), (10ull << 30) + peak - args);
   EXPECT_TRUE(live["fits"].get<bool>());
+  // A compiled module has one order: the most it needs is what it needs.
+  EXPECT_EQ(live["needed_upper_bytes"], live["needed_bytes"]);
+  EXPECT_TRUE(live["fits_in_every_order"].get<bool>());
+  {
+    // A program before optimization with full remat, whose own order holds far more than the predicted
+    // one: a pool between the two fits as predicted, and the verdict says the order decides.
+    const std::string lowered =
+        std::string(MEMFIT_TEST_DATA_DIR) + "/xla/gpt_fp32_donate_remat_full.lowered.hlo.txt.gz";
+    const auto r = testing::run_cli({"hlo", lowered, "--live-profile", prof, "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto k = nlohmann::json::parse(r.out);
+    const uint64_t needed = k["live_profile"]["needed_bytes"];
+    const uint64_t needed_upper = k["live_profile"]["needed_upper_bytes"];
+    EXPECT_EQ(needed_upper - needed, k["peak_upper_bytes"].get<uint64_t>() - k["peak_bytes"].get<uint64_t>());
+    ASSERT_GT(needed_upper, needed + needed / 10);
+    const std::string capacity = std::to_string((needed / 2 + needed_upper / 2) / 3 * 4);  // pool: 75%
+    const auto between = testing::run_cli({"hlo", lowered, "--capacity", capacity, "--live-profile", prof});
+    EXPECT_EQ(between.code, 0) << between.err;
+    EXPECT_NE(between.out.find("the next step fits"), std::string::npos) << between.out;
+    EXPECT_NE(between.out.find("but not in every order XLA may pick"), std::string::npos) << between.out;
+    const auto v = nlohmann::json::parse(
+        testing::run_cli({"hlo", lowered, "--capacity", capacity, "--live-profile", prof, "--json"}).out);
+    EXPECT_TRUE(v["live_profile"]["fits"].get<bool>());
+    EXPECT_FALSE(v["live_profile"]["fits_in_every_order"].get<bool>());
+  }
   const auto tight = testing::run_cli({"hlo", hlo, "--capacity", "24GiB", "--live-profile", prof});
   EXPECT_EQ(tight.code, 1) << tight.out;  // 75% of 24 GiB = 18 GiB < 10 GiB + the step's 16 GB
   EXPECT_NE(tight.out.find("the next step does NOT fit"), std::string::npos) << tight.out;

@@ -73,7 +73,7 @@ Expected<DeviceMemoryProfile> read_device_memory_profile(const std::string& path
 // --live-profile (memfit plan, memfit hlo): the step on top of what a live process holds.
 Expected<NextStepFit> live_profile_fit(const std::string& path, const std::string& device,
                                        uint64_t peak_bytes, uint64_t argument_bytes,
-                                       std::optional<uint64_t> limit_bytes);
+                                       std::optional<uint64_t> limit_bytes, uint64_t peak_upper_bytes);
 Json next_step_json(const std::string& path, const NextStepFit& fit);
 void print_next_step(std::ostream& out, const std::string& path, const NextStepFit& fit);
 Json share_group_json(

@@ -264,7 +264,7 @@ Action add_hlo_command(CLI::App& app, Io& io) {
     std::optional<NextStepFit> next;
     if (!options->live_profile.empty()) {
       auto fit = live_profile_fit(options->live_profile, options->profile_device, plan->peak_bytes,
-                                  plan->argument_bytes, limit);
+                                  plan->argument_bytes, limit, plan->peak_upper_bytes);
       if (!fit.ok()) return fail(io, fit.error());
       next = *fit;
     }

@@ -245,7 +245,8 @@ Action add_plan_command(CLI::App& app, Io& io) {
       const uint64_t arguments = plan->breakdown.parameters + plan->breakdown.optimizer_state;
       auto fit =
           live_profile_fit(live->first, live->second, plan->peak_bytes, arguments,
-                           plan->capacity_bytes ? std::optional<uint64_t>(plan->limit_bytes) : std::nullopt);
+                           plan->capacity_bytes ? std::optional<uint64_t>(plan->limit_bytes) : std::nullopt,
+                           plan->peak_upper_bytes);
       if (!fit.ok()) return fail(io, fit.error());
       next = *fit;
     }

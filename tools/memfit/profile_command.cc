@@ -48,8 +48,10 @@ Json next_step_json(const std::string& path, const NextStepFit& f) {
   j["step_peak_bytes"] = f.step_peak_bytes;
   j["step_argument_bytes"] = f.step_argument_bytes;
   j["needed_bytes"] = f.needed_bytes;
+  j["needed_upper_bytes"] = f.needed_upper_bytes;
   j["limit_bytes"] = f.limit_bytes ? Json(*f.limit_bytes) : Json(nullptr);
   j["fits"] = f.fits ? Json(*f.fits) : Json(nullptr);
+  j["fits_in_every_order"] = f.fits_in_every_order ? Json(*f.fits_in_every_order) : Json(nullptr);
   return j;
 }
 
@@ -66,6 +68,12 @@ void print_next_step(std::ostream& out, const std::string& path, const NextStepF
                                              format_bytes(*f.limit_bytes - f.needed_bytes))
                                : fmt::format("the next step does NOT fit, {} over",
                                              format_bytes(f.needed_bytes - *f.limit_bytes)));
+    if (*f.fits && f.fits_in_every_order == false)
+      out << fmt::format(
+          "  but not in every order XLA may pick: with the step's peak in the program's own order it needs "
+          "{},\n"
+          "  {} over (compile it for the device to be sure)\n",
+          format_bytes(f.needed_upper_bytes), format_bytes(f.needed_upper_bytes - *f.limit_bytes));
   } else {
     out << "  (give --capacity, or --device, to compare it with the pool)\n";
   }
@@ -73,9 +81,9 @@ void print_next_step(std::ostream& out, const std::string& path, const NextStepF
 
 Expected<NextStepFit> live_profile_fit(const std::string& path, const std::string& device,
                                        uint64_t peak_bytes, uint64_t argument_bytes,
-                                       std::optional<uint64_t> limit_bytes) {
+                                       std::optional<uint64_t> limit_bytes, uint64_t peak_upper_bytes) {
   MEMFIT_ASSIGN_OR_RETURN(DeviceMemoryProfile profile, read_device_memory_profile(path));
-  auto fit = next_step_fit(profile, device, peak_bytes, argument_bytes, limit_bytes);
+  auto fit = next_step_fit(profile, device, peak_bytes, argument_bytes, limit_bytes, peak_upper_bytes);
   if (!fit.ok()) return fit.error().with_context(path);
   return fit;
 }
