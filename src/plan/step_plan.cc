@@ -303,11 +303,8 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
     if (from == SIZE_MAX) continue;
     plans[i] = plans[from];
     if (!plans[i]->ok()) continue;
-    StepPlan& p = **plans[i];
-    p.memory_fraction = trials[i].memory_fraction;
-    p.limit_bytes = bfc_memory_limit(p.memory_fraction, capacity_bytes);
-    p.fits = p.peak_bytes <= p.limit_bytes;
-    p.fits_in_every_order = p.peak_upper_bytes <= p.limit_bytes;
+    // The same program in another pool: its verdicts are set_capacity's, as every plan's are.
+    step_plan_internal::set_capacity(**plans[i], capacity_bytes, trials[i].memory_fraction);
   }
   std::vector<std::optional<StepPlan>> out(trials.size());
   for (size_t i = 0; i < trials.size(); ++i) {

@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "commands.h"
+#include "memfit/core/bytes.h"
 #include "memfit/core/text.h"
 
 namespace memfit::cli {
@@ -13,6 +14,14 @@ namespace memfit::cli {
 // One readable line, always: control characters and bytes that are not UTF-8 are replaced, and a message
 // that quotes megabytes of input keeps its head and tail (the part that says what was wrong).
 std::string error_line(const Error& error) { return one_line(error.message(), kMaxErrorChars); }
+
+std::string order_caveat(uint64_t needed_upper_bytes, uint64_t limit_bytes) {
+  if (needed_upper_bytes <= limit_bytes) return "";
+  return fmt::format(
+      "  but not in every order XLA may pick: in the program's own order it needs {}, {} over\n"
+      "  (compile it for the device to be sure)\n",
+      format_bytes(needed_upper_bytes), format_bytes(needed_upper_bytes - limit_bytes));
+}
 
 int fail(Io& io, const Error& error) {
   io.err << "memfit: " << error_line(error) << "\n";

@@ -43,6 +43,10 @@ Action add_profile_command(CLI::App& app, Io& io);
 
 // Shared by the subcommands.
 int fail(Io& io, const Error& error);
+// The line under a "fits" verdict that holds only in the order memfit predicts XLA picks: what the
+// program's own order needs (`needed_upper_bytes`: HloPlan::peak_upper_bytes, or the next step's need with
+// it) and how far over `limit_bytes`. Empty when that fits too.
+std::string order_caveat(uint64_t needed_upper_bytes, uint64_t limit_bytes);
 // The --json objects, built from the library's results: the CLI and the Python module (python/) print and
 // return the same.
 Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers);

@@ -280,13 +280,6 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       if (plan->peak_bytes <= *limit) {
         fits = true;
         verdict = plan->partitions > 1 ? "fits (one device running all of it would)" : "fits";
-        if (plan->peak_upper_bytes > *limit)
-          verdict += fmt::format(
-              " as predicted, with {} to spare;\n"
-              "  in the program's own order it needs {}, {} over: whether it fits depends on the order\n"
-              "  XLA schedules it in (compile it for the device to be sure)",
-              format_bytes(*limit - plan->peak_bytes), format_bytes(plan->peak_upper_bytes),
-              format_bytes(plan->peak_upper_bytes - *limit));
       } else if (plan->partitions <= 1) {
         fits = false;
         verdict = "does NOT fit";
@@ -317,6 +310,7 @@ Action add_hlo_command(CLI::App& app, Io& io) {
     } else {
       print_table(io.out, source_read->path, *plan);
       if (limit) io.out << fmt::format("  pool limit {}: the program {}\n", format_bytes(*limit), verdict);
+      if (fits.value_or(false)) io.out << order_caveat(plan->peak_upper_bytes, *limit);
       if (run->xla) print_comparison(io.out, source_read->buffer_assignment_path, *run->xla);
       if (next) print_next_step(io.out, options->live_profile, *next);
       if (next && plan->partitions > 1)

@@ -183,11 +183,7 @@ void print(std::ostream& out, const StepPlan& p) {
                        p.fits ? fmt::format("fits, {} to spare", format_bytes(p.limit_bytes - p.peak_bytes))
                               : fmt::format("does NOT fit, {} over (memfit fit finds the cheapest change)",
                                             format_bytes(p.peak_bytes - p.limit_bytes)));
-    if (p.fits && !p.fits_in_every_order)
-      out << fmt::format(
-          "  but not in every order XLA may pick: in the program's own order it is {} over\n"
-          "  (compile it for the device to be sure)\n",
-          format_bytes(p.peak_upper_bytes - p.limit_bytes));
+    if (p.fits) out << order_caveat(p.peak_upper_bytes, p.limit_bytes);
   }
   if (p.hlo.groups.empty()) return;
   out << "\n  largest tensors live at the peak:\n";

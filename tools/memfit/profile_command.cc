@@ -68,12 +68,7 @@ void print_next_step(std::ostream& out, const std::string& path, const NextStepF
                                              format_bytes(*f.limit_bytes - f.needed_bytes))
                                : fmt::format("the next step does NOT fit, {} over",
                                              format_bytes(f.needed_bytes - *f.limit_bytes)));
-    if (*f.fits && f.fits_in_every_order == false)
-      out << fmt::format(
-          "  but not in every order XLA may pick: with the step's peak in the program's own order it needs "
-          "{},\n"
-          "  {} over (compile it for the device to be sure)\n",
-          format_bytes(f.needed_upper_bytes), format_bytes(f.needed_upper_bytes - *f.limit_bytes));
+    if (*f.fits) out << order_caveat(f.needed_upper_bytes, *f.limit_bytes);
   } else {
     out << "  (give --capacity, or --device, to compare it with the pool)\n";
   }
