@@ -46,6 +46,8 @@ Role role_of(HloOpcode op) {
     case HloOpcode::kIsFinite:
     case HloOpcode::kReal:
     case HloOpcode::kImag:
+    case HloOpcode::kComplex:
+    case HloOpcode::kCountLeadingZeros:
     case HloOpcode::kBitcastConvert:
     case HloOpcode::kReducePrecision:
     case HloOpcode::kBroadcast:

@@ -50,6 +50,8 @@ struct PendingWhile {
   size_t cond = 0, body = 0;           // computation indices
   uint64_t line = 0;
   bool in_body = false;
+  size_t region_scope = 0;  // the scope of the region being read (cond, then do)
+  size_t captured = 0;      // values from outside the loop its regions read (the last carried elements)
 };
 
 // A shard_map being read (sdy.manual_computation): its region, over each device's share of the operands,
@@ -264,9 +266,10 @@ class Reader {
       name.resize(hash);
     }
     auto it = scope().values.find(name);
-    if (it == scope().values.end())
-      return error_at(line_, fmt::format("%{} is not defined here (or is defined outside its region)",
-                                         one_line(name, 60)));
+    if (it == scope().values.end()) {
+      MEMFIT_RETURN_IF_ERROR(capture(name, scopes_.size() - 1));
+      it = scope().values.find(name);
+    }
     if (!element) return it->second;
     const std::string gte = fmt::format("{}#{}", name, *element);
     if (auto g = scope().values.find(gte); g != scope().values.end()) return g->second;
@@ -283,6 +286,52 @@ class Reader {
     Value v{gte, tuple.elements[*element]};
     scope().values[gte] = v;
     return v;
+  }
+
+  // `name` in scope `s`, carried into the loops around it that read it from outside. A while's regions
+  // may read values defined above the loop (MLIR's while is not isolated from above); XLA's importer makes
+  // each such value one more carried element, passed in with the loop's operands and returned unchanged by
+  // its body (prepare_for_export.cc, tested there as while_with_implicit_capture). Other regions (a shard
+  // map's, a function's) see only their own arguments.
+  Status capture(const std::string& name, size_t s) {
+    if (scopes_[s].values.contains(name)) return ok_status();
+    PendingWhile* w = nullptr;
+    for (PendingWhile& p : whiles_)
+      if (p.region_scope == s) w = &p;
+    if (w == nullptr || s == 0)
+      return error_at(line_, fmt::format("%{} is not defined here (or is defined outside its region)",
+                                         one_line(name, 60)));
+    MEMFIT_RETURN_IF_ERROR(capture(name, s - 1));
+    const Value outer = scopes_[s - 1].values.at(name);
+    w->types.push_back(outer.shape);
+    w->iter_args.push_back(name);
+    ++w->captured;
+    for (HloInstruction& i : module_.computations[scopes_[s - 1].computation].instructions) {
+      if (i.name != w->init_tuple) continue;
+      i.operands.push_back(outer.instruction);
+      i.shape.elements.push_back(outer.shape);
+    }
+    // The regions read so far take the longer carry (the do region, if not yet open, is made with it).
+    for (size_t c : {w->cond, w->body}) {
+      if (c == w->body && !w->in_body) continue;
+      for (HloInstruction& i : module_.computations[c].instructions)
+        if (i.opcode == HloOpcode::kParameter) i.shape.elements.push_back(outer.shape);
+    }
+    // The element, read where the region's carry is unpacked (before any reader of it).
+    HloInstruction g;
+    g.name = name;
+    g.opcode = HloOpcode::kGetTupleElement;
+    g.shape = outer.shape;
+    g.operands = {"carry"};
+    g.tuple_index = static_cast<int64_t>(w->types.size() - 1);
+    g.line = line_;
+    const size_t region = scopes_[s].computation;
+    auto& instructions = module_.computations[region].instructions;
+    instructions.insert(instructions.begin() + 1, std::move(g));
+    for (Located& l : located_)
+      if (l.computation == region && l.instruction >= 1) ++l.instruction;
+    scopes_[s].values[name] = Value{name, outer.shape};
+    return ok_status();
   }
 
   // Every "%name" or "%name#k" in `s` (outside quotes), in order.
@@ -442,6 +491,11 @@ class Reader {
     const bool main = c.is_entry;
     const bool body_of_while =
         !whiles_.empty() && whiles_.back().in_body && scope().computation == whiles_.back().body;
+    if (body_of_while) {  // the values read from outside the loop go around unchanged
+      const PendingWhile& w = whiles_.back();
+      for (size_t k = w.types.size() - w.captured; k < w.types.size(); ++k)
+        values.push_back(scope().values.at(w.iter_args[k]));
+    }
     if (values.size() == 1 && !body_of_while && !(main && results_of_main_ > 1)) {
       // The value itself is the result (HLO's root need not be a tuple).
       for (HloInstruction& i : c.instructions) i.is_root = i.name == values[0].instruction;
@@ -496,6 +550,7 @@ class Reader {
     Scope region;
     region.computation = index;
     scopes_.push_back(std::move(region));
+    w.region_scope = scopes_.size() - 1;
     HloInstruction p;
     p.name = "carry";
     p.opcode = HloOpcode::kParameter;

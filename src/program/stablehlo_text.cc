@@ -279,6 +279,27 @@ std::string hlo_opcode(std::string_view op) {
       {"chlo.erf_inv", "erf"},
       {"chlo.tan", "tan"},
       {"chlo.top_k", "topk"},
+      // CHLO's other elementwise ops become StableHLO elementwise expressions before XLA sees them
+      // (chlo_legalize_to_stablehlo): transcendental ones fuse as XLA's expensive ops do, the rest as
+      // cheap ones. Named here by the HLO op of the same cost.
+      {"chlo.lgamma", "log"},
+      {"chlo.digamma", "log"},
+      {"chlo.polygamma", "log"},
+      {"chlo.zeta", "log"},
+      {"chlo.sinh", "exponential"},
+      {"chlo.cosh", "exponential"},
+      {"chlo.bessel_i1e", "exponential"},
+      {"chlo.asin", "atan2"},
+      {"chlo.acos", "atan2"},
+      {"chlo.atan", "atan2"},
+      {"chlo.asinh", "log"},
+      {"chlo.acosh", "log"},
+      {"chlo.atanh", "log"},
+      {"chlo.conj", "negate"},
+      {"chlo.next_after", "select"},
+      {"chlo.is_inf", "is-finite"},
+      {"chlo.is_neg_inf", "is-finite"},
+      {"chlo.is_pos_inf", "is-finite"},
       {"sdy.sharding_constraint", "bitcast"},
       {"sdy.reshard", "bitcast"},
       {"mhlo.sharding", "bitcast"},
@@ -286,6 +307,8 @@ std::string hlo_opcode(std::string_view op) {
       {"call", "call"},
   };
   if (auto it = kOps.find(op); it != kOps.end()) return std::string(it->second);
+  // CHLO's implicitly broadcasting binary ops ("chlo.broadcast_add"): the op, on the result's shape.
+  if (op.starts_with("chlo.broadcast_")) return hlo_opcode(fmt::format("stablehlo.{}", op.substr(15)));
   std::string_view name = op;
   if (const size_t dot = name.find('.'); dot != std::string_view::npos) name = name.substr(dot + 1);
   std::string out(name);

@@ -239,6 +239,108 @@ TEST(StableHlo, ReadsTheGenericFormTuplesAndTokens) {
   EXPECT_EQ(sizes->argument_bytes, 16u * 4);  // a token takes no memory
 }
 
+// A while's regions may read values from outside the loop (MLIR's while is not isolated from above): XLA's
+// importer carries each one, in with the loop's operands and out of its body unchanged - through both
+// loops when a nested loop reads it.
+TEST(StableHlo, ValuesAWhileReadsFromOutsideAreCarried) {
+  auto m = parse_program_text(R"(module @jit_f {
+  func.func public @main(%arg0: tensor<64x64xf32>, %arg1: tensor<64xf32>) -> tensor<64xf32> {
+    %c = stablehlo.constant dense<0> : tensor<i32>
+    %c_1 = stablehlo.constant dense<1> : tensor<i32>
+    %c_5 = stablehlo.constant dense<5> : tensor<i32>
+    %0:2 = stablehlo.while(%iterArg = %c, %iterArg_0 = %arg1) : tensor<i32>, tensor<64xf32>
+     cond {
+      %1 = stablehlo.compare  LT, %iterArg, %c_5,  SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %1 : tensor<i1>
+    } do {
+      %1 = stablehlo.add %iterArg, %c_1 : tensor<i32>
+      %2 = stablehlo.dot_general %arg0, %iterArg_0, contracting_dims = [1] x [0] : (tensor<64x64xf32>, tensor<64xf32>) -> tensor<64xf32>
+      %3:2 = stablehlo.while(%iterArg_2 = %c, %iterArg_3 = %2) : tensor<i32>, tensor<64xf32>
+       cond {
+        %4 = stablehlo.compare  LT, %iterArg_2, %c_5,  SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+        stablehlo.return %4 : tensor<i1>
+      } do {
+        %4 = stablehlo.add %iterArg_2, %c_1 : tensor<i32>
+        %5 = stablehlo.dot_general %arg0, %iterArg_3, contracting_dims = [1] x [0] : (tensor<64x64xf32>, tensor<64xf32>) -> tensor<64xf32>
+        stablehlo.return %4, %5 : tensor<i32>, tensor<64xf32>
+      }
+      stablehlo.return %1, %3#1 : tensor<i32>, tensor<64xf32>
+    }
+    return %0#1 : tensor<64xf32>
+  }
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  // Each loop's operand, its regions' parameter, its body's result and the loop itself: one type.
+  size_t loops = 0;
+  for (const HloComputation& c : m->computations) {
+    for (const HloInstruction& i : c.instructions) {
+      if (i.opcode != HloOpcode::kWhile) continue;
+      ++loops;
+      const HloInstruction* init = nullptr;
+      for (const HloInstruction& j : c.instructions)
+        if (j.name == i.operands[0]) init = &j;
+      ASSERT_NE(init, nullptr);
+      // The inner loop reads %c_5 (cond), %c_1 and %arg0 (do) from outside; the outer loop carries them in
+      // turn, and %c, which its body starts the inner loop with.
+      EXPECT_EQ(init->shape.to_string(), i.name == "0" ? "(s32[], f32[64], s32[], s32[], f32[64,64], s32[])"
+                                                       : "(s32[], f32[64], s32[], s32[], f32[64,64])")
+          << i.name;
+      EXPECT_EQ(i.shape.to_string(), init->shape.to_string());
+      for (const std::string& region : i.called) {
+        const HloComputation* r = nullptr;
+        for (const HloComputation& k : m->computations)
+          if (k.name == region) r = &k;
+        ASSERT_NE(r, nullptr);
+        EXPECT_EQ(r->instructions[0].shape.to_string(), init->shape.to_string()) << region;
+        if (region.ends_with(".body")) {
+          EXPECT_EQ(r->root()->shape.to_string(), init->shape.to_string());
+        }
+      }
+    }
+  }
+  EXPECT_EQ(loops, 2u);
+  auto sizes = entry_sizes(*m);
+  ASSERT_TRUE(sizes.ok()) << sizes.error().message();
+  EXPECT_EQ(sizes->argument_bytes, 64u * 64 * 4 + 64 * 4);
+  // A shard map's region is isolated from above: reading outside it is still an error.
+  auto isolated = parse_program_text(R"(module @jit_f attributes {mhlo.num_partitions = 2 : i32} {
+  sdy.mesh @mesh = <["x"=2]>
+  func.func public @main(%arg0: tensor<8xf32>, %arg1: tensor<8xf32>) -> tensor<8xf32> {
+    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"x"}]>] out_shardings=[<@mesh, [{"x"}]>] manual_axes={"x"} (%arg2: tensor<4xf32>) {
+      %1 = stablehlo.add %arg2, %arg1 : tensor<4xf32>
+      sdy.return %1 : tensor<4xf32>
+    } : (tensor<8xf32>) -> tensor<8xf32>
+    return %0 : tensor<8xf32>
+  }
+}
+)");
+  ASSERT_FALSE(isolated.ok());
+  EXPECT_NE(isolated.error().message().find("%arg1 is not defined here"), std::string::npos)
+      << isolated.error().message();
+}
+
+// CHLO's ops reach XLA as StableHLO elementwise expressions: each is read as an HLO op of its cost, so the
+// model fuses them as XLA will (an unknown op would get a buffer of its own).
+TEST(StableHlo, ChloOpsAreReadAsTheElementwiseOpsTheyBecome) {
+  auto m = parse_program_text(R"(module @jit_f {
+  func.func public @main(%arg0: tensor<16xf32>, %arg1: tensor<f32>) -> tensor<16xf32> {
+    %0 = chlo.lgamma %arg0 : tensor<16xf32> -> tensor<16xf32>
+    %1 = chlo.sinh %0 : tensor<16xf32> -> tensor<16xf32>
+    %2 = chlo.broadcast_add %1, %arg1 : (tensor<16xf32>, tensor<f32>) -> tensor<16xf32>
+    %3 = chlo.is_inf %2 : tensor<16xf32> -> tensor<16xi1>
+    %4 = stablehlo.select %3, %arg0, %2 : tensor<16xi1>, tensor<16xf32>
+    return %4 : tensor<16xf32>
+  }
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  std::string ops;
+  for (const HloInstruction& i : m->entry()->instructions)
+    if (i.opcode != HloOpcode::kParameter) ops += std::string(hlo_opcode_name(i.opcode)) + " ";
+  EXPECT_EQ(ops, "log exponential add is-finite select ");
+}
+
 std::string error_of(const std::string& text) {
   auto m = parse_program_text(text);
   EXPECT_FALSE(m.ok());
