@@ -14,6 +14,7 @@
 
 #include "memfit/core/file_io.h"
 #include "memfit/core/json.h"
+#include "memfit/plan/xla_gpu_model.h"
 #include "memfit/program/stablehlo_module.h"
 
 namespace memfit {
@@ -388,6 +389,39 @@ TEST(HloPlan, EachDevicesShareOfAShardedProgramsArguments) {
     }
   }
   EXPECT_EQ(checked, 6);
+}
+
+// Where the mixed-precision full-remat miss comes from: not the buffers the model finds but the order XLA
+// runs them in. XLA's own compiled graph of the step, put in the order of XLA's memory scheduler
+// (list_scheduled, hlo_memory_scheduler.cc's ListScheduler), needs within 1% of what memfit predicts from
+// the lowered program, while the order XLA compiled holds over a third more temp (measured on the H200:
+// 6.72 GB peak against 5.16 predicted). The prediction's range reaches XLA's order.
+TEST(HloPlan, XlasOwnGraphInTheMemorySchedulersOrderNeedsWhatThePredictionSays) {
+  const std::string name = "gpt_mixed_donate_remat_full_b16";
+  const HloModule compiled = load(name);
+  auto in_xla_order = plan_hlo(compiled);
+  ASSERT_TRUE(in_xla_order.ok()) << in_xla_order.error().message();
+  auto in_list_order = plan_hlo(list_scheduled(compiled));
+  ASSERT_TRUE(in_list_order.ok()) << in_list_order.error().message();
+  auto lowered_text = read_file(data(name + ".lowered.hlo.txt.gz"));
+  ASSERT_TRUE(lowered_text.ok());
+  auto lowered = parse_program_text(*lowered_text);
+  ASSERT_TRUE(lowered.ok()) << lowered.error().message();
+  auto predicted = plan_hlo(*lowered);
+  ASSERT_TRUE(predicted.ok()) << predicted.error().message();
+  std::printf("temp: XLA's order %llu, memory scheduler's order %llu, predicted %llu (at most %llu)\n",
+              static_cast<unsigned long long>(in_xla_order->temp_bytes),
+              static_cast<unsigned long long>(in_list_order->temp_bytes),
+              static_cast<unsigned long long>(predicted->temp_bytes),
+              static_cast<unsigned long long>(predicted->temp_upper_bytes));
+  EXPECT_EQ(in_list_order->argument_bytes, in_xla_order->argument_bytes);
+  EXPECT_EQ(in_list_order->alias_bytes, in_xla_order->alias_bytes);
+  EXPECT_LE(std::abs(relative(static_cast<double>(in_list_order->temp_bytes),
+                              static_cast<double>(predicted->temp_bytes))),
+            0.01);
+  EXPECT_GT(static_cast<double>(in_xla_order->temp_bytes),
+            1.33 * static_cast<double>(in_list_order->temp_bytes));
+  EXPECT_LE(in_xla_order->temp_bytes, predicted->temp_upper_bytes);
 }
 
 TEST(HloPlan, StableHloProgramsPlannedThroughTheGpuModel) {
