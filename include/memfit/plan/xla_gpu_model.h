@@ -43,13 +43,18 @@
 //     order XLA compiled holds 5.07 GB (likewise 5.38 against 6.90 GB for gpt2dims, 1.84 against 5.13 GB
 //     for the offload program; test HloPlan.XlasOwnGraphInTheMemorySchedulersOrderNeedsWhatThePrediction-
 //     Says; 2026-12-04). The compiled programs carry the scheduling_name metadata that XLA writes in the
-//     LHS's pipeline (SchedulingInstructionAnnotator, gpu_hlo_schedule.cc). The LHS's choices follow its
-//     latency estimates (SolLatencyEstimator): run without them (latency_hiding_scheduler.cc, ReadySetLt
-//     with no asynchronous work: nops first, the candidate that readies more operands, the later original
-//     position; memory pressure only past half its limit, which no shared program reaches), it reproduces
-//     neither XLA's order on XLA's graph (gpt_fp32_donate_remat_full: 7.1 GB where XLA keeps the list
-//     order's 2.44) nor, after the kept memory schedule over this model's graph, the measured peaks (13 of
-//     27 within 5%, 2026-12-03). The range's top (the post order) covers those orders.
+//     LHS's pipeline (SchedulingInstructionAnnotator, gpu_hlo_schedule.cc). Simulated over XLA's own graph
+//     from the list order as latency_hiding_scheduler.cc's ReadySetLt runs a program with no asynchronous
+//     work (nops first, less stall, the cost that fills a wait, the candidate that readies more operands,
+//     the later original position; the approximate estimator's costs, nops 0, loop fusions 1000, output
+//     fusions 5000, others 1, one unit between dependent ops; memory pressure only past half its limit,
+//     which no shared program reaches), it reproduces XLA's order on some programs (mlp_vmap_grads_b128,
+//     gpt_fp32_donate_remat_dots, gpt_mixed_donate: within 0.1% of XLA's temp) but not on the full-remat
+//     ones (gpt_fp32_donate_remat_full 7.6 GB where XLA keeps the list order's 2.44; without the
+//     readies-more rule that one is exact and vmap falls back to -7.7%), and over this model's graph it put
+//     13 of 27 measured peaks within 5% (2026-12-03). What decides is in XLA's latency estimates
+//     (SolLatencyEstimator) or its memory limit, which a GPU compile's LHS log would show. The range's top
+//     (the post order) covers those orders.
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
 // the README's table.
 #pragma once
