@@ -52,9 +52,11 @@
 //     gpt_fp32_donate_remat_dots, gpt_mixed_donate: within 0.1% of XLA's temp) but not on the full-remat
 //     ones (gpt_fp32_donate_remat_full 7.6 GB where XLA keeps the list order's 2.44; without the
 //     readies-more rule that one is exact and vmap falls back to -7.7%), and over this model's graph it put
-//     13 of 27 measured peaks within 5% (2026-12-03). What decides is in XLA's latency estimates
-//     (SolLatencyEstimator) or its memory limit, which a GPU compile's LHS log would show. The range's top
-//     (the post order) covers those orders.
+//     13 of 27 measured peaks within 5% (2026-12-03; both simulations were experiments, not kept). A memory
+//     limit low enough to bring in its memory-pressure rules (2 to 12 GB) changed none of that. What decides
+//     is then in the latency estimates (SolLatencyEstimator) the simulation did not have, which a GPU
+//     compile's LHS log (latency_hiding_scheduler.cc's VLOG(2): each choice and its reason) would show. The
+//     range's top (the post order) covers those orders.
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
 // the README's table.
 #pragma once
