@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -865,9 +866,12 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
 // XLA's CallInliner (xla/service/call_inliner.cc) runs first in the GPU pipeline: JAX's nested jits and
 // helpers (jnp.where, take, ...) are `call`s in the lowered program, and once inlined, fusion crosses their
 // boundaries. Each inlined instruction is named "<call>/<name>"; the callee's root takes the call's name.
-Status inline_into(const HloModule& m, const HloInstruction& call, const std::string& prefix,
+using Callees = std::unordered_map<std::string_view, const HloComputation*>;
+
+Status inline_into(const Callees& callees, const HloInstruction& call, const std::string& prefix,
                    std::vector<std::string_view>& stack, std::vector<HloInstruction>& out) {
-  const HloComputation* callee = m.find(call.called.empty() ? std::string_view{} : call.called[0]);
+  const auto found = call.called.empty() ? callees.end() : callees.find(call.called[0]);
+  const HloComputation* callee = found == callees.end() ? nullptr : found->second;
   if (callee == nullptr)
     return invalid_argument(
         fmt::format("line {}: '{}' calls a computation that is not in the module", call.line, call.name));
@@ -906,7 +910,7 @@ Status inline_into(const HloModule& m, const HloInstruction& call, const std::st
     }
     names[x.name] = y.name;
     if (y.opcode == HloOpcode::kCall && y.called.size() == 1) {
-      MEMFIT_RETURN_IF_ERROR(inline_into(m, y, y.name, stack, out));
+      MEMFIT_RETURN_IF_ERROR(inline_into(callees, y, y.name, stack, out));
     } else {
       out.push_back(std::move(y));
     }
@@ -934,6 +938,34 @@ Status inline_calls(HloModule& m) {
   HloModule original;
   for (const HloComputation& c : m.computations)
     if (called.count(c.name) != 0) original.computations.push_back(c);
+  Callees callees;
+  for (const HloComputation& c : original.computations) callees.emplace(c.name, &c);
+  // What inlining will make, counted before it is made: calls that multiply (f calls g twice, g calls h
+  // twice, ...) grow a small text exponentially.
+  std::unordered_map<std::string_view, uint64_t> expanded;
+  constexpr uint64_t kMaxInlined = 1'000'000;
+  std::function<uint64_t(const HloComputation&, int)> size_of = [&](const HloComputation& c, int depth) {
+    if (auto it = expanded.find(c.name); it != expanded.end()) return it->second;
+    uint64_t n = 0;
+    for (const HloInstruction& x : c.instructions) {
+      const auto callee =
+          x.opcode == HloOpcode::kCall && x.called.size() == 1 ? callees.find(x.called[0]) : callees.end();
+      // Too deep or recursive: the inliner refuses it with its own message.
+      n += callee == callees.end() || depth >= 64 || callee->second == &c
+               ? 1
+               : size_of(*callee->second, depth + 1);
+      n = std::min(n, kMaxInlined + 1);
+    }
+    expanded.emplace(c.name, n);
+    return n;
+  };
+  uint64_t total = 0;
+  for (const HloComputation& c : m.computations) total = std::min(total + size_of(c, 0), kMaxInlined + 1);
+  if (total > kMaxInlined)
+    return invalid_argument(fmt::format(
+        "inlining the program's calls would make more than {} instructions: its calls multiply (a function "
+        "that calls another several times, which calls another several times, ...)",
+        kMaxInlined));
   for (HloComputation& c : m.computations) {
     bool any = false;
     for (const HloInstruction& x : c.instructions)
@@ -949,7 +981,7 @@ Status inline_calls(HloModule& m) {
       const bool was_root = x.is_root;
       const size_t first = out.size();
       std::vector<std::string_view> stack{c.name};
-      MEMFIT_RETURN_IF_ERROR(inline_into(original, x, x.name, stack, out));
+      MEMFIT_RETURN_IF_ERROR(inline_into(callees, x, x.name, stack, out));
       if (was_root) {
         for (size_t k = first; k < out.size(); ++k) out[k].is_root = out[k].name == x.name;
       }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "memfit/core/checked.h"
@@ -87,12 +88,14 @@ class Reader {
     if (skipping_) return error_at(line_, "the text ends inside an op's region (truncated?)");
     if (!scopes_.empty()) return error_at(line_, "the text ends inside a function (truncated?)");
     if (!saw_module_) return invalid_argument("not StableHLO: no 'module' or 'func.func' found");
+    std::unordered_set<std::string_view> defined;  // looked up once per call: a search each was quadratic
+    for (const HloComputation& c : module_.computations) defined.insert(c.name);
     for (HloComputation& c : module_.computations) {
       if (c.root() == nullptr || !has_root(c))
         return invalid_argument(fmt::format("function {} has no return", excerpt(c.name)));
       for (const HloInstruction& i : c.instructions) {
         for (const std::string& callee : i.called) {
-          if (module_.find(callee) == nullptr)
+          if (!defined.contains(callee))
             return error_at(i.line,
                             fmt::format("calls @{}, which the module does not define", one_line(callee, 60)));
         }
@@ -540,10 +543,18 @@ class Reader {
     return ok_status();
   }
 
+  // A region's computation: named by its function, the op that owns it and a count of regions read, so
+  // that sibling regions (which may reuse SSA names) differ and a name stays short however deep regions
+  // nest (naming each by its parent's name grew quadratically: 10^5 nested loops took 24 GB).
+  std::string region_name(std::string_view op, std::string_view kind) {
+    return fmt::format("{}.{}.{}.{}", module_.computations[scopes_.front().computation].name, op,
+                       regions_read_++, kind);
+  }
+
   // A computation over the loop's carried tuple; each region argument is one of its elements.
   Status open_loop_region(PendingWhile& w, bool body) {
     HloComputation c;
-    c.name = fmt::format("{}.{}.{}", current().name, w.name, body ? "body" : "cond");
+    c.name = region_name(w.name, body ? "body" : "cond");
     module_.computations.push_back(std::move(c));
     const size_t index = module_.computations.size() - 1;
     (body ? w.body : w.cond) = index;
@@ -676,7 +687,7 @@ class Reader {
       params.emplace_back(std::string(trim(arg.substr(1, colon - 1))), std::move(local));
     }
     HloComputation c;
-    c.name = fmt::format("{}.{}.shmap_body", current().name, result);
+    c.name = region_name(result, "shmap_body");
     module_.computations.push_back(std::move(c));
     m.body = module_.computations.size() - 1;
     Scope region;
@@ -759,6 +770,9 @@ class Reader {
   }
 
   Status while_header(const std::string& result, size_t count, std::string_view rest) {
+    // The planner follows calls 256 deep (buffer_model_builder.h); deeper loops are refused here, before
+    // a hostile text's nesting costs memory in proportion.
+    if (whiles_.size() >= 256) return error_at(line_, "loops nest deeper than 256");
     // "(%iterArg = %a, %iterArg_1 = %b) : tensor<..>, tensor<..>"
     const size_t colon = signature_colon(rest);
     if (colon == std::string_view::npos) return error_at(line_, "a while without its types");
@@ -952,6 +966,7 @@ class Reader {
   bool skipping_ = false;
   int skip_depth_ = 0;
   size_t results_of_main_ = 0;
+  uint64_t regions_read_ = 0;
   bool saw_module_ = false;
   uint64_t line_ = 0;
 };

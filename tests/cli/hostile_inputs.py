@@ -222,6 +222,32 @@ run("time: replay 10^6 live allocations, bfc, 1 GiB", ["replay", write("live.csv
     "--capacity", "1GiB", "--policy", "bfc", "--json"], 1, limit_s=10,  # 1: the answer is "it runs out"
     json_check=lambda j: None if j["policies"][0]["oom_events"] >= 1_000_000 - 262144 else "oom count")
 run("time: a gzip bomb", ["hlo", write("bomb.hlo.gz", b"\0" * 200_000_000, True)], 2, limit_s=10)
+# Calls that multiply: each of 40 functions calls the next twice, 2^40 instructions once inlined.
+calls = ["HloModule m", "", "f40 {", "  p = f32[4]{0} parameter(0)", "  ROOT n = f32[4]{0} negate(p)", "}", ""]
+for i in range(39, 0, -1):
+    calls += [f"f{i} {{", "  p = f32[4]{0} parameter(0)", f"  a = f32[4]{{0}} call(p), to_apply=f{i + 1}",
+              f"  b = f32[4]{{0}} call(a), to_apply=f{i + 1}", "  ROOT n = f32[4]{0} add(a, b)", "}", ""]
+calls += ["ENTRY main {", "  x = f32[4]{0} parameter(0)", "  ROOT r = f32[4]{0} call(x), to_apply=f1", "}"]
+run("time: calls that multiply when inlined", ["hlo", write("calls.hlo", "\n".join(calls) + "\n")], 2,
+    limit_s=5, stderr_has="calls multiply")
+# 10^5 calls in a row, each of its own function: each looked up once (a search each was quadratic).
+chain = ["HloModule m", ""] + [f"f{i} {{\n  p = f32[4]{{0}} parameter(0)\n  ROOT n = f32[4]{{0}} negate(p)\n}}\n"
+                               for i in range(100_000)]
+chain += ["ENTRY main {", "  c0 = f32[4]{0} parameter(0)"]
+chain += [f"  c{i + 1} = f32[4]{{0}} call(c{i}), to_apply=f{i}" for i in range(100_000)]
+chain += ["  ROOT r = f32[4]{0} negate(c100000)", "}"]
+run("time: 10^5 calls of 10^5 functions", ["hlo", write("chain.hlo", "\n".join(chain) + "\n", True)], 0,
+    limit_s=10)
+# 10^5 StableHLO loops nested in one another (28 MB of text): refused past 256, before they cost memory.
+loops = ["module @m {", "  func.func public @main(%arg0: tensor<f32>) -> tensor<f32> {"]
+for i in range(100_000):
+    loops += [f"    %w{i}:1 = stablehlo.while(%it{i} = %arg0) : tensor<f32>", "     cond {",
+              f"      %c{i} = stablehlo.compare LT, %it{i}, %arg0, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>",
+              f"      stablehlo.return %c{i} : tensor<i1>", "    } do {"]
+loops += [f"      stablehlo.return %it{i} : tensor<f32>\n    }}" for i in reversed(range(100_000))]
+loops += ["    return %arg0 : tensor<f32>", "  }", "}"]
+run("time: 10^5 nested StableHLO loops", ["hlo", write("loops.mlir", "\n".join(loops) + "\n", True)], 2,
+    limit_s=5, stderr_has="nest deeper than 256")
 
 # -- 7. HTML injection -------------------------------------------------------------------------------------------
 xss = write("xss.hlo", hlo_module(
