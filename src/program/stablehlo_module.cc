@@ -43,6 +43,10 @@ struct Scope {
 };
 
 // A stablehlo.while being read: its cond and do regions become computations over the carried tuple.
+// The planner follows calls 256 deep (buffer_model_builder.h): regions nested deeper are refused when
+// read, before a hostile text's nesting costs memory in proportion.
+constexpr size_t kMaxRegionDepth = 256;
+
 struct PendingWhile {
   std::string name;  // SSA name of its results
   std::vector<Shape> types;
@@ -646,6 +650,8 @@ class Reader {
 
   // "(%arg0, %arg1) in_shardings=[...] out_shardings=[...] manual_axes={"x"} (%arg2: tensor<..>, ...) {"
   Status manual_computation_header(const std::string& result, size_t count, std::string_view rest) {
+    if (whiles_.size() + manuals_.size() >= kMaxRegionDepth)
+      return error_at(line_, "loops and shard maps nest deeper than 256");
     rest = trim(rest);
     if (!rest.starts_with("(") || !rest.ends_with("{"))
       return error_at(line_, "expected 'sdy.manual_computation(%operands) ... (%args) {' on one line");
@@ -770,9 +776,8 @@ class Reader {
   }
 
   Status while_header(const std::string& result, size_t count, std::string_view rest) {
-    // The planner follows calls 256 deep (buffer_model_builder.h); deeper loops are refused here, before
-    // a hostile text's nesting costs memory in proportion.
-    if (whiles_.size() >= 256) return error_at(line_, "loops nest deeper than 256");
+    if (whiles_.size() + manuals_.size() >= kMaxRegionDepth)
+      return error_at(line_, "loops and shard maps nest deeper than 256");
     // "(%iterArg = %a, %iterArg_1 = %b) : tensor<..>, tensor<..>"
     const size_t colon = signature_colon(rest);
     if (colon == std::string_view::npos) return error_at(line_, "a while without its types");

@@ -248,6 +248,17 @@ loops += [f"      stablehlo.return %it{i} : tensor<f32>\n    }}" for i in revers
 loops += ["    return %arg0 : tensor<f32>", "  }", "}"]
 run("time: 10^5 nested StableHLO loops", ["hlo", write("loops.mlir", "\n".join(loops) + "\n", True)], 2,
     limit_s=5, stderr_has="nest deeper than 256")
+shmaps = ["module @m attributes {mhlo.num_partitions = 2 : i32} {", '  sdy.mesh @mesh = <["x"=2]>',
+          "  func.func public @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {"]
+for i in range(100_000):
+    operand = "%arg0" if i == 0 else f"%a{i - 1}"
+    shmaps.append(f"    %s{i} = sdy.manual_computation({operand}) in_shardings=[<@mesh, [{{}}]>] "
+                  f'out_shardings=[<@mesh, [{{}}]>] manual_axes={{"x"}} (%a{i}: tensor<8xf32>) {{')
+shmaps += [f"      sdy.return %a{i} : tensor<8xf32>\n    }} : (tensor<8xf32>) -> tensor<8xf32>"
+           for i in reversed(range(100_000))]
+shmaps += ["    return %s0 : tensor<8xf32>", "  }", "}"]
+run("time: 10^5 nested shard maps", ["hlo", write("shmaps.mlir", "\n".join(shmaps) + "\n", True)], 2, limit_s=5,
+    stderr_has="nest deeper than 256")
 
 # -- 7. HTML injection -------------------------------------------------------------------------------------------
 xss = write("xss.hlo", hlo_module(
