@@ -500,6 +500,9 @@ class Reader {
         !whiles_.empty() && whiles_.back().in_body && scope().computation == whiles_.back().body;
     if (body_of_while) {  // the values read from outside the loop go around unchanged
       const PendingWhile& w = whiles_.back();
+      if (values.size() != w.types.size() - w.captured)
+        return error_at(line_, fmt::format("the loop's do region returns {} values for a carry of {}",
+                                           values.size(), w.types.size() - w.captured));
       for (size_t k = w.types.size() - w.captured; k < w.types.size(); ++k)
         values.push_back(scope().values.at(w.iter_args[k]));
     }

@@ -198,7 +198,10 @@ std::optional<PrimitiveType> element_type(std::string_view t) {
   return parse_primitive_type(it->second);
 }
 
-Expected<Shape> parse_type(std::string_view t, uint64_t line) {
+Expected<Shape> parse_type(std::string_view t, uint64_t line, int depth) {
+  // As HLO text's shapes: a tuple nests at most 64 deep (each level rescans what it holds, so a hostile
+  // text's depth would cost its square).
+  if (depth > 64) return error_at(line, "a type nested more than 64 deep");
   t = trim(t);
   Shape s;
   if (t == "!stablehlo.token" || t == "!mhlo.token") {
@@ -207,7 +210,7 @@ Expected<Shape> parse_type(std::string_view t, uint64_t line) {
   }
   if (t.starts_with("tuple<") && t.ends_with(">")) {
     for (std::string_view e : split_top_level(t.substr(6, t.size() - 7))) {
-      MEMFIT_ASSIGN_OR_RETURN(Shape inner, parse_type(e, line));
+      MEMFIT_ASSIGN_OR_RETURN(Shape inner, parse_type(e, line, depth + 1));
       s.elements.push_back(std::move(inner));
     }
     return s;

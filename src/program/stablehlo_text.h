@@ -30,8 +30,9 @@ std::vector<std::string_view> split_top_level(std::string_view s);
 // The last " : " outside brackets (what follows is the op's type signature), and the top-level "->".
 size_t signature_colon(std::string_view s);
 size_t arrow(std::string_view s);
-// "tensor<4x8xf32>" (dynamic dimensions refused, sizes checked) and a list of them, "(t1, t2)" or "t1, t2".
-Expected<Shape> parse_type(std::string_view t, uint64_t line);
+// "tensor<4x8xf32>" (dynamic dimensions refused, sizes checked; tuples at most 64 deep) and a list of
+// them, "(t1, t2)" or "t1, t2".
+Expected<Shape> parse_type(std::string_view t, uint64_t line, int depth = 0);
 Expected<std::vector<Shape>> parse_type_list(std::string_view s, uint64_t line);
 // A StableHLO (CHLO, MHLO, SDY, func) op name as the HLO opcode it is.
 std::string hlo_opcode(std::string_view op);

@@ -259,6 +259,10 @@ shmaps += [f"      sdy.return %a{i} : tensor<8xf32>\n    }} : (tensor<8xf32>) ->
 shmaps += ["    return %s0 : tensor<8xf32>", "  }", "}"]
 run("time: 10^5 nested shard maps", ["hlo", write("shmaps.mlir", "\n".join(shmaps) + "\n", True)], 2, limit_s=5,
     stderr_has="nest deeper than 256")
+# A tuple type 10^5 deep in StableHLO (HLO text's shapes stop at 64): each level rescanned its contents.
+run("time: a StableHLO type 10^5 tuples deep", ["hlo", write("tdeep.mlir", "module @m {\n  func.func public "
+    "@main(%arg0: " + "tuple<" * 100_000 + "tensor<4xf32>" + ">" * 100_000 + ") -> tensor<4xf32> {\n")], 2,
+    limit_s=5, stderr_has="nested more than 64 deep")
 
 # -- 7. HTML injection -------------------------------------------------------------------------------------------
 xss = write("xss.hlo", hlo_module(

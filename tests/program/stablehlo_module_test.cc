@@ -373,6 +373,18 @@ TEST(StableHlo, MalformedTextNamesTheLine) {
   EXPECT_NE(
       error_of(head + "    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>\n  }\n}\n").find("no return"),
       std::string::npos);
+  EXPECT_NE(error_of(head + "    %0 = stablehlo.while(%i = %arg0) : tensor<4xf32>\n     cond {\n"
+                            "      %c = stablehlo.constant dense<true> : tensor<i1>\n"
+                            "      stablehlo.return %c : tensor<i1>\n    } do {\n"
+                            "      stablehlo.return %i, %i : tensor<4xf32>, tensor<4xf32>\n    }\n"
+                            "    return %0 : tensor<4xf32>\n  }\n}\n")
+                .find("line 8: the loop's do region returns 2 values for a carry of 1"),
+            std::string::npos);
+  std::string deep = "tensor<4xf32>";
+  for (int k = 0; k < 65; ++k) deep = "tuple<" + deep + ">";
+  EXPECT_NE(error_of("module @m {\n  func.func public @main(%arg0: " + deep + ") -> tensor<4xf32> {\n")
+                .find("line 2: a type nested more than 64 deep"),
+            std::string::npos);
 }
 
 }  // namespace
