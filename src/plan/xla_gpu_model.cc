@@ -935,6 +935,7 @@ Status inline_calls(HloModule& m) {
   for (const HloComputation& c : m.computations)
     for (const HloInstruction& x : c.instructions)
       if (x.opcode == HloOpcode::kCall && x.called.size() == 1) called.insert(x.called[0]);
+  if (called.empty()) return ok_status();
   HloModule original;
   for (const HloComputation& c : m.computations)
     if (called.count(c.name) != 0) original.computations.push_back(c);
