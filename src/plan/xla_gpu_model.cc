@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -942,26 +941,45 @@ Status inline_calls(HloModule& m) {
   Callees callees;
   for (const HloComputation& c : original.computations) callees.emplace(c.name, &c);
   // What inlining will make, counted before it is made: calls that multiply (f calls g twice, g calls h
-  // twice, ...) grow a small text exponentially.
-  std::unordered_map<std::string_view, uint64_t> expanded;
+  // twice, ...) grow a small text exponentially. Each computation's size once inlined, callees first (a
+  // topological order of the call graph); one in a cycle counts as written (the inliner refuses it).
   constexpr uint64_t kMaxInlined = 1'000'000;
-  std::function<uint64_t(const HloComputation&, int)> size_of = [&](const HloComputation& c, int depth) {
-    if (auto it = expanded.find(c.name); it != expanded.end()) return it->second;
-    uint64_t n = 0;
-    for (const HloInstruction& x : c.instructions) {
+  std::unordered_map<std::string_view, size_t> index;
+  for (size_t k = 0; k < m.computations.size(); ++k) index.emplace(m.computations[k].name, k);
+  std::vector<uint64_t> pending(m.computations.size(), 0), size(m.computations.size(), 0);
+  std::vector<std::vector<size_t>> callers(m.computations.size());
+  std::vector<size_t> ready;
+  for (size_t k = 0; k < m.computations.size(); ++k) {
+    for (const HloInstruction& x : m.computations[k].instructions) {
       const auto callee =
-          x.opcode == HloOpcode::kCall && x.called.size() == 1 ? callees.find(x.called[0]) : callees.end();
-      // Too deep or recursive: the inliner refuses it with its own message.
-      n += callee == callees.end() || depth >= 64 || callee->second == &c
-               ? 1
-               : size_of(*callee->second, depth + 1);
-      n = std::min(n, kMaxInlined + 1);
+          x.opcode == HloOpcode::kCall && x.called.size() == 1 ? index.find(x.called[0]) : index.end();
+      if (callee == index.end()) continue;
+      ++pending[k];
+      callers[callee->second].push_back(k);
     }
-    expanded.emplace(c.name, n);
+    if (pending[k] == 0) ready.push_back(k);
+  }
+  auto inlined_size = [&](size_t k, bool callees_known) {
+    uint64_t n = 0;
+    for (const HloInstruction& x : m.computations[k].instructions) {
+      const auto callee =
+          x.opcode == HloOpcode::kCall && x.called.size() == 1 ? index.find(x.called[0]) : index.end();
+      n = std::min(n + (callees_known && callee != index.end() ? size[callee->second] : 1), kMaxInlined + 1);
+    }
     return n;
   };
+  std::vector<bool> sized(m.computations.size(), false);
+  while (!ready.empty()) {
+    const size_t k = ready.back();
+    ready.pop_back();
+    size[k] = inlined_size(k, true);
+    sized[k] = true;
+    for (size_t caller : callers[k])
+      if (--pending[caller] == 0) ready.push_back(caller);
+  }
   uint64_t total = 0;
-  for (const HloComputation& c : m.computations) total = std::min(total + size_of(c, 0), kMaxInlined + 1);
+  for (size_t k = 0; k < m.computations.size(); ++k)
+    total = std::min(total + (sized[k] ? size[k] : inlined_size(k, false)), kMaxInlined + 1);
   if (total > kMaxInlined)
     return invalid_argument(fmt::format(
         "inlining the program's calls would make more than {} instructions: its calls multiply (a function "

@@ -230,6 +230,14 @@ for i in range(39, 0, -1):
 calls += ["ENTRY main {", "  x = f32[4]{0} parameter(0)", "  ROOT r = f32[4]{0} call(x), to_apply=f1", "}"]
 run("time: calls that multiply when inlined", ["hlo", write("calls.hlo", "\n".join(calls) + "\n")], 2,
     limit_s=5, stderr_has="calls multiply")
+# The same bomb reached through 63 calls in a row and directly, ENTRY first: counted over the call graph,
+# callees first, whatever the depth of the path that reaches it.
+deep = ["HloModule m", "", "ENTRY main {", "  x = f32[4]{0} parameter(0)", "  a = f32[4]{0} call(x), to_apply=c62",
+        "  ROOT r = f32[4]{0} call(a), to_apply=c0", "}", ""] + calls[2:-4]
+deep += [f"c{i} {{\n  p = f32[4]{{0}} parameter(0)\n  ROOT n = f32[4]{{0}} call(p), to_apply="
+         f"{'c' + str(i + 1) if i < 62 else 'f1'}\n}}\n" for i in range(63)]
+run("time: calls that multiply, reached deep and shallow", ["hlo", write("deepcalls.hlo", "\n".join(deep) + "\n")],
+    2, limit_s=5, stderr_has="calls multiply")
 # 10^5 calls in a row, each of its own function: each looked up once (a search each was quadratic).
 chain = ["HloModule m", ""] + [f"f{i} {{\n  p = f32[4]{{0}} parameter(0)\n  ROOT n = f32[4]{{0}} negate(p)\n}}\n"
                                for i in range(100_000)]
