@@ -42,21 +42,21 @@
 //     this model's prediction from the lowered program; XLA's DFS scheduler there needs 7.91 GB, and the
 //     order XLA compiled holds 5.07 GB (likewise 5.38 against 6.90 GB for gpt2dims, 1.84 against 5.13 GB
 //     for the offload program; test HloPlan.XlasOwnGraphInTheMemorySchedulersOrderNeedsWhatThePrediction-
-//     Says; 2026-12-04). The compiled programs carry the scheduling_name metadata that XLA writes in the
-//     LHS's pipeline (SchedulingInstructionAnnotator, gpu_hlo_schedule.cc). Simulated over XLA's own graph
-//     from the list order as latency_hiding_scheduler.cc's ReadySetLt runs a program with no asynchronous
-//     work (nops first, less stall, the cost that fills a wait, the candidate that readies more operands,
-//     the later original position; the approximate estimator's costs, nops 0, loop fusions 1000, output
-//     fusions 5000, others 1, one unit between dependent ops; memory pressure only past half its limit,
-//     which no shared program reaches), it reproduces XLA's order on some programs (mlp_vmap_grads_b128,
-//     gpt_fp32_donate_remat_dots, gpt_mixed_donate: within 0.1% of XLA's temp) but not on the full-remat
-//     ones (gpt_fp32_donate_remat_full 7.6 GB where XLA keeps the list order's 2.44; without the
-//     readies-more rule that one is exact and vmap falls back to -7.7%), and over this model's graph it put
-//     13 of 27 measured peaks within 5% (2026-12-03; both simulations were experiments, not kept). A memory
-//     limit low enough to bring in its memory-pressure rules (2 to 12 GB) changed none of that. What decides
-//     is then in the latency estimates (SolLatencyEstimator) the simulation did not have, which a GPU
-//     compile's LHS log (latency_hiding_scheduler.cc's VLOG(2): each choice and its reason) would show. The
-//     range's top (the post order) covers those orders.
+//     Says; 2026-12-04). The compiled programs carry the scheduling_name metadata that, in the XLA sources
+//     read, is written in the LHS's pipeline (SchedulingInstructionAnnotator, gpu_hlo_schedule.cc). Simulated
+//     over XLA's own graph from the list order as latency_hiding_scheduler.cc's ReadySetLt runs a program
+//     with no asynchronous work (nops first, less stall, the cost that fills a wait, the candidate that
+//     readies more operands, the later original position; the approximate estimator's costs, nops 0, loop
+//     fusions 1000, output fusions 5000, others 1, one unit between dependent ops; memory pressure only past
+//     half its limit, which no shared program reaches), it reproduces XLA's order on some programs
+//     (mlp_vmap_grads_b128, gpt_fp32_donate_remat_dots, gpt_mixed_donate: within 0.1% of XLA's temp) but not
+//     on the full-remat ones (gpt_fp32_donate_remat_full 7.6 GB where XLA keeps the list order's 2.44;
+//     without the readies-more rule that one is exact and vmap falls back to -7.7%), and over this model's
+//     graph it put 13 of 27 measured peaks within 5% (2026-12-03; both simulations were experiments, not
+//     kept). A memory limit low enough to bring in its memory-pressure rules (2 to 12 GB) changed none of
+//     that. What decides is then in the latency estimates (SolLatencyEstimator) the simulation did not have,
+//     which a GPU compile's LHS log (latency_hiding_scheduler.cc's VLOG(2): each choice and its reason) would
+//     show. The range's top (the post order) covers those orders.
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
 // the README's table.
 #pragma once
