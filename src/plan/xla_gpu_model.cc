@@ -784,8 +784,22 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     }
     return out;
   };
+  // A fusion takes at most 64 operands and outputs (MaxOperandsAndOutputsPerFusion, gpu_fusible.h;
+  // FusionFitsInBudget refuses more, tested there as AvoidsLargeFusion: p0 + p1 + ... + p200): where a
+  // value would be computed from more buffers, the fused values it reads are written out instead and it
+  // reads those. It also keeps each list short - a chain of 10^4 adds of 10^4 arguments, each list the one
+  // before plus one, took 6 s.
+  constexpr size_t kMaxFusionOperandsAndOutputs = 64;
   for (uint32_t i = 0; i < n; ++i) {
-    if (!materialized[i]) sources[i] = buffers_behind(operands[i]);
+    if (materialized[i]) continue;
+    sources[i] = buffers_behind(operands[i]);
+    if (sources[i].size() + 1 <= kMaxFusionOperandsAndOutputs) continue;
+    for (uint32_t o : operands[i]) {
+      if (materialized[o]) continue;
+      materialized[o] = true;
+      sources[o].clear();
+    }
+    sources[i] = buffers_behind(operands[i]);
   }
   // Whether a value computed from buffers `reads` is a softmax or a two-pass norm: it reads a buffer B and a
   // reduction r that itself reads B and an earlier reduction of B (sum(exp(x - max(x))), mean((x -

@@ -246,6 +246,18 @@ chain += [f"  c{i + 1} = f32[4]{{0}} call(c{i}), to_apply=f{i}" for i in range(1
 chain += ["  ROOT r = f32[4]{0} negate(c100000)", "}"]
 run("time: 10^5 calls of 10^5 functions", ["hlo", write("chain.hlo", "\n".join(chain) + "\n", True)], 0,
     limit_s=10)
+# A loop body that adds 10^5 values read from outside the loop: each one carried, and each sum computed
+# from a short list of buffers (a fusion reads at most 63), not from all before it.
+outside = ["module @m {", "  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {"]
+outside += [f"    %k{i} = stablehlo.constant dense<1.0> : tensor<4xf32>" for i in range(100_000)]
+outside += ["    %w:1 = stablehlo.while(%it = %arg0) : tensor<4xf32>", "     cond {",
+            "      %c = stablehlo.constant dense<true> : tensor<i1>", "      stablehlo.return %c : tensor<i1>",
+            "    } do {"]
+outside += [f"      %s{i} = stablehlo.add {'%it' if i == 0 else f'%s{i - 1}'}, %k{i} : tensor<4xf32>"
+            for i in range(100_000)]
+outside += ["      stablehlo.return %s99999 : tensor<4xf32>", "    }", "    return %w#0 : tensor<4xf32>", "  }", "}"]
+run("time: a loop reading 10^5 values from outside", ["hlo", write("outside.mlir", "\n".join(outside) + "\n", True)],
+    0, limit_s=20)  # 6 s here, most of it the list scheduler over 10^5 values ready at once
 # 10^5 StableHLO loops nested in one another (28 MB of text): refused past 256, before they cost memory.
 loops = ["module @m {", "  func.func public @main(%arg0: tensor<f32>) -> tensor<f32> {"]
 for i in range(100_000):

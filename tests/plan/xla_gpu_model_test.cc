@@ -548,6 +548,30 @@ ENTRY main.1 {
 // of its readers or none, so the concatenate is written once (XLA's input_concatenate_fusion) and read by
 // the norm and the residual add; its patch GEMM's result dies at it. Without the rule the norm and the
 // residual add each recompute the concatenate from the GEMM's result, which then lives as long.
+// p0 + p1 + ... + p199 (XLA's own AvoidsLargeFusion test): a fusion takes at most 64 operands and outputs,
+// so the running sum is written out where one more argument would pass that, and each fusion reads at most
+// 63 buffers.
+TEST(XlaGpuModel, AFusionReadsAtMost63Buffers) {
+  std::string text = "HloModule jit_sum\n\nENTRY main.1 {\n  p0 = f32[1024]{0} parameter(0)\n";
+  for (int k = 1; k < 200; ++k) text += fmt::format("  p{} = f32[1024]{{0}} parameter({})\n", k, k);
+  std::string sum = "p0";
+  for (int k = 1; k < 200; ++k) {
+    text += fmt::format("  {}s{} = f32[1024]{{0}} add({}, p{})\n", k == 199 ? "ROOT " : "", k, sum, k);
+    sum = fmt::format("s{}", k);
+  }
+  text += "}\n";
+  auto modeled = model_xla_gpu(lowered(text.c_str()));
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  size_t sums = 0;
+  for (const HloInstruction& i : modeled->entry()->instructions) {
+    if (i.opcode == HloOpcode::kParameter) continue;
+    EXPECT_LE(i.operands.size(), 63u) << i.name;
+    ++sums;
+  }
+  // s62 (p0..p62), s124 (s62, p63..p124), s186 (s124, p125..p186) and the result (s186, p187..p199).
+  EXPECT_EQ(sums, 4u);
+}
+
 TEST(XlaGpuModel, ANormsInputBuiltByAConcatenateIsWrittenOnce) {
   const HloModule m = lowered(R"(HloModule jit_step
 
