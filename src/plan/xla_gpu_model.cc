@@ -404,17 +404,13 @@ constexpr uint64_t kGemmTileElements = 128 * 128;
 constexpr uint64_t kMaxSplitK = 16;
 constexpr uint64_t kMinContractionPerSplit = 128;
 constexpr std::string_view kSplitKReduce = "__memfit$split_k_reduce";
-// A cheap value read by several fusions is fused into each of them (recomputed) unless that costs more memory
-// traffic than writing it once: XLA's priority fusion duplicates a producer into its n consumers when its
-// performance model finds the fused time lower (xla/service/gpu/transforms/priority_fusion.cc,
-// gpu_performance_model.cc). Memory traffic alone breaks even at inputs x (n - 1) = output x (n + 1); the
-// model weights more than traffic (a kernel launch saved per fusion, cached re-reads), so a value is written
-// once only past 4x that point. Approximated: at 1x the shared training programs' residual streams become
-// buffers XLA's compiles do not write (+5% to +20% of their measured peaks); at 4x no shared program's
-// prediction moves by more than 0.4%, and a few-token inference's residual stream - each layer adding a
-// split GEMM's sum - stops being recomputed in every consumer from every layer's partials (a 48-layer
-// 128-token GPT held 95 of them, 760 MiB, where XLA writes the stream once).
-constexpr double kTrafficSlack = 4.0;
+// Fusing a producer into its readers saves its kernel's launch: 1 us in XLA's performance model
+// (kKernelLaunchOverhead, xla/service/gpu/model/gpu_performance_model_base.h), the time an H100 moves
+// 3.35 MB of memory in (3.35 TB/s). A small value's fusion is decided by it, a large one's by its traffic.
+constexpr double kLaunchOverheadBytes = 3.35e6;
+// The visits priority fusion may spend per instruction counting who reads what; the shared programs take
+// about 4.
+constexpr uint64_t kFusionWorkPerInstruction = 1000;
 
 uint64_t split_k_of(const HloInstruction& dot, const Shape& lhs, const Shape& rhs) {
   if (dot.shape.is_tuple() || lhs.is_tuple() || rhs.is_tuple()) return 1;
@@ -563,6 +559,129 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
   };
   // Which values get a buffer. A large constant is a buffer; a scalar one is folded into its users.
   std::vector<bool> materialized(n, false);
+  std::vector<bool> forced(n, false);  // by their readers, whatever the traffic
+  // Priority fusion over the values several fusions read (priority_fusion.cc): each such value is fused
+  // into all of its consumers or written once, the most profitable first - fusing one changes what its
+  // neighbours read and how many fusions read them. Profit as gpu_performance_model.cc weighs a memory-bound
+  // producer: unfused, it reads R, writes O and n consumers read O; fused, each consumer reads R instead.
+  // `mat` holds the other values' decisions and is completed here.
+  auto prioritize_shared_values = [&](std::vector<bool>& mat, const std::vector<bool>& candidate) {
+    enum : uint8_t { kUndecided, kFused, kWritten };
+    std::vector<uint8_t> state(n, kUndecided);
+    // A value its own kernel reads from memory: written, or a candidate not fused (yet).
+    auto buffer = [&](uint32_t x) { return candidate[x] ? state[x] != kFused : mat[x]; };
+    auto read_of = [&](uint32_t v) {
+      uint64_t read = 0;
+      std::vector<std::pair<uint32_t, int>> stack{{v, 0}};
+      while (!stack.empty()) {
+        const auto [x, depth] = stack.back();
+        stack.pop_back();
+        for (uint32_t o : operands[x]) {
+          const HloInstruction& xo = comp.instructions[o];
+          const bool sliced = xo.opcode == HloOpcode::kSlice || xo.opcode == HloOpcode::kDynamicSlice;
+          if (role[o] == Role::kCheap && !buffer(o) && depth < 8 && !operands[o].empty() && !sliced &&
+              xo.custom_call_target != kSplitKReduce)
+            stack.emplace_back(o, depth + 1);
+          else
+            read += xo.shape.own_bytes();  // shapes were checked when parsed
+        }
+      }
+      return read;
+    };
+    // The fusions that read `v`: readers whose next ops meet within a few hops - a norm's mean, its
+    // centering and its variance - are one fusion, and a fused reader counts the fusions that read it.
+    std::vector<uint32_t> stamp(n, UINT32_MAX), owner(n, 0);
+    uint32_t stamp_next = 0;
+    // Work is bounded: a hostile program's readers of readers multiply, so past a budget of visits a
+    // value's readers are counted without their cones and recursion (no shared program comes near it).
+    uint64_t work = 0;
+    const uint64_t work_budget = kFusionWorkPerInstruction * static_cast<uint64_t>(n);
+    auto fusions_of = [&](uint32_t v, int depth, auto&& self) -> uint64_t {
+      std::vector<uint32_t> distinct(users[v].begin(), users[v].end());
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      work += distinct.size();
+      if (work > work_budget) return std::clamp<uint64_t>(distinct.size(), 1, 64);
+      auto weight = [&](uint32_t u) -> uint64_t {
+        if (buffer(u) || !fuses(role[u]) || depth >= 4) return 1;
+        return self(u, depth + 1, self);
+      };
+      if (distinct.size() <= 1) return distinct.empty() ? 1 : weight(distinct[0]);
+      std::vector<uint32_t> parent(distinct.size());
+      for (uint32_t k = 0; k < parent.size(); ++k) parent[k] = k;
+      auto find = [&](uint32_t k) {
+        while (parent[k] != k) k = parent[k] = parent[parent[k]];
+        return k;
+      };
+      const uint32_t id = stamp_next++;
+      const uint64_t v_bytes = comp.instructions[v].shape.own_bytes();
+      constexpr size_t kConeNodes = 48;
+      constexpr int kConeHops = 10;
+      for (uint32_t k = 0; k < distinct.size(); ++k) {
+        std::vector<std::pair<uint32_t, int>> queue{{distinct[k], 0}};
+        for (size_t q = 0; q < queue.size(); ++q) {
+          const auto [x, hops] = queue[q];
+          ++work;
+          if (stamp[x] == id) {
+            // Met in a fusion (not in a tuple or a loop that merely holds both).
+            if (fuses(role[x]) || role[x] == Role::kReduce || role[x] == Role::kGemm)
+              parent[find(owner[x])] = find(k);
+            continue;
+          }
+          stamp[x] = id;
+          owner[x] = k;
+          // A reduction and what it feeds - a norm's mean divided by its width, written or not - are
+          // inside the diamond: the walk goes on through them.
+          const bool reduced = comp.instructions[x].shape.own_bytes() * 16 <= v_bytes;
+          const bool passable = role[x] == Role::kReduce || (fuses(role[x]) && (!buffer(x) || reduced));
+          if (!passable || hops >= kConeHops) continue;
+          for (uint32_t w : users[x]) {
+            if (queue.size() >= kConeNodes) break;
+            queue.emplace_back(w, hops + 1);
+          }
+        }
+      }
+      std::vector<uint32_t> members(distinct.size(), 0);
+      for (uint32_t k = 0; k < distinct.size(); ++k) ++members[find(k)];
+      uint64_t total = 0;
+      for (uint32_t k = 0; k < distinct.size(); ++k)
+        if (find(k) == k) total += members[k] > 1 ? 1 : weight(distinct[k]);
+      return std::min<uint64_t>(total, 64);
+    };
+    auto profit = [&](uint32_t v) {
+      ++work;
+      const double nc = static_cast<double>(fusions_of(v, 0, fusions_of));
+      const double out = static_cast<double>(comp.instructions[v].shape.own_bytes());
+      return out * (nc + 1) - static_cast<double>(read_of(v)) * (nc - 1) + kLaunchOverheadBytes;
+    };
+    std::vector<std::pair<double, uint32_t>> heap;
+    for (uint32_t v = 0; v < n; ++v)
+      if (candidate[v]) heap.emplace_back(profit(v), v);
+    // Ties go to the earlier value, as a fixed order.
+    auto less = [](const std::pair<double, uint32_t>& x, const std::pair<double, uint32_t>& y) {
+      return x.first != y.first ? x.first < y.first : x.second > y.second;
+    };
+    std::make_heap(heap.begin(), heap.end(), less);
+    std::vector<uint8_t> requeued(n, 0);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), less);
+      const auto [old_profit, v] = heap.back();
+      heap.pop_back();
+      if (state[v] != kUndecided) continue;
+      // Neighbours' decisions move a profit: take it again, and decide only when it still leads (each
+      // value re-queued a bounded number of times: a decision can move many profits).
+      const double now = profit(v);
+      if (now != old_profit && !heap.empty() && less({now, v}, heap.front()) && requeued[v] < 8) {
+        ++requeued[v];
+        heap.emplace_back(now, v);
+        std::push_heap(heap.begin(), heap.end(), less);
+        continue;
+      }
+      state[v] = now >= 0 ? kFused : kWritten;
+    }
+    for (uint32_t v = 0; v < n; ++v)
+      if (candidate[v]) mat[v] = state[v] == kWritten;
+  };
   const HloInstruction* root = comp.root();
   for (uint32_t i = 0; i < n; ++i) {
     const HloInstruction& inst = comp.instructions[i];
@@ -591,18 +710,26 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
         if (role[i] == Role::kExpensive && distinct.size() > 1 && !normalization_diamond(i) &&
             read_bytes(i, read_bytes, 0) >= inst.shape.own_bytes())
           needed = true;
-        // (A slice reads only its result's bytes: it is never written for traffic.)
-        if (role[i] == Role::kCheap && distinct.size() > 1 && inst.opcode != HloOpcode::kSlice &&
-            inst.opcode != HloOpcode::kDynamicSlice && !normalization_diamond(i)) {
-          const double nc = static_cast<double>(distinct.size());
-          if (static_cast<double>(read_bytes(i, read_bytes, 0)) * (nc - 1) >
-              static_cast<double>(inst.shape.own_bytes()) * (nc + 1) * kTrafficSlack)
-            needed = true;
-        }
+        // (A cheap value several fusions read is decided below, by priority fusion.)
         materialized[i] = needed;
+        forced[i] = needed;
         break;
       }
     }
+  }
+  {
+    std::vector<bool> candidate(n, false);
+    for (uint32_t v = 0; v < n; ++v) {
+      const HloInstruction& inst = comp.instructions[v];
+      // (A split GEMM's sum is recomputed by each reader, as XLA's compiled programs do.)
+      if (role[v] != Role::kCheap || forced[v] || inst.opcode == HloOpcode::kSlice ||
+          inst.opcode == HloOpcode::kDynamicSlice || inst.custom_call_target == kSplitKReduce ||
+          normalization_diamond(v))
+        continue;
+      std::unordered_set<uint32_t> distinct(users[v].begin(), users[v].end());
+      candidate[v] = distinct.size() > 1;
+    }
+    prioritize_shared_values(materialized, candidate);
   }
   // A norm or softmax is one Triton fusion (SoftmaxRewriterTriton), and what it takes into itself must be
   // something Triton's block-level emitter supports (xla/service/gpu/fusions/triton/triton_support.cc): a
@@ -675,6 +802,36 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     for (uint32_t t : chain) materialized[t] = false;
     if (!chain.empty()) transposed_fold.emplace(r, x);
   }
+  // What else an epilogue may read (triton_tiling_propagation.cc, the output side of
+  // GetPropagatedDimOrdersAndRequirementsIfProfitablyFusible): an effective parameter - a parameter, or a
+  // bitcast or tuple element of one (hlo_query::IsEffectiveParameter; in a loop body, the carried values) -
+  // or a broadcast of one or of a scalar: a bias. A residual add reads a computed value, so the GEMM writes
+  // its own product and the add is fused into the add's readers (the compiled ViT's gemm_fusion_dot.2 is
+  // the attention's projection alone, and its residual sum is recomputed by the norm and the next sum).
+  // The lowered program spells a broadcast as a chain of reshapes and broadcasts that XLA's simplifier
+  // folds into one, so the walk looks through both.
+  auto effective_parameter = [&](uint32_t x) {
+    for (int hops = 0; hops < 16; ++hops) {
+      if (role[x] == Role::kParameter) return true;
+      const HloOpcode op = comp.instructions[x].opcode;
+      if (operands[x].size() != 1 ||
+          (op != HloOpcode::kBitcast && op != HloOpcode::kReshape && op != HloOpcode::kGetTupleElement))
+        return false;
+      x = operands[x][0];
+    }
+    return false;
+  };
+  auto epilogue_input = [&](uint32_t x) {
+    for (int hops = 0; hops < 16; ++hops) {
+      if (effective_parameter(x) || elements(comp.instructions[x].shape) <= 1) return true;
+      const HloOpcode op = comp.instructions[x].opcode;
+      if (operands[x].size() != 1 ||
+          (op != HloOpcode::kBroadcast && op != HloOpcode::kBitcast && op != HloOpcode::kReshape))
+        return false;
+      x = operands[x][0];
+    }
+    return false;
+  };
   // What a GEMM fusion takes into its operands (xla/service/gpu/transforms/gemm_fusion.cc): cheap
   // elementwise and data movement over buffers - a layer norm's scale and shift, a transpose, a widening
   // convert. A chain with an expensive op, or one that reads a reduction (a softmax's division by its sum, a
@@ -692,6 +849,14 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     const uint64_t out_bytes = x.shape.own_bytes();
     if (x.opcode == HloOpcode::kConvert && in_bytes > out_bytes) return false;
     if (in_bytes <= out_bytes + 1024) return true;
+    // A binary elementwise op one of whose operands is a broadcast parameter - a norm's scale or shift - is
+    // worth taking in whatever its bytes (the fusion level 2 exception in
+    // GetPropagatedDimOrdersAndRequirementsIfProfitablyFusible).
+    if (operands[p].size() == 2 && role[p] == Role::kCheap &&
+        std::any_of(operands[p].begin(), operands[p].end(), [&](uint32_t o) {
+          return comp.instructions[o].opcode == HloOpcode::kBroadcast && epilogue_input(o);
+        }))
+      return true;
     if (std::any_of(users[p].begin(), users[p].end(), [&](uint32_t u) { return u != users[p][0]; }))
       return false;
     for (uint32_t o : operands[p]) {
@@ -700,18 +865,82 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     }
     return true;
   };
+  // A value a GEMM cannot take in is written for the GEMM by a fusion of its own, just before it - XLA's
+  // SoftmaxRewriterTriton fusion writing a norm's normalized rows for the projection - while the value's
+  // other readers still recompute it: the backward pass of the compiled ViT recomputes each norm from the
+  // saved residual and its statistics rather than keep the normalized rows (the buffer dies with the GEMM).
+  // A value only GEMMs read (through ops they take in) is one buffer they share, as a narrowing convert
+  // is (XLA's wrapped_convert fusion, read by the forward and the backward GEMM).
+  std::vector<bool> gemm_input(n, false);
+  auto only_gemms_read = [&](uint32_t u, int depth, auto&& self) -> bool {
+    if (role[u] == Role::kGemm || folded_dot[u]) return true;
+    if (!fuses(role[u]) || materialized[u] || depth >= 8) return false;
+    return std::all_of(users[u].begin(), users[u].end(),
+                       [&](uint32_t w) { return self(w, depth + 1, self); });
+  };
+  auto write_for_gemm = [&](uint32_t o) {
+    if (materialized[o]) return;
+    if (fuses(role[o]) && comp.instructions[o].opcode != HloOpcode::kConvert &&
+        !std::all_of(users[o].begin(), users[o].end(),
+                     [&](uint32_t u) { return only_gemms_read(u, 0, only_gemms_read); }))
+      gemm_input[o] = true;
+    else
+      materialized[o] = true;
+  };
   auto stop_at_unworthy = [&](uint32_t o) {
-    if (!materialized[o] && !gemm_takes_in(o)) materialized[o] = true;
+    if (!materialized[o] && !gemm_input[o] && !gemm_takes_in(o)) write_for_gemm(o);
+  };
+  // A reshape that merges dimensions a transpose made non-adjacent in memory - attention's [b, s, h, d],
+  // transposed from [b, h, s, d], read as [b * s, h * d] - is no strided tile: Triton's GEMM emitter cannot
+  // take it in (triton_tiling_propagation.cc propagates dimension orders only where each fragment stays
+  // contiguous), so the transposed value is written first (the compiled ViT's loop_transpose_fusion
+  // before each attention projection).
+  auto merges_transposed = [&](uint32_t r) {
+    const HloInstruction& re = comp.instructions[r];
+    if (re.opcode != HloOpcode::kReshape || operands[r].size() != 1) return false;
+    const uint32_t ti = operands[r][0];
+    const HloInstruction& t = comp.instructions[ti];
+    if (t.opcode != HloOpcode::kTranspose || materialized[ti] || t.shape.is_tuple() || re.shape.is_tuple())
+      return false;
+    const std::vector<uint64_t>& in = t.shape.dims;
+    const std::vector<uint64_t>& out = re.shape.dims;
+    const std::vector<int64_t>& perm = t.dimensions;
+    if (perm.size() != in.size()) return false;
+    size_t i = 0, j = 0;
+    while (i < in.size() && j < out.size()) {
+      uint64_t pi = in[i], pj = out[j];
+      std::vector<size_t> group{i};
+      while (pi != pj) {
+        if (pi < pj) {
+          if (++i >= in.size() || in[i] == 0) return false;
+          pi *= in[i];
+          group.push_back(i);
+        } else {
+          if (++j >= out.size() || out[j] == 0) return false;
+          pj *= out[j];
+        }
+      }
+      int64_t last = -1;
+      for (size_t g : group) {
+        if (in[g] == 1) continue;
+        if (last >= 0 && perm[g] != last + 1) return true;
+        last = perm[g];
+      }
+      ++i;
+      ++j;
+    }
+    return false;
   };
   std::vector<int8_t> gemm_fusible(n, -1);  // -1 unknown, 0 no, 1 yes
   auto fusible_into_gemm = [&](uint32_t v, auto&& self) -> bool {
     if (gemm_fusible[v] >= 0) return gemm_fusible[v] == 1;
     // A GEMM fusion takes in elementwise ops, not a sum over another GEMM's partials.
-    bool ok = role[v] == Role::kCheap && comp.instructions[v].custom_call_target != kSplitKReduce;
+    bool ok = role[v] == Role::kCheap && comp.instructions[v].custom_call_target != kSplitKReduce &&
+              !merges_transposed(v);
     for (uint32_t o : operands[v]) {
       if (!ok) break;
       stop_at_unworthy(o);
-      if (materialized[o]) {
+      if (materialized[o] || gemm_input[o]) {
         ok = role[o] != Role::kReduce;
       } else {
         ok = self(o, self);
@@ -727,20 +956,33 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     const bool cudnn = comp.instructions[i].opcode == HloOpcode::kConvolution;
     for (uint32_t o : operands[i]) {
       stop_at_unworthy(o);
-      if (!materialized[o] && (cudnn || !fusible_into_gemm(o, fusible_into_gemm))) materialized[o] = true;
+      if (!materialized[o] && !gemm_input[o] && (cudnn || !fusible_into_gemm(o, fusible_into_gemm)))
+        write_for_gemm(o);
     }
   }
-  // A GEMM's one elementwise epilogue (bias add, activation, convert to bf16) is written by the GEMM itself.
+  // A GEMM's elementwise epilogue (bias add, activation, convert to bf16) is written by the GEMM itself.
   std::vector<bool> gemm_epilogue(n, false);
   for (uint32_t i = 0; i < n; ++i) {
     if (role[i] != Role::kGemm || folded_dot[i] || users[i].size() != 1 || &comp.instructions[i] == root)
       continue;
     const uint32_t u = users[i][0];
     auto epilogue_of = [&](uint32_t from, uint32_t to) {
-      return fuses(role[to]) && !comp.instructions[to].shape.is_tuple() &&
-             elements(comp.instructions[to].shape) == elements(comp.instructions[from].shape) &&
-             comp.instructions[to].shape.own_bytes() <=
-                 comp.instructions[from].shape.own_bytes();  // no widening
+      if (!fuses(role[to]) || comp.instructions[to].shape.is_tuple() ||
+          elements(comp.instructions[to].shape) != elements(comp.instructions[from].shape) ||
+          comp.instructions[to].shape.own_bytes() > comp.instructions[from].shape.own_bytes())  // widening
+        return false;
+      for (uint32_t o : operands[to])
+        if (o != from && !epilogue_input(o)) return false;
+      // Triton's GEMM emitter writes a batched product with its batch dimensions leading
+      // (triton_tiling_propagation.cc: the batch dimension may not be split or moved): a transpose that
+      // moves them - attention's [b, h, s, d] product to [b, s, h, d] - is a fusion of its own, a copy.
+      const HloInstruction& t = comp.instructions[to];
+      if (t.opcode == HloOpcode::kTranspose && comp.instructions[from].opcode == HloOpcode::kDot) {
+        const size_t batch = comp.instructions[from].lhs_batch_dims.size();
+        for (size_t d = 0; d < batch; ++d)
+          if (d >= t.dimensions.size() || t.dimensions[d] != static_cast<int64_t>(d)) return false;
+      }
+      return true;
     };
     if (!epilogue_of(i, u)) continue;
     materialized[i] = false;
@@ -822,8 +1064,56 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     }
     return false;
   };
+  // A fusion's operands in XLA's order: fusing a producer removes its operand and appends the producer's
+  // own operands (HloFusionInstruction's FuseInstruction), so the buffers come in the order of their
+  // distance from the root, nearest first. The order decides which dying operand's memory the result
+  // takes (the heap tries them first to last): a residual sum x + attention + MLP takes the MLP's product,
+  // as in the compiled ViT, not the stream it adds to.
+  // Copies written for a GEMM (gemm_input), emitted before the instruction that reads them; their indices
+  // follow the program's (n + k).
   std::vector<HloInstruction> out;
   out.reserve(n);
+  std::vector<std::string> copy_names;
+  std::unordered_map<std::string, uint32_t> copy_index;
+  auto name_of = [&](uint32_t b) -> const std::string& {
+    return b < n ? comp.instructions[b].name : copy_names[b - n];
+  };
+  auto is_gemm = [&](uint32_t x) { return role[x] == Role::kGemm || folded_dot[x]; };
+  auto fusion_operands = [&](uint32_t i, auto&& self) -> std::vector<uint32_t> {
+    std::vector<uint32_t> order;
+    std::unordered_set<uint32_t> seen_buffers, seen_fused;
+    std::vector<std::pair<uint32_t, uint32_t>> queue;  // (value, the GEMM whose operands it computes)
+    for (uint32_t o : operands[i]) queue.emplace_back(o, is_gemm(i) ? i : UINT32_MAX);
+    for (size_t q = 0; q < queue.size(); ++q) {
+      const auto [x, gemm] = queue[q];
+      if (materialized[x]) {
+        if (seen_buffers.insert(x).second) order.push_back(x);
+      } else if (gemm != UINT32_MAX && gemm_input[x]) {
+        std::string name = fmt::format("{}.for.{}", comp.instructions[x].name, comp.instructions[gemm].name);
+        while (index.contains(name)) name += "$";  // a program's own name is left alone
+        auto [it, fresh] = copy_index.emplace(name, 0);
+        if (fresh) {
+          HloInstruction copy;
+          copy.opcode = HloOpcode::kCustomCall;
+          copy.custom_call_target = "__memfit$gemm_input";
+          copy.shape = comp.instructions[x].shape;
+          copy.op_name = comp.instructions[x].op_name;
+          copy.category = comp.instructions[x].category;
+          copy.line = comp.instructions[x].line;
+          for (uint32_t b : self(x, self)) copy.operands.push_back(name_of(b));
+          copy.name = name;
+          it->second = static_cast<uint32_t>(n + copy_names.size());
+          copy_names.push_back(std::move(name));
+          out.push_back(std::move(copy));
+        }
+        if (seen_buffers.insert(it->second).second) order.push_back(it->second);
+      } else if (seen_fused.insert(x).second) {
+        const uint32_t inner = is_gemm(x) ? x : gemm;
+        for (uint32_t o : operands[x]) queue.emplace_back(o, inner);
+      }
+    }
+    return order;
+  };
   std::unordered_map<uint32_t, std::string> folded_name;  // folded dot -> its contracted result's name
   for (const auto& [r, x] : transposed_fold)
     folded_name.emplace(x, comp.instructions[x].name + ".contracted");
@@ -836,7 +1126,7 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       dot.custom_call_target = "__memfit$batch_contracting_dot";
       for (const auto& [r, x] : transposed_fold)
         if (x == i) dot.shape = comp.instructions[r].shape;
-      for (uint32_t b : buffers_behind(operands[i])) dot.operands.push_back(comp.instructions[b].name);
+      for (uint32_t b : fusion_operands(i, fusion_operands)) dot.operands.push_back(name_of(b));
       dot.op_name = comp.instructions[i].op_name;
       dot.line = comp.instructions[i].line;
       out.push_back(std::move(dot));
@@ -857,9 +1147,10 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       out.push_back(std::move(inst));
       continue;
     }
-    const std::vector<uint32_t> unique = buffers_behind(operands[i]);
+    std::vector<uint32_t> unique = fusion_operands(i, fusion_operands);
     inst.operands.clear();
-    for (uint32_t r : unique) inst.operands.push_back(comp.instructions[r].name);
+    for (uint32_t r : unique) inst.operands.push_back(name_of(r));
+    std::erase_if(unique, [&](uint32_t r) { return r >= n; });
     if (gemm_epilogue[i]) {
       // The GEMM writes it: a new buffer, never one of its operands' (not elementwise in XLA's sense).
       inst.opcode = HloOpcode::kCustomCall;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <set>
 
+#include "memfit/core/file_io.h"
 #include "memfit/plan/buffer_model.h"
 #include "memfit/plan/hlo_plan.h"
 #include "memfit/program/stablehlo_module.h"
@@ -627,6 +628,163 @@ ENTRY main.1 {
   auto plain_modeled = model_xla_gpu(plain);
   ASSERT_TRUE(plain_modeled.ok()) << plain_modeled.error().message();
   EXPECT_EQ(find(*plain_modeled, "cat"), nullptr);
+}
+
+// A GEMM's epilogue may read only parameters, their bitcasts and broadcasts (the output side of
+// triton_tiling_propagation.cc): a bias add is written by the GEMM, a residual add of a computed value is
+// not - the GEMM writes its product and the sum is recomputed by the sum's readers.
+TEST(XlaGpuModel, ABiasIsAGemmEpilogueAResidualSumIsNot) {
+  const HloModule m = lowered(R"(HloModule jit_step
+
+ENTRY main.1 {
+  x = f32[4096,2048]{1,0} parameter(0)
+  w = f32[2048,2048]{1,0} parameter(1)
+  b = f32[2048]{0} parameter(2)
+  h = f32[4096,2048]{1,0} negate(x)
+  d1 = f32[4096,2048]{1,0} dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  bias.1 = f32[1,2048]{1,0} reshape(b)
+  bias.2 = f32[4096,2048]{1,0} broadcast(bias.1), dimensions={0,1}
+  e1 = f32[4096,2048]{1,0} add(d1, bias.2)
+  d2 = f32[4096,2048]{1,0} dot(e1, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  r = f32[4096,2048]{1,0} add(h, d2)
+  a = f32[4096,2048]{1,0} exponential(r)
+  c = f32[4096,2048]{1,0} tanh(r)
+  ROOT t = (f32[4096,2048]{1,0}, f32[4096,2048]{1,0}) tuple(a, c)
+})");
+  auto modeled = model_xla_gpu(m);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  EXPECT_EQ(find(*modeled, "d1"), nullptr) << "the bias add is the GEMM's epilogue";
+  const HloInstruction* e1 = find(*modeled, "e1");
+  ASSERT_NE(e1, nullptr);
+  EXPECT_EQ(e1->custom_call_target, "__memfit$gemm_with_epilogue");
+  ASSERT_NE(find(*modeled, "d2"), nullptr) << "the GEMM under a residual sum writes its own product";
+  EXPECT_EQ(find(*modeled, "r"), nullptr) << "the residual sum is recomputed by its two readers";
+  const HloInstruction* a = find(*modeled, "a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_NE(std::find(a->operands.begin(), a->operands.end(), "d2"), a->operands.end());
+}
+
+// Priority fusion over ViT inference's residual stream, on the program JAX lowered (bundled): x + attention
+// is recomputed by the norm and the next sum that read it, x + attention + MLP is written once a layer - it
+// would be read by three fusions - and, its fusion's operands ordered as XLA's fusion appends them, it
+// takes the MLP product's memory. The attention's [b, h, s, d] product is written by its GEMM and
+// transposed to [b, s, h, d] by a fusion of its own before the projection reads it. As in the compiled
+// program (gemm_fusion_dot.50, loop_transpose_fusion.11, gemm_fusion_dot.2, loop_add_fusion.10).
+TEST(XlaGpuModel, ViTsResidualStreamIsWrittenOnceALayer) {
+  auto text = read_file(std::string(MEMFIT_TEST_DATA_DIR) + "/xla/vit_b16_infer_b256.lowered.hlo.txt.gz");
+  ASSERT_TRUE(text.ok()) << text.error().message();
+  auto m = parse_hlo_module(*text);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  auto modeled = model_xla_gpu(*m);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  EXPECT_EQ(find(*modeled, "add.282"), nullptr) << "x + attention, read by the norm and the next sum";
+  ASSERT_NE(find(*modeled, "add.298"), nullptr) << "x + attention + MLP + bias";
+  ASSERT_NE(find(*modeled, "dot_general.77"), nullptr) << "the attention's product, batched";
+  const HloInstruction* transposed = find(*modeled, "reshape.51");
+  ASSERT_NE(transposed, nullptr) << "its transpose, written before the projection";
+  EXPECT_EQ(transposed->operands, (std::vector<std::string>{"dot_general.77"}));
+  const HloInstruction* projection = find(*modeled, "dot_general.78");
+  ASSERT_NE(projection, nullptr);
+  EXPECT_EQ(projection->operands.front(), "reshape.51");
+  auto plan = plan_hlo(std::move(*m));
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  const PlannedBuffer* sum = nullptr;
+  const PlannedBuffer* mlp = nullptr;
+  for (const PlannedBuffer& b : plan->buffers) {
+    if (b.name == "add.298") sum = &b;
+    if (b.name == "dot_general.80") mlp = &b;
+  }
+  ASSERT_NE(sum, nullptr);
+  ASSERT_NE(mlp, nullptr);
+  EXPECT_EQ(sum->offset, mlp->offset) << "the sum takes its MLP operand's memory";
+  EXPECT_EQ(mlp->end, sum->start);
+}
+
+// A norm's normalized rows, which a GEMM cannot take in (they read a broadcast of computed statistics), are
+// written for the GEMM just before it - while the norm's other readers recompute them from the input and
+// the statistics, so no normalized copy is held from the forward pass to the backward one (the compiled
+// ViT keeps the residuals, not the norms). A value only GEMMs read is one buffer they share.
+TEST(XlaGpuModel, ANormWrittenForAGemmIsRecomputedByItsOtherReaders) {
+  const char* text = R"(HloModule jit_step
+
+region_0.1 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main.1 {
+  x = f32[4096,2048]{1,0} parameter(0)
+  w = f32[2048,2048]{1,0} parameter(1)
+  zero = f32[] constant(0)
+  sq = f32[4096,2048]{1,0} multiply(x, x)
+  ss = f32[4096]{0} reduce(sq, zero), dimensions={1}, to_apply=region_0.1
+  r = f32[4096]{0} rsqrt(ss)
+  rb = f32[4096,2048]{1,0} broadcast(r), dimensions={0}
+  n = f32[4096,2048]{1,0} multiply(x, rb)
+  d = f32[4096,2048]{1,0} dot(n, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  OTHER
+})";
+  auto with = [&](const std::string& other) {
+    std::string t = text;
+    t.replace(t.find("OTHER"), 5, other);
+    auto modeled = model_xla_gpu(lowered(t.c_str()));
+    EXPECT_TRUE(modeled.ok()) << modeled.error().message();
+    return std::move(*modeled);
+  };
+  const HloModule reduced = with(
+      "g = f32[2048]{0} reduce(n, zero), dimensions={0}, to_apply=region_0.1\n"
+      "  ROOT t = (f32[4096,2048]{1,0}, f32[2048]{0}) tuple(d, g)");
+  EXPECT_EQ(find(reduced, "n"), nullptr) << "no normalized buffer shared by all readers";
+  const HloInstruction* copy = find(reduced, "n.for.d");
+  ASSERT_NE(copy, nullptr) << "the rows written for the GEMM";
+  EXPECT_EQ(copy->custom_call_target, "__memfit$gemm_input");
+  EXPECT_EQ(find(reduced, "d")->operands.front(), "n.for.d");
+  const HloInstruction* g = find(reduced, "g");
+  ASSERT_NE(g, nullptr);
+  EXPECT_NE(std::find(g->operands.begin(), g->operands.end(), "x"), g->operands.end())
+      << "the other reader recomputes the rows from the input";
+  const HloModule two_gemms = with(
+      "d2 = f32[4096,2048]{1,0} dot(n, w), lhs_contracting_dims={1}, rhs_contracting_dims={1}\n"
+      "  ROOT t = (f32[4096,2048]{1,0}, f32[4096,2048]{1,0}) tuple(d, d2)");
+  ASSERT_NE(find(two_gemms, "n"), nullptr) << "read by GEMMs alone: one buffer";
+  EXPECT_EQ(find(two_gemms, "n.for.d"), nullptr);
+}
+
+// What a fusion saves weighed as XLA's performance model weighs it: the traffic, and one kernel launch
+// (1 us: 3.35 MB at an H100's bandwidth). A sum read by three fusions, each of which would read its three
+// inputs again, is written once when it is large and recomputed when it is small.
+TEST(XlaGpuModel, ASmallSharedValueIsFusedForTheLaunchItSaves) {
+  auto modeled_with = [](uint64_t elements) {
+    const std::string t = fmt::format(R"(HloModule jit_step
+
+region_0.1 {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+
+ENTRY main.1 {{
+  x = f32[{0}]{{0}} parameter(0)
+  y = f32[{0}]{{0}} parameter(1)
+  z = f32[{0}]{{0}} parameter(2)
+  s1 = f32[{0}]{{0}} add(x, y)
+  v = f32[{0}]{{0}} add(s1, z)
+  zero = f32[] constant(0)
+  r = f32[] reduce(v, zero), dimensions={{0}}, to_apply=region_0.1
+  e = f32[{0}]{{0}} exponential(v)
+  h = f32[{0}]{{0}} tanh(v)
+  ROOT t = (f32[], f32[{0}]{{0}}, f32[{0}]{{0}}) tuple(r, e, h)
+}})",
+                                      elements);
+    auto modeled = model_xla_gpu(lowered(t.c_str()));
+    EXPECT_TRUE(modeled.ok()) << modeled.error().message();
+    return std::move(*modeled);
+  };
+  // Fused, each of the three reads 3 x 4 MiB; written, 12 MiB are read and 4 written once, and read thrice.
+  EXPECT_NE(find(modeled_with(1 << 20), "v"), nullptr);
+  // 4 KiB: the launch saved outweighs 8 KiB more traffic.
+  EXPECT_EQ(find(modeled_with(1 << 10), "v"), nullptr);
 }
 
 }  // namespace
