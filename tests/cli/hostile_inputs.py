@@ -258,6 +258,29 @@ outside += [f"      %s{i} = stablehlo.add {'%it' if i == 0 else f'%s{i - 1}'}, %
 outside += ["      stablehlo.return %s99999 : tensor<4xf32>", "    }", "    return %w#0 : tensor<4xf32>", "  }", "}"]
 run("time: a loop reading 10^5 values from outside", ["hlo", write("outside.mlir", "\n".join(outside) + "\n", True)],
     0, limit_s=20)  # 6 s here, most of it the list scheduler over 10^5 values ready at once
+# Readers of readers: five levels of 60 values, each read by every value of the next through a fused sum.
+# How many fusions read a value is counted through the fused values it feeds; the count's work is bounded
+# (a budget per instruction), not the product of the fan-outs.
+fan = ["HloModule m", "", "ENTRY main {", "  p = f32[262144]{0} parameter(0)", "  v = f32[262144]{0} negate(p)"]
+prev = ["v"]
+for lvl in range(1, 6):
+    cur = []
+    for j in range(60):
+        acc = None
+        for k, o in enumerate(prev):
+            t = f"l{lvl}_{j}_s{k}"
+            op = f"multiply({o}, {o})" if acc is None else f"add({acc}, {o})"
+            fan.append(f"  {t} = f32[262144]{{0}} {op}")
+            acc = t
+        fan.append(f"  l{lvl}_{j} = f32[262144]{{0}} subtract({acc}, {prev[0]})")
+        cur.append(f"l{lvl}_{j}")
+    prev = cur
+acc = prev[0]
+for k, o in enumerate(prev[1:]):
+    fan.append(f"  z{k} = f32[262144]{{0}} add({acc}, {o})")
+    acc = f"z{k}"
+fan += [f"  ROOT r = f32[262144]{{0}} negate({acc})", "}"]
+run("time: readers of readers, five levels of 60", ["hlo", write("fan.hlo", "\n".join(fan) + "\n")], 0, limit_s=5)
 # 10^5 StableHLO loops nested in one another (28 MB of text): refused past 256, before they cost memory.
 loops = ["module @m {", "  func.func public @main(%arg0: tensor<f32>) -> tensor<f32> {"]
 for i in range(100_000):
