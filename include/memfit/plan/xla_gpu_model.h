@@ -6,18 +6,23 @@
 //     (tuple_simplifier.cc, hlo_dce.cc);
 //   - fusion (xla/service/gpu/transforms/priority_fusion.cc, instruction_fusion.cc): elementwise ops,
 //     broadcasts, reshapes, transposes, converts, slices, pads, concatenates, iotas and gathers fuse into
-//     their consumers and get no buffer; cheap ones are duplicated into every consumer unless recomputing
-//     them costs far more memory traffic than writing them once (a few-token residual stream over split
-//     GEMMs' partials), expensive ones (transcendentals, divisions: HloInstruction::IsExpensive) with
-//     several consumers keep one buffer;
+//     their consumers and get no buffer; a cheap one several fusions read is fused into all of them or
+//     written once as priority fusion decides, the most profitable first, weighing the traffic and the
+//     kernel launch saved (gpu_performance_model_base.h; readers that meet in one fusion count once, a
+//     fused reader counts its own readers); expensive ones (transcendentals, divisions:
+//     HloInstruction::IsExpensive) with several consumers keep one buffer; a fusion's operands come in the
+//     order XLA's fusion appends them, which decides whose memory its result may take;
 //   - library calls and fusion roots get a buffer: dots and convolutions (cuBLAS, cuDNN, Triton GEMM, with
-//     one elementwise epilogue such as a bias add or a convert folded into the GEMM's output,
-//     gemm_rewriter.cc; a convolution's bias and then a relu no one else reads,
+//     one elementwise epilogue that reads only parameters and their broadcasts - a bias, a scale, a
+//     convert - folded into the GEMM's output, triton_tiling_propagation.cc; not a residual sum, nor a
+//     transpose moving a batched product's batch; a convolution's bias and then a relu no one else reads,
 //     cudnn_fused_conv_rewriter.cc), reductions, scatters, sorts, custom calls, collectives, loops and calls;
 //     a convolution (a cuDNN call) takes no producer into its operands;
 //   - a GEMM takes in only the producers XLA's GemmFusion finds worth it (triton_tiling_propagation.cc):
 //     never a narrowing cast - a weight's bf16 copy in mixed precision is a buffer of its own, read by the
-//     forward and the backward GEMMs;
+//     forward and the backward GEMMs - nor a reshape merging dimensions a transpose separated; a value it
+//     cannot take in that other fusions recompute (a norm's rows) is written for it just before it
+//     ("<value>.for.<gemm>"), a value only GEMMs read is one buffer they share;
 //   - algebraic simplification: add(A, scatter-add(zeros, ...)) becomes scatter-add(A, ...), and a sum
 //     over a dot's batch dimensions becomes the dot that contracts them;
 //   - whatever a tuple, a loop, a call, an optimization barrier (jax.checkpoint) or the program's result
@@ -34,12 +39,14 @@
 //     -8.7% of the measured peak), and gained as much elsewhere as it lost. Run exactly as XLA runs them
 //     (the list scheduler's last-in ties and partial priority updates; both over multi-output fusion
 //     units), the two schedulers over this model's graph put 18 of 27 programs within 5%, against 22 of
-//     27 here (scripts/xla_table.py, 2026-12-02). Layouts cost no copies (approximated). XLA's
+//     27 here (scripts/xla_table.py, 2026-12-02; 22 still, median 1.1%, 2026-12-04). Layouts cost no
+//     copies (approximated). XLA's
 //     latency-hiding scheduler (LHS), which reorders after the memory scheduler, is not modeled, and the
 //     largest misses are its order, not this model's buffers. Over XLA's own compiled graph of
 //     gpt_mixed_donate_remat_full_b16, list_scheduled() - and XLA's ListScheduler re-implemented as
-//     hlo_memory_scheduler.cc writes it, over points-to buffers - needs 3.56 GB of temp, within 0.3% of
-//     this model's prediction from the lowered program; XLA's DFS scheduler there needs 7.91 GB, and the
+//     hlo_memory_scheduler.cc writes it, over points-to buffers - needs 3.56 GB of temp, within 1.6% of
+//     this model's prediction from the lowered program (3.61: XLA writes the last layer's residual once,
+//     the model recomputes it from its two terms); XLA's DFS scheduler there needs 7.91 GB, and the
 //     order XLA compiled holds 5.07 GB (likewise 5.38 against 6.90 GB for gpt2dims, 1.84 against 5.13 GB
 //     for the offload program; test HloPlan.XlasOwnGraphInTheMemorySchedulersOrderNeedsWhatThePrediction-
 //     Says; 2026-12-04). The compiled programs carry the scheduling_name metadata that, in the XLA sources
