@@ -1074,7 +1074,8 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
   std::vector<HloInstruction> out;
   out.reserve(n);
   std::vector<std::string> copy_names;
-  std::unordered_map<std::string, uint32_t> copy_index;
+  std::unordered_set<std::string> copy_name_set;
+  std::unordered_map<uint64_t, uint32_t> copy_index;  // (value << 32 | GEMM) -> the copy's index
   auto name_of = [&](uint32_t b) -> const std::string& {
     return b < n ? comp.instructions[b].name : copy_names[b - n];
   };
@@ -1089,10 +1090,10 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       if (materialized[x]) {
         if (seen_buffers.insert(x).second) order.push_back(x);
       } else if (gemm != UINT32_MAX && gemm_input[x]) {
-        std::string name = fmt::format("{}.for.{}", comp.instructions[x].name, comp.instructions[gemm].name);
-        while (index.contains(name)) name += "$";  // a program's own name is left alone
-        auto [it, fresh] = copy_index.emplace(name, 0);
-        if (fresh) {
+        const uint64_t key = static_cast<uint64_t>(x) << 32 | gemm;
+        auto found = copy_index.find(key);
+        uint32_t copy_at = found == copy_index.end() ? UINT32_MAX : found->second;
+        if (copy_at == UINT32_MAX) {
           HloInstruction copy;
           copy.opcode = HloOpcode::kCustomCall;
           copy.custom_call_target = "__memfit$gemm_input";
@@ -1100,13 +1101,19 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
           copy.op_name = comp.instructions[x].op_name;
           copy.category = comp.instructions[x].category;
           copy.line = comp.instructions[x].line;
+          // (Its operands may be written first: copies for a GEMM fused into it as an epilogue's.)
           for (uint32_t b : self(x, self)) copy.operands.push_back(name_of(b));
+          std::string name =
+              fmt::format("{}.for.{}", comp.instructions[x].name, comp.instructions[gemm].name);
+          while (index.contains(name) || copy_name_set.contains(name)) name += "$";  // names stay unique
           copy.name = name;
-          it->second = static_cast<uint32_t>(n + copy_names.size());
+          copy_at = static_cast<uint32_t>(n + copy_names.size());
+          copy_index.emplace(key, copy_at);
+          copy_name_set.insert(name);
           copy_names.push_back(std::move(name));
           out.push_back(std::move(copy));
         }
-        if (seen_buffers.insert(it->second).second) order.push_back(it->second);
+        if (seen_buffers.insert(copy_at).second) order.push_back(copy_at);
       } else if (seen_fused.insert(x).second) {
         const uint32_t inner = is_gemm(x) ? x : gemm;
         for (uint32_t o : operands[x]) queue.emplace_back(o, inner);

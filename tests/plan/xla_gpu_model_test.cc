@@ -749,6 +749,14 @@ ENTRY main.1 {
       "  ROOT t = (f32[4096,2048]{1,0}, f32[4096,2048]{1,0}) tuple(d, d2)");
   ASSERT_NE(find(two_gemms, "n"), nullptr) << "read by GEMMs alone: one buffer";
   EXPECT_EQ(find(two_gemms, "n.for.d"), nullptr);
+  // A program's own instruction of the copy's name keeps it; the copy takes another.
+  const HloModule named = with(
+      "g = f32[2048]{0} reduce(n, zero), dimensions={0}, to_apply=region_0.1\n"
+      "  n.for.d = f32[2048]{0} reduce(x, zero), dimensions={0}, to_apply=region_0.1\n"
+      "  ROOT t = (f32[4096,2048]{1,0}, f32[2048]{0}, f32[2048]{0}) tuple(d, g, n.for.d)");
+  ASSERT_NE(find(named, "n.for.d"), nullptr);
+  EXPECT_EQ(find(named, "n.for.d")->shape.to_string(), "f32[2048]");
+  EXPECT_EQ(find(named, "d")->operands.front(), "n.for.d$");
 }
 
 // What a fusion saves weighed as XLA's performance model weighs it: the traffic, and one kernel launch
