@@ -1,9 +1,11 @@
 // Internal to memfit_plan: the passes of the XLA:GPU model (memfit/plan/xla_gpu_model.h) kept in files of
 // their own - host offload (xla_gpu_host_offload.cc), the list scheduler (xla_gpu_schedule.cc), copy
-// insertion (xla_gpu_copy_insertion.cc) - and what they share with the fusion model (xla_gpu_model.cc).
+// insertion (xla_gpu_copy_insertion.cc), priority fusion (xla_gpu_priority_fusion.cc) - and what they
+// share with the fusion model (xla_gpu_model.cc).
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,24 @@ enum class Role {
   kConstant,
 };
 Role role_of(HloOpcode op);
+// Fused into its readers (recomputed there) unless a rule writes it.
+inline bool fuses(Role r) { return r == Role::kCheap || r == Role::kExpensive; }
+
+// The sum over a split GEMM's partials (a reduce so marked): fused into each reader, as XLA's are.
+inline constexpr std::string_view kSplitKReduce = "__memfit$split_k_reduce";
+
+// A computation as the fusion model reads it: each instruction's role, operands and users by index.
+struct FusionGraph {
+  const HloComputation& comp;
+  const std::vector<Role>& role;
+  const std::vector<std::vector<uint32_t>>& operands;
+  const std::vector<std::vector<uint32_t>>& users;
+};
+// XLA's priority fusion over the values several fusions read (xla_gpu_priority_fusion.cc): each candidate
+// is fused into all of its readers or written once. `written` holds whether each other value is a buffer
+// and receives the candidates' decisions.
+void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& candidate,
+                              std::vector<bool>& written);
 
 // Host memory spaces from JAX's placement annotations (XLA's HostOffloader), and each copy to the host
 // moved to just before its first reader (as XLA's latency-hiding scheduler places it).

@@ -1,0 +1,159 @@
+// XLA's priority fusion over the values several fusions read (memfit/plan/xla_gpu_model.h).
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "xla_gpu_model_internal.h"
+
+namespace memfit::xla_gpu_internal {
+namespace {
+
+// Fusing a producer into its readers saves its kernel's launch: 1 us in XLA's performance model
+// (kKernelLaunchOverhead, xla/service/gpu/model/gpu_performance_model_base.h), the time an H100 moves
+// 3.35 MB of memory in (3.35 TB/s). A small value's fusion is decided by it, a large one's by its traffic.
+constexpr double kLaunchOverheadBytes = 3.35e6;
+// The visits the count of who reads what may spend per instruction; the shared programs take about 4.
+constexpr uint64_t kFusionWorkPerInstruction = 1000;
+// A reader's cone: the ops it feeds that may be in its fusion, walked this far.
+constexpr size_t kConeNodes = 48;
+constexpr int kConeHops = 10;
+// How deep a fused value's inputs are followed for the bytes it reads.
+constexpr int kReadDepth = 8;
+// How deep a fused reader's own readers are counted.
+constexpr int kReaderDepth = 4;
+// Times a value goes back into the queue because its profit moved.
+constexpr uint8_t kMaxRequeues = 8;
+// Where the count stops: a value this many fusions read is written whatever its size.
+constexpr uint64_t kMaxFusions = 64;
+
+}  // namespace
+
+// Each candidate is fused into all of its consumers or written once, the most profitable first
+// (priority_fusion.cc's queue): fusing one changes what its neighbours read and how many fusions read them,
+// so a profit is taken again when its value reaches the head of the queue. Profit as
+// gpu_performance_model.cc weighs a memory-bound producer: unfused, it reads R, writes O and n consumers
+// read O; fused, each consumer reads R instead; and one launch fewer.
+void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& candidate,
+                              std::vector<bool>& written) {
+  const HloComputation& comp = g.comp;
+  const std::vector<Role>& role = g.role;
+  const std::vector<std::vector<uint32_t>>& operands = g.operands;
+  const std::vector<std::vector<uint32_t>>& users = g.users;
+  const size_t n = comp.instructions.size();
+  enum : uint8_t { kUndecided, kFused, kWritten };
+  std::vector<uint8_t> state(n, kUndecided);
+  // A value its own kernel reads from memory: written, or a candidate not fused (yet).
+  auto buffer = [&](uint32_t x) { return candidate[x] ? state[x] != kFused : written[x]; };
+  auto read_of = [&](uint32_t v) {
+    uint64_t read = 0;
+    std::vector<std::pair<uint32_t, int>> stack{{v, 0}};
+    while (!stack.empty()) {
+      const auto [x, depth] = stack.back();
+      stack.pop_back();
+      for (uint32_t o : operands[x]) {
+        const HloInstruction& xo = comp.instructions[o];
+        const bool sliced = xo.opcode == HloOpcode::kSlice || xo.opcode == HloOpcode::kDynamicSlice;
+        if (role[o] == Role::kCheap && !buffer(o) && depth < kReadDepth && !operands[o].empty() && !sliced &&
+            xo.custom_call_target != kSplitKReduce)
+          stack.emplace_back(o, depth + 1);
+        else
+          read += xo.shape.own_bytes();  // shapes were checked when parsed
+      }
+    }
+    return read;
+  };
+  // The fusions that read `v`: readers whose next ops meet within a few hops - a norm's mean, its
+  // centering and its variance - are one fusion, and a fused reader counts the fusions that read it.
+  std::vector<uint32_t> stamp(n, UINT32_MAX), owner(n, 0);
+  uint32_t stamp_next = 0;
+  // Work is bounded: a hostile program's readers of readers multiply, so past a budget of visits a
+  // value's readers are counted without their cones and recursion (no shared program comes near it).
+  uint64_t work = 0;
+  const uint64_t work_budget = kFusionWorkPerInstruction * static_cast<uint64_t>(n);
+  auto fusions_of = [&](uint32_t v, int depth, auto&& self) -> uint64_t {
+    std::vector<uint32_t> distinct(users[v].begin(), users[v].end());
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    work += distinct.size();
+    if (work > work_budget) return std::clamp<uint64_t>(distinct.size(), 1, kMaxFusions);
+    auto weight = [&](uint32_t u) -> uint64_t {
+      if (buffer(u) || !fuses(role[u]) || depth >= kReaderDepth) return 1;
+      return self(u, depth + 1, self);
+    };
+    if (distinct.size() <= 1) return distinct.empty() ? 1 : weight(distinct[0]);
+    std::vector<uint32_t> parent(distinct.size());
+    for (uint32_t k = 0; k < parent.size(); ++k) parent[k] = k;
+    auto find = [&](uint32_t k) {
+      while (parent[k] != k) k = parent[k] = parent[parent[k]];
+      return k;
+    };
+    const uint32_t id = stamp_next++;
+    const uint64_t v_bytes = comp.instructions[v].shape.own_bytes();
+    for (uint32_t k = 0; k < distinct.size(); ++k) {
+      std::vector<std::pair<uint32_t, int>> queue{{distinct[k], 0}};
+      for (size_t q = 0; q < queue.size(); ++q) {
+        const auto [x, hops] = queue[q];
+        ++work;
+        if (stamp[x] == id) {
+          // Met in a fusion (not in a tuple or a loop that merely holds both).
+          if (fuses(role[x]) || role[x] == Role::kReduce || role[x] == Role::kGemm)
+            parent[find(owner[x])] = find(k);
+          continue;
+        }
+        stamp[x] = id;
+        owner[x] = k;
+        // A reduction and what it feeds - a norm's mean divided by its width, written or not - are
+        // inside the diamond: the walk goes on through them.
+        const bool reduced = comp.instructions[x].shape.own_bytes() * 16 <= v_bytes;
+        const bool passable = role[x] == Role::kReduce || (fuses(role[x]) && (!buffer(x) || reduced));
+        if (!passable || hops >= kConeHops) continue;
+        for (uint32_t w : users[x]) {
+          if (queue.size() >= kConeNodes) break;
+          queue.emplace_back(w, hops + 1);
+        }
+      }
+    }
+    std::vector<uint32_t> members(distinct.size(), 0);
+    for (uint32_t k = 0; k < distinct.size(); ++k) ++members[find(k)];
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < distinct.size(); ++k)
+      if (find(k) == k) total += members[k] > 1 ? 1 : weight(distinct[k]);
+    return std::min<uint64_t>(total, kMaxFusions);
+  };
+  auto profit = [&](uint32_t v) {
+    ++work;
+    const double nc = static_cast<double>(fusions_of(v, 0, fusions_of));
+    const double out = static_cast<double>(comp.instructions[v].shape.own_bytes());
+    return out * (nc + 1) - static_cast<double>(read_of(v)) * (nc - 1) + kLaunchOverheadBytes;
+  };
+  std::vector<std::pair<double, uint32_t>> heap;
+  for (uint32_t v = 0; v < n; ++v)
+    if (candidate[v]) heap.emplace_back(profit(v), v);
+  // Ties go to the earlier value, as a fixed order.
+  auto less = [](const std::pair<double, uint32_t>& x, const std::pair<double, uint32_t>& y) {
+    return x.first != y.first ? x.first < y.first : x.second > y.second;
+  };
+  std::make_heap(heap.begin(), heap.end(), less);
+  std::vector<uint8_t> requeued(n, 0);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), less);
+    const auto [old_profit, v] = heap.back();
+    heap.pop_back();
+    if (state[v] != kUndecided) continue;
+    // Neighbours' decisions move a profit: take it again, and decide only when it still leads (each
+    // value re-queued a bounded number of times: a decision can move many profits).
+    const double now = profit(v);
+    if (now != old_profit && !heap.empty() && less({now, v}, heap.front()) && requeued[v] < kMaxRequeues) {
+      ++requeued[v];
+      heap.emplace_back(now, v);
+      std::push_heap(heap.begin(), heap.end(), less);
+      continue;
+    }
+    state[v] = now >= 0 ? kFused : kWritten;
+  }
+  for (uint32_t v = 0; v < n; ++v)
+    if (candidate[v]) written[v] = state[v] == kWritten;
+}
+
+}  // namespace memfit::xla_gpu_internal
