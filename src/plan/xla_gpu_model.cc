@@ -882,19 +882,21 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
   // instead. Operands precede users (schedule order), so a forward pass fills each list before it is read.
   std::vector<std::vector<uint32_t>> sources(n);  // per fused value, the buffers it is computed from
   // The buffers behind `ops`, in first-seen order, each once.
+  // Direct operands first, then what fused operands read: a fusion's operands in the order XLA's fusion
+  // appends them (fusing a producer removes its operand and appends the producer's own), nearest first.
+  // The order decides which dying operand's memory the result takes (the heap tries them first to last):
+  // a residual sum x + attention + MLP takes the MLP's product, as in the compiled ViT, not the stream.
   auto buffers_behind = [&](const std::vector<uint32_t>& ops) {
     std::vector<uint32_t> out;
     std::unordered_set<uint32_t> seen;
     auto take = [&](uint32_t b) {
       if (seen.insert(b).second) out.push_back(b);
     };
-    for (uint32_t o : ops) {
-      if (materialized[o]) {
-        take(o);
-      } else {
+    for (uint32_t o : ops)
+      if (materialized[o]) take(o);
+    for (uint32_t o : ops)
+      if (!materialized[o])
         for (uint32_t b : sources[o]) take(b);
-      }
-    }
     return out;
   };
   // A fusion takes at most 64 operands and outputs (MaxOperandsAndOutputsPerFusion, gpu_fusible.h;
@@ -935,11 +937,6 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     }
     return false;
   };
-  // A fusion's operands in XLA's order: fusing a producer removes its operand and appends the producer's
-  // own operands (HloFusionInstruction's FuseInstruction), so the buffers come in the order of their
-  // distance from the root, nearest first. The order decides which dying operand's memory the result
-  // takes (the heap tries them first to last): a residual sum x + attention + MLP takes the MLP's product,
-  // as in the compiled ViT, not the stream it adds to.
   // Copies written for a GEMM (gemm_input), emitted before the instruction that reads them; their indices
   // follow the program's (n + k).
   std::vector<HloInstruction> out;
@@ -951,43 +948,82 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     return b < n ? comp.instructions[b].name : copy_names[b - n];
   };
   auto is_gemm = [&](uint32_t x) { return role[x] == Role::kGemm || folded_dot[x]; };
-  auto fusion_operands = [&](uint32_t i, auto&& self) -> std::vector<uint32_t> {
+  // The fused values from which, through fused values, a GEMM reaches a value written for it, or a fused
+  // GEMM is reached (one under its epilogue): only these are walked when a fusion's operands are listed,
+  // the others' buffers are their `sources`. In a GEMM's operands such a value reads `gemm_reads`: its
+  // buffers and the values written for the GEMM (kCopyOf | value), made once for all the GEMMs reading it.
+  constexpr uint64_t kCopyOf = uint64_t{1} << 32;
+  std::vector<bool> reaches_copy(n, false), reaches_gemm(n, false);
+  std::vector<std::vector<uint64_t>> gemm_reads(n);
+  for (uint32_t x = 0; x < n; ++x) {
+    if (materialized[x]) continue;
+    reaches_copy[x] = gemm_input[x];
+    reaches_gemm[x] = is_gemm(x);
+    for (uint32_t o : operands[x]) {
+      if (materialized[o]) continue;
+      reaches_copy[x] = reaches_copy[x] || reaches_copy[o];
+      reaches_gemm[x] = reaches_gemm[x] || reaches_gemm[o];
+    }
+    if (!reaches_copy[x] || gemm_input[x] || reaches_gemm[x]) continue;
+    std::unordered_set<uint64_t> seen;
+    auto take = [&](uint64_t e) {
+      if (seen.insert(e).second) gemm_reads[x].push_back(e);
+    };
+    for (uint32_t o : operands[x])
+      if (materialized[o]) take(o);
+    for (uint32_t o : operands[x]) {
+      if (materialized[o]) continue;
+      if (gemm_input[o]) {
+        take(kCopyOf | o);
+      } else if (reaches_copy[o]) {
+        for (uint64_t e : gemm_reads[o]) take(e);
+      } else {
+        for (uint32_t b : sources[o]) take(b);
+      }
+    }
+  }
+  // The buffers fusion `i` reads, in XLA's order (buffers_behind), `gemm` the GEMM whose operands `i`
+  // computes, if any; a value written for that GEMM is read as its copy, emitted here the first time.
+  auto fusion_operands = [&](uint32_t i, uint32_t gemm, auto&& self) -> std::vector<uint32_t> {
     std::vector<uint32_t> order;
-    std::unordered_set<uint32_t> seen_buffers, seen_fused;
-    std::vector<std::pair<uint32_t, uint32_t>> queue;  // (value, the GEMM whose operands it computes)
-    for (uint32_t o : operands[i]) queue.emplace_back(o, is_gemm(i) ? i : UINT32_MAX);
-    for (size_t q = 0; q < queue.size(); ++q) {
-      const auto [x, gemm] = queue[q];
-      if (materialized[x]) {
-        if (seen_buffers.insert(x).second) order.push_back(x);
-      } else if (gemm != UINT32_MAX && gemm_input[x]) {
-        const uint64_t key = static_cast<uint64_t>(x) << 32 | gemm;
-        auto found = copy_index.find(key);
-        uint32_t copy_at = found == copy_index.end() ? UINT32_MAX : found->second;
-        if (copy_at == UINT32_MAX) {
-          HloInstruction copy;
-          copy.opcode = HloOpcode::kCustomCall;
-          copy.custom_call_target = "__memfit$gemm_input";
-          copy.shape = comp.instructions[x].shape;
-          copy.op_name = comp.instructions[x].op_name;
-          copy.category = comp.instructions[x].category;
-          copy.line = comp.instructions[x].line;
-          // (Its operands may be written first: copies for a GEMM fused into it as an epilogue's.)
-          for (uint32_t b : self(x, self)) copy.operands.push_back(name_of(b));
-          std::string name =
-              fmt::format("{}.for.{}", comp.instructions[x].name, comp.instructions[gemm].name);
-          while (index.contains(name) || copy_name_set.contains(name)) name += "$";  // names stay unique
-          copy.name = name;
-          copy_at = static_cast<uint32_t>(n + copy_names.size());
-          copy_index.emplace(key, copy_at);
-          copy_name_set.insert(name);
-          copy_names.push_back(std::move(name));
-          out.push_back(std::move(copy));
-        }
-        if (seen_buffers.insert(copy_at).second) order.push_back(copy_at);
-      } else if (seen_fused.insert(x).second) {
-        const uint32_t inner = is_gemm(x) ? x : gemm;
-        for (uint32_t o : operands[x]) queue.emplace_back(o, inner);
+    std::unordered_set<uint32_t> seen;
+    auto take = [&](uint32_t b) {
+      if (seen.insert(b).second) order.push_back(b);
+    };
+    auto copy_for_gemm = [&](uint32_t x) {
+      const uint64_t key = static_cast<uint64_t>(x) << 32 | gemm;
+      if (auto found = copy_index.find(key); found != copy_index.end()) return found->second;
+      HloInstruction copy;
+      copy.opcode = HloOpcode::kCustomCall;
+      copy.custom_call_target = "__memfit$gemm_input";
+      copy.shape = comp.instructions[x].shape;
+      copy.op_name = comp.instructions[x].op_name;
+      copy.category = comp.instructions[x].category;
+      copy.line = comp.instructions[x].line;
+      for (uint32_t b : self(x, UINT32_MAX, self)) copy.operands.push_back(name_of(b));
+      std::string name = fmt::format("{}.for.{}", comp.instructions[x].name, comp.instructions[gemm].name);
+      while (index.contains(name) || copy_name_set.contains(name)) name += "$";  // names stay unique
+      copy.name = name;
+      const auto at = static_cast<uint32_t>(n + copy_names.size());
+      copy_index.emplace(key, at);
+      copy_name_set.insert(name);
+      copy_names.push_back(std::move(name));
+      out.push_back(std::move(copy));
+      return at;
+    };
+    for (uint32_t o : operands[i])
+      if (materialized[o]) take(o);
+    for (uint32_t o : operands[i]) {
+      if (materialized[o]) continue;
+      if (gemm != UINT32_MAX && gemm_input[o]) {
+        take(copy_for_gemm(o));
+      } else if (reaches_gemm[o]) {  // an epilogue's GEMM, or what lies between them: walked
+        for (uint32_t b : self(o, is_gemm(o) ? o : gemm, self)) take(b);
+      } else if (gemm != UINT32_MAX && reaches_copy[o]) {
+        for (uint64_t e : gemm_reads[o])
+          take(e & kCopyOf ? copy_for_gemm(static_cast<uint32_t>(e)) : static_cast<uint32_t>(e));
+      } else {
+        for (uint32_t b : sources[o]) take(b);
       }
     }
     return order;
@@ -1004,7 +1040,7 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       dot.custom_call_target = "__memfit$batch_contracting_dot";
       for (const auto& [r, x] : transposed_fold)
         if (x == i) dot.shape = comp.instructions[r].shape;
-      for (uint32_t b : fusion_operands(i, fusion_operands)) dot.operands.push_back(name_of(b));
+      for (uint32_t b : fusion_operands(i, i, fusion_operands)) dot.operands.push_back(name_of(b));
       dot.op_name = comp.instructions[i].op_name;
       dot.line = comp.instructions[i].line;
       out.push_back(std::move(dot));
@@ -1025,7 +1061,7 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       out.push_back(std::move(inst));
       continue;
     }
-    std::vector<uint32_t> unique = fusion_operands(i, fusion_operands);
+    std::vector<uint32_t> unique = fusion_operands(i, is_gemm(i) ? i : UINT32_MAX, fusion_operands);
     inst.operands.clear();
     for (uint32_t r : unique) inst.operands.push_back(name_of(r));
     std::erase_if(unique, [&](uint32_t r) { return r >= n; });

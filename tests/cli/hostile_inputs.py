@@ -281,6 +281,23 @@ for k, o in enumerate(prev[1:]):
     acc = f"z{k}"
 fan += [f"  ROOT r = f32[262144]{{0}} negate({acc})", "}"]
 run("time: readers of readers, five levels of 60", ["hlo", write("fan.hlo", "\n".join(fan) + "\n")], 0, limit_s=5)
+# A chain of 2*10^4 fused ops read by 2000 reductions, and by 2000 GEMMs whose operand a norm's rows feed (one
+# copy written for each): each fusion's operands are listed from what its producers read, made once, not by
+# walking the chain again (2.8 s for the reductions before).
+head = ["HloModule m", "", "r.1 {", "  a = f32[] parameter(0)", "  b = f32[] parameter(1)", "  ROOT s = f32[] add(a, b)",
+        "}", "", "ENTRY main {", "  x = f32[64,64]{1,0} parameter(0)", "  w = f32[64,64]{1,0} parameter(1)",
+        "  z = f32[] constant(0)", "  s = f32[64]{0} reduce(x, z), dimensions={1}, to_apply=r.1",
+        "  r = f32[64]{0} rsqrt(s)", "  rb = f32[64,64]{1,0} broadcast(r), dimensions={0}",
+        "  c0 = f32[64,64]{1,0} multiply(x, rb)", "  g = f32[64]{0} reduce(c0, z), dimensions={0}, to_apply=r.1"]
+chain = [f"  c{i + 1} = f32[64,64]{{1,0}} negate(c{i})" for i in range(20_000)]
+for kind, read in (("reductions", "f32[] reduce(c20000, z), dimensions={0,1}, to_apply=r.1"),
+                   ("GEMMs", "f32[64,64]{1,0} dot(c20000, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}")):
+    shape = read.split(" ")[0]
+    reads = [f"  d{j} = {read}" for j in range(2000)]
+    shapes = ", ".join([shape] * 2000 + ["f32[64]{0}"])
+    names = ", ".join([f"d{j}" for j in range(2000)] + ["g"])
+    program = write(f"chain_{kind}.hlo", "\n".join(head + chain + reads + [f"  ROOT t = ({shapes}) tuple({names})", "}"]) + "\n")
+    run(f"time: a fused chain read by 2000 {kind}", ["hlo", program], 0, limit_s=5)
 # 10^5 StableHLO loops nested in one another (28 MB of text): refused past 256, before they cost memory.
 loops = ["module @m {", "  func.func public @main(%arg0: tensor<f32>) -> tensor<f32> {"]
 for i in range(100_000):
