@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -502,19 +503,25 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       users[it->second].push_back(i);
     }
   }
-  // Whether `v` feeds only reductions and elementwise ops that also read one of those reductions (through
-  // broadcasts and reshapes): the diamond of a softmax or a norm.
-  auto reduced_from = [&](uint32_t x, const std::unordered_set<uint32_t>& reductions) {
-    for (int hops = 0; hops < 6; ++hops) {
-      if (reductions.contains(x)) return true;
+  // Whether `found` holds somewhere along the chain from `x` up through single-operand ops of the opcodes
+  // `through` (at most `hops` of them).
+  auto along_chain = [&](uint32_t x, int hops, std::initializer_list<HloOpcode> through, auto&& found) {
+    for (int hop = 0; hop <= hops; ++hop) {
+      if (found(x)) return true;
       const HloOpcode op = comp.instructions[x].opcode;
-      if (operands[x].size() != 1 ||
-          !(op == HloOpcode::kBroadcast || op == HloOpcode::kReshape || op == HloOpcode::kConvert ||
-            op == HloOpcode::kBitcast || op == HloOpcode::kTranspose))
+      if (operands[x].size() != 1 || std::find(through.begin(), through.end(), op) == through.end())
         return false;
       x = operands[x][0];
     }
     return false;
+  };
+  // Whether `v` feeds only reductions and elementwise ops that also read one of those reductions (through
+  // broadcasts and reshapes): the diamond of a softmax or a norm.
+  auto reduced_from = [&](uint32_t x, const std::unordered_set<uint32_t>& reductions) {
+    return along_chain(x, 5,
+                       {HloOpcode::kBroadcast, HloOpcode::kReshape, HloOpcode::kConvert, HloOpcode::kBitcast,
+                        HloOpcode::kTranspose},
+                       [&](uint32_t y) { return reductions.contains(y); });
   };
   auto normalization_diamond = [&](uint32_t v) {
     std::unordered_set<uint32_t> reductions;
@@ -676,32 +683,19 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
   // What else an epilogue may read (triton_tiling_propagation.cc, the output side of
   // GetPropagatedDimOrdersAndRequirementsIfProfitablyFusible): an effective parameter - a parameter, or a
   // bitcast or tuple element of one (hlo_query::IsEffectiveParameter; in a loop body, the carried values) -
-  // or a broadcast of one or of a scalar: a bias. A residual add reads a computed value, so the GEMM writes
-  // its own product and the add is fused into the add's readers (the compiled ViT's gemm_fusion_dot.2 is
-  // the attention's projection alone, and its residual sum is recomputed by the norm and the next sum).
+  // or a broadcast of one or of a scalar: a bias. (A tuple element's operand is a tuple, never a
+  // broadcast's: one walk through all four finds both.) A residual add reads a computed value, so the GEMM
+  // writes its own product and the add is fused into the add's readers (the compiled ViT's gemm_fusion_dot.2
+  // is the attention's projection alone, and its residual sum is recomputed by the norm and the next sum).
   // The lowered program spells a broadcast as a chain of reshapes and broadcasts that XLA's simplifier
   // folds into one, so the walk looks through both.
-  auto effective_parameter = [&](uint32_t x) {
-    for (int hops = 0; hops < 16; ++hops) {
-      if (role[x] == Role::kParameter) return true;
-      const HloOpcode op = comp.instructions[x].opcode;
-      if (operands[x].size() != 1 ||
-          (op != HloOpcode::kBitcast && op != HloOpcode::kReshape && op != HloOpcode::kGetTupleElement))
-        return false;
-      x = operands[x][0];
-    }
-    return false;
-  };
   auto epilogue_input = [&](uint32_t x) {
-    for (int hops = 0; hops < 16; ++hops) {
-      if (effective_parameter(x) || elements(comp.instructions[x].shape) <= 1) return true;
-      const HloOpcode op = comp.instructions[x].opcode;
-      if (operands[x].size() != 1 ||
-          (op != HloOpcode::kBroadcast && op != HloOpcode::kBitcast && op != HloOpcode::kReshape))
-        return false;
-      x = operands[x][0];
-    }
-    return false;
+    return along_chain(
+        x, 15, {HloOpcode::kBroadcast, HloOpcode::kBitcast, HloOpcode::kReshape, HloOpcode::kGetTupleElement},
+        [&](uint32_t y) {
+          const Shape& shape = comp.instructions[y].shape;
+          return role[y] == Role::kParameter || (!shape.is_tuple() && elements(shape) <= 1);
+        });
   };
   // What a GEMM fusion takes into its operands (xla/service/gpu/transforms/gemm_fusion.cc): cheap
   // elementwise and data movement over buffers - a layer norm's scale and shift, a transpose, a widening
