@@ -559,7 +559,6 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
   };
   // Which values get a buffer. A large constant is a buffer; a scalar one is folded into its users.
   std::vector<bool> materialized(n, false);
-  std::vector<bool> forced(n, false);  // by their readers, whatever the traffic
   const HloInstruction* root = comp.root();
   for (uint32_t i = 0; i < n; ++i) {
     const HloInstruction& inst = comp.instructions[i];
@@ -590,22 +589,22 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
           needed = true;
         // (A cheap value several fusions read is decided below, by priority fusion.)
         materialized[i] = needed;
-        forced[i] = needed;
         break;
       }
     }
   }
   {
+    // The cheap values several fusions read and no reader needs written (a tuple, a loop: materialized by
+    // now). A split GEMM's sum is recomputed by each reader, as XLA's compiled programs do.
     std::vector<bool> candidate(n, false);
     for (uint32_t v = 0; v < n; ++v) {
       const HloInstruction& inst = comp.instructions[v];
-      // (A split GEMM's sum is recomputed by each reader, as XLA's compiled programs do.)
-      if (role[v] != Role::kCheap || forced[v] || inst.opcode == HloOpcode::kSlice ||
-          inst.opcode == HloOpcode::kDynamicSlice || inst.custom_call_target == kSplitKReduce ||
-          normalization_diamond(v))
+      if (role[v] != Role::kCheap || materialized[v] || inst.opcode == HloOpcode::kSlice ||
+          inst.opcode == HloOpcode::kDynamicSlice || inst.custom_call_target == kSplitKReduce)
         continue;
-      std::unordered_set<uint32_t> distinct(users[v].begin(), users[v].end());
-      candidate[v] = distinct.size() > 1;
+      const bool several =
+          std::any_of(users[v].begin(), users[v].end(), [&](uint32_t u) { return u != users[v][0]; });
+      candidate[v] = several && !normalization_diamond(v);
     }
     prioritize_shared_values({comp, role, operands, users}, candidate, materialized);
   }

@@ -18,6 +18,11 @@ constexpr uint64_t kFusionWorkPerInstruction = 1000;
 // A reader's cone: the ops it feeds that may be in its fusion, walked this far.
 constexpr size_t kConeNodes = 48;
 constexpr int kConeHops = 10;
+// A value this many times smaller than the one whose readers are counted is its statistics (a norm's
+// mean, a softmax's sum): a reader's cone walks through it, written or not. A reduction over rows of 16
+// elements or more is one; a value of the same size or a slice of it is not. (Not measured against XLA:
+// the shared programs' norms and softmaxes reduce rows of 197 to 32000.)
+constexpr uint64_t kStatisticsRatio = 16;
 // How deep a fused value's inputs are followed for the bytes it reads.
 constexpr int kReadDepth = 8;
 // How deep a fused reader's own readers are counted.
@@ -105,7 +110,7 @@ void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& can
         owner[x] = k;
         // A reduction and what it feeds - a norm's mean divided by its width, written or not - are
         // inside the diamond: the walk goes on through them.
-        const bool reduced = comp.instructions[x].shape.own_bytes() * 16 <= v_bytes;
+        const bool reduced = comp.instructions[x].shape.own_bytes() * kStatisticsRatio <= v_bytes;
         const bool passable = role[x] == Role::kReduce || (fuses(role[x]) && (!buffer(x) || reduced));
         if (!passable || hops >= kConeHops) continue;
         for (uint32_t w : users[x]) {
