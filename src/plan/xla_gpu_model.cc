@@ -796,18 +796,19 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     return false;
   };
   std::vector<int8_t> gemm_fusible(n, -1);  // -1 unknown, 0 no, 1 yes
-  auto fusible_into_gemm = [&](uint32_t v, auto&& self) -> bool {
+  // (A prologue deeper than 256 ops - a hostile chain, which would overflow the stack - is written.)
+  auto fusible_into_gemm = [&](uint32_t v, int depth, auto&& self) -> bool {
     if (gemm_fusible[v] >= 0) return gemm_fusible[v] == 1;
     // A GEMM fusion takes in elementwise ops, not a sum over another GEMM's partials.
     bool ok = role[v] == Role::kCheap && comp.instructions[v].custom_call_target != kSplitKReduce &&
-              !merges_transposed(v);
+              !merges_transposed(v) && depth < 256;
     for (uint32_t o : operands[v]) {
       if (!ok) break;
       stop_at_unworthy(o);
       if (materialized[o] || gemm_input[o]) {
         ok = role[o] != Role::kReduce;
       } else {
-        ok = self(o, self);
+        ok = self(o, depth + 1, self);
       }
     }
     gemm_fusible[v] = ok ? 1 : 0;
@@ -820,7 +821,7 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     const bool cudnn = comp.instructions[i].opcode == HloOpcode::kConvolution;
     for (uint32_t o : operands[i]) {
       stop_at_unworthy(o);
-      if (!materialized[o] && !gemm_input[o] && (cudnn || !fusible_into_gemm(o, fusible_into_gemm)))
+      if (!materialized[o] && !gemm_input[o] && (cudnn || !fusible_into_gemm(o, 0, fusible_into_gemm)))
         write_for_gemm(o);
     }
   }
