@@ -61,9 +61,14 @@
 //     without the readies-more rule that one is exact and vmap falls back to -7.7%), and over this model's
 //     graph it put 13 of 27 measured peaks within 5% (2026-12-03; both simulations were experiments, not
 //     kept). A memory limit low enough to bring in its memory-pressure rules (2 to 12 GB) changed none of
-//     that. What decides is then in the latency estimates (SolLatencyEstimator) the simulation did not have,
-//     which a GPU compile's LHS log (latency_hiding_scheduler.cc's VLOG(2): each choice and its reason) would
-//     show. The range's top (the post order) covers those orders.
+//     that. Nor did the Speed-of-Light estimator's costs (sol_latency_estimator.cc: GEMMs at their flops,
+//     loop and input fusions at their bytes over the H200's 4.8 TB/s, other ops 0.01 of the approximate
+//     costs, so that only cheap ops leave a stall; 2026-12-04): over XLA's own graphs of 27 programs it kept
+//     vit_b16_fp32_donate and the flax encoder exact where the list order is 0.6-5.7% off, but moved
+//     gpt_fp32_donate_remat_full, whose compiled order is the list order exactly, to +213%; no subset of its
+//     rules was right on both full-remat programs. What decides is not in the sources read; a GPU compile's
+//     LHS log (latency_hiding_scheduler.cc's VLOG(2): each choice and its reason) would show it. The range's
+//     top (the post order) covers those orders.
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
 // the README's table.
 #pragma once
