@@ -11,6 +11,13 @@
 #include "memfit/core/file_io.h"
 #include "profile.pb.h"
 
+// Protobuf up to 3.21 (Debian's) logs a failed parse's reason to stderr itself; its LogSilencer keeps a
+// refusal to memfit's one line. Later protobufs log through Abseil and have no silencer.
+#if defined(GOOGLE_PROTOBUF_VERSION) && GOOGLE_PROTOBUF_VERSION < 4022000
+#include <google/protobuf/stubs/logging.h>
+#define MEMFIT_PROTOBUF_LOG_SILENCER 1
+#endif
+
 namespace memfit {
 namespace {
 
@@ -42,8 +49,16 @@ Expected<DeviceMemoryProfile> parse_device_memory_profile(std::string_view data)
     data = raw;
   }
   perftools::profiles::Profile p;
-  if (data.size() > kMaxProfileBytes || !p.ParseFromArray(data.data(), static_cast<int>(data.size())))
-    return invalid_argument("not a pprof profile (the protobuf does not parse)");
+  bool parsed = false;
+  if (data.size() <= kMaxProfileBytes) {
+#ifdef MEMFIT_PROTOBUF_LOG_SILENCER
+    // A string that is not UTF-8 (profile.proto is proto3) fails the parse with an ERROR line of
+    // protobuf's own; the refusal below says it.
+    google::protobuf::LogSilencer quiet;
+#endif
+    parsed = p.ParseFromArray(data.data(), static_cast<int>(data.size()));
+  }
+  if (!parsed) return invalid_argument("not a pprof profile (the protobuf does not parse)");
   const auto& strings = p.string_table();
   auto str = [&](int64_t i) -> Expected<std::string> {
     if (i < 0 || i >= strings.size())
