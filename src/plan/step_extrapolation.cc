@@ -35,7 +35,10 @@ class Extender {
   Extender(uint64_t d, uint64_t to) : d_(d), to_(to) {}
 
   uint64_t operator()(uint64_t a, uint64_t b, uint64_t c) {
-    if (b - a != c - b || b < a || c < b) exact_ = false;
+    if (b < a || c < b)
+      doubtful_ = true;
+    else
+      wobble_ = std::max(wobble_, c - b >= b - a ? (c - b) - (b - a) : (b - a) - (c - b));
     // Per d_ layers; a figure that shrank with depth (none does) is held where it was.
     const uint64_t growth = std::max(b >= a ? b - a : 0, c >= b ? c - b : 0);
     // c + growth x (to - 3d) / d, checked: growth x q + growth x r / d with (to - 3d) = q d + r.
@@ -58,13 +61,16 @@ class Extender {
   // Whether the three values lie on one line (for what is kept only when they do).
   static bool on_a_line(uint64_t a, uint64_t b, uint64_t c) { return b >= a && c >= b && b - a == c - b; }
 
-  bool exact() const { return exact_; }
-  void mark_inexact() { exact_ = false; }
+  bool exact() const { return !doubtful_ && wobble_ == 0; }
+  // The largest difference between a figure's two growths; UINT64_MAX when the line is in doubt.
+  uint64_t wobble_bytes() const { return doubtful_ ? UINT64_MAX : wobble_; }
+  void mark_doubtful() { doubtful_ = true; }
   bool overflow() const { return overflow_; }
 
  private:
   uint64_t d_, to_;
-  bool exact_ = true;
+  uint64_t wobble_ = 0;
+  bool doubtful_ = false;  // a figure shrank, or the line was found not to be the deep step's
   bool overflow_ = false;
 };
 
@@ -145,7 +151,7 @@ Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
     return p.backward_bytes >= p.other_bytes ? &P::backward_bytes : &P::other_bytes;
   };
   if (h.pass_peaks.*leading(h.pass_peaks) > h.pass_peaks.*leading(at[2].hlo.pass_peaks))
-    extend.mark_inexact();
+    extend.mark_doubtful();
   // The peak as plan_hlo defines it, from the extended parts (so that the parts still add up to it).
   const uint64_t io = h.argument_bytes + h.output_bytes;
   const uint64_t fixed = io >= h.alias_bytes ? io - h.alias_bytes : 0;
@@ -206,6 +212,7 @@ Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
   const uint64_t named = b.parameters + b.optimizer_state + b.gradients + b.activations + b.kv_cache;
   b.temporaries = plan.peak_bytes > named ? plan.peak_bytes - named : 0;
   plan.extrapolation_exact = extend.exact();
+  plan.extrapolation_wobble_bytes = extend.wobble_bytes();
   step_plan_internal::set_capacity(plan, capacity_bytes, memory_fraction);
   return plan;
 }

@@ -383,6 +383,7 @@ TEST(StepPlan, AnExtensionPastAPassThatOvertakesIsNotExact) {
   ASSERT_TRUE(line.ok()) << line.error().message();
   ASSERT_TRUE(whole.ok()) << whole.error().message();
   EXPECT_FALSE(line->extrapolation_exact);
+  EXPECT_EQ(line->extrapolation_wobble_bytes, UINT64_MAX) << "the line itself is in doubt";
   EXPECT_LT(line->peak_bytes, whole->peak_bytes);
   // The passes' own lines are the whole plan's: the forward pass leads it.
   EXPECT_EQ(line->hlo.pass_peaks.forward_bytes, whole->hlo.pass_peaks.forward_bytes);
@@ -432,6 +433,48 @@ TEST(StepPlan, AFitOfADeepStepExtendsItsPlansExactly) {
     ++compared;
   }
   EXPECT_EQ(compared, 2);
+}
+
+// The heap's packing can move a few bytes between depths: with two microbatches this step's peak grows by
+// 160 bytes less from 32 to 48 layers than from 16 to 32 (and alike from then on). A search takes that line
+// on its larger growth - not exact, and said so - so here the figure errs high, by at most the wobble per
+// 16 layers; a larger wobble (four microbatches: 640 KiB) is planned whole.
+TEST(StepPlan, ASearchTakesALineThatWobblesByAFewBytesOnItsLargerGrowth) {
+  auto spec = model_spec_from_json(Json::parse(
+      R"({"model": "gpt", "d_model": 256, "heads": 4, "seq": 128, "batch": 4, "vocab": 8000, "accum": 2,
+          "layers": 200})"));
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  auto searched = plan_step_extended(*spec);
+  ASSERT_TRUE(searched.ok()) << searched.error().message();
+  EXPECT_EQ(searched->extrapolated_from, (std::vector<uint64_t>{16, 32, 48}));
+  EXPECT_FALSE(searched->extrapolation_exact);
+  EXPECT_EQ(searched->extrapolation_wobble_bytes, 160u);
+  auto whole = plan_step(*spec);
+  ASSERT_TRUE(whole.ok()) << whole.error().message();
+  EXPECT_GE(searched->peak_bytes, whole->peak_bytes);
+  EXPECT_LE(searched->peak_bytes - whole->peak_bytes, 160u * (200 - 48) / 16);
+  EXPECT_EQ(searched->hlo.argument_bytes, whole->hlo.argument_bytes);
+  spec->accum = 4;
+  auto four = plan_step_extended(*spec);
+  ASSERT_TRUE(four.ok()) << four.error().message();
+  EXPECT_TRUE(four->extrapolated_from.empty()) << "planned whole";
+  auto line = extrapolate_step_plan(*spec, kFitExtrapolationLayers);
+  ASSERT_TRUE(line.ok()) << line.error().message();
+  EXPECT_GT(line->extrapolation_wobble_bytes, 64u << 10);
+  // The peak's parts count too. Mixed precision with two microbatches of 8: the peak and temp grow alike at
+  // 16, 32 and 48 layers, but a buffer at the peak changes part (the peak is moving) - and that line is
+  // 0.16% low at 200 layers. Planned whole.
+  spec->precision = Precision::kMixed;
+  spec->accum = 2;
+  spec->batch = 8;
+  auto parts = extrapolate_step_plan(*spec, kFitExtrapolationLayers);
+  ASSERT_TRUE(parts.ok()) << parts.error().message();
+  EXPECT_GT(parts->extrapolation_wobble_bytes, 64u << 10);
+  auto mixed = plan_step_extended(*spec);
+  auto mixed_whole = plan_step(*spec);
+  ASSERT_TRUE(mixed.ok() && mixed_whole.ok());
+  EXPECT_TRUE(mixed->extrapolated_from.empty()) << "planned whole";
+  EXPECT_LT(parts->peak_bytes, mixed_whole->peak_bytes);
 }
 
 }  // namespace

@@ -307,7 +307,8 @@ Action add_fit_command(CLI::App& app, Io& io) {
                                                       2 * kExtrapolationLayers, 3 * kExtrapolationLayers)
                                         : "; the rest whole";
         io.out << fmt::format(
-            "  ({} of the {} plans made at {}, {} and {} layers and extended, where that is exact{})\n",
+            "  ({} of the {} plans made at {}, {} and {} layers and extended, where each figure grew "
+            "alike{})\n",
             fit->programs_extrapolated, fit->programs_planned, kFitExtrapolationLayers,
             2 * kFitExtrapolationLayers, 3 * kFitExtrapolationLayers, rest);
       } else if (!b.extrapolated_from.empty()) {

@@ -47,6 +47,11 @@ struct StepPlan {
   std::vector<uint64_t> extrapolated_from;
   // Every figure grew by the same bytes at each of those depths: the plan is that straight line's.
   bool extrapolation_exact = true;
+  // The largest difference between a figure's two growths (each figure is extended on its larger one); 0
+  // when exact, UINT64_MAX when the line itself is in doubt - a figure shrank, or the pass leading at those
+  // depths is overtaken deeper down. A figure can still grow otherwise past the deepest depth planned.
+  // plan_step_extended takes a line that wobbles by up to 64 KiB (see step_plan.cc for what that cost).
+  uint64_t extrapolation_wobble_bytes = 0;
 };
 
 // `memory_fraction`: JAX preallocates 75% of the device unless XLA_CLIENT_MEM_FRACTION says otherwise.
@@ -61,9 +66,10 @@ inline constexpr uint64_t kFitExtrapolationLayers = 16;
 
 // plan_step, for a search over many changes of one step (fit_step, largest_fitting): an unrolled GPT or ViT
 // step of 128 or more layers is planned at kFitExtrapolationLayers, twice and three times that, and extended
-// when the extension is exact - every figure grew alike and the pass leading at those depths (HloPlan::
-// pass_peaks) still leads at the step's own - else as plan_step plans it. The figures are plan_step's; an
-// extended plan has no buffers (nothing is drawn from a search).
+// when the extension holds - every figure grew alike (to 64 KiB of heap packing, the larger growth taken:
+// extrapolation_wobble_bytes) and the pass leading at those depths (HloPlan::pass_peaks) still leads at the
+// step's own - else as plan_step plans it. The figures are plan_step's; an extended plan has no buffers
+// (nothing is drawn from a search).
 Expected<StepPlan> plan_step_extended(const ModelSpec& spec,
                                       std::optional<uint64_t> capacity_bytes = std::nullopt,
                                       double memory_fraction = 0.75);
