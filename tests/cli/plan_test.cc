@@ -27,6 +27,39 @@ TEST(PlanCommand, GoldenTableAndJson) {
     EXPECT_TRUE(j["breakdown"].contains(key)) << key;
 }
 
+// A step deeper than memfit builds whole says how it was extended: from which depths, whether every figure
+// grew alike, and if not by how much its growths differed (two microbatches of 16: the heap's packing, 1
+// MiB).
+TEST(PlanCommand, ADeepStepSaysHowItsLineWasDrawn) {
+  const std::vector<std::string> step = {"plan",      "--model", "gpt",     "--layers", "1000",
+                                         "--d-model", "256",     "--heads", "4",        "--seq",
+                                         "128",       "--vocab", "8000"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = step;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return testing::run_cli(args);
+  };
+  const std::vector<std::string> two = {"--accum", "2", "--batch", "16"};
+  auto with_two = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), two.begin(), two.end());
+    return with(extra);
+  };
+  const auto json = with_two({"--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["extrapolated_from_layers"], nlohmann::json::array({64, 128, 192}));
+  EXPECT_FALSE(j["extrapolation_exact"].get<bool>());
+  EXPECT_EQ(j["extrapolation_wobble_bytes"].get<uint64_t>(), 1u << 20);
+  const auto text = with_two({});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("grew unevenly between depths (by up to 1.00MiB)"), std::string::npos) << text.out;
+  const auto even = with({"--json"});
+  ASSERT_EQ(even.code, 0) << even.err;
+  const auto e = nlohmann::json::parse(even.out);
+  EXPECT_TRUE(e["extrapolation_exact"].get<bool>());
+  EXPECT_EQ(e["extrapolation_wobble_bytes"].get<uint64_t>(), 0u);
+}
+
 // The step's peak in the program's own order bounds what XLA's memory scheduler keeps; a device whose pool
 // lies between it and the predicted peak fits as predicted, but the plan says the order decides.
 TEST(PlanCommand, SaysWhenOnlyThePredictedOrderFits) {

@@ -56,6 +56,9 @@ Json step_plan_to_json(const StepPlan& p) {
     // Too deep to build whole: the depths planned, and whether every figure grew alike between them.
     j["extrapolated_from_layers"] = p.extrapolated_from;
     j["extrapolation_exact"] = p.extrapolation_exact;
+    // How far apart a figure's two growths were (its larger one is taken); null when the line is in doubt.
+    j["extrapolation_wobble_bytes"] =
+        p.extrapolation_wobble_bytes == UINT64_MAX ? Json(nullptr) : Json(p.extrapolation_wobble_bytes);
   }
   return j;
 }
@@ -173,9 +176,13 @@ void print(std::ostream& out, const StepPlan& p) {
         "  extrapolated: {} unrolled layers are more than memfit builds whole ({}); planned at {}, {} and {} "
         "layers, {}\n",
         p.spec.blocks(), kMaxUnrolledLayers, d[0], d[1], d[2],
-        p.extrapolation_exact
-            ? "every figure grew by the same bytes per layer at each depth"
-            : "the heap's packing grew unevenly between depths: the larger growth is taken");
+        p.extrapolation_exact ? "every figure grew by the same bytes per layer at each depth"
+        : p.extrapolation_wobble_bytes == UINT64_MAX
+            ? "but the line is in doubt: a figure shrank, or another pass leads deeper down"
+            : fmt::format(
+                  "the heap's packing grew unevenly between depths (by up to {}): the larger growth is "
+                  "taken",
+                  format_bytes(p.extrapolation_wobble_bytes)));
   }
   if (p.capacity_bytes) {
     out << fmt::format("  device {}, XLA's pool {:.0f}% of it = {}: {}\n", format_bytes(*p.capacity_bytes),
