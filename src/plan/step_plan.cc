@@ -39,10 +39,11 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
 // the peak's parts too: a buffer changing part means the peak is moving) is taken as well, on the larger
 // growth, and not called exact: the heap's packing moves a few KiB between depths (GPT fp32's base step by
 // 32 KiB: at the backward pass's peak one layer's norm statistics are half freed). Against the same fits
-// with exact lines only (2026-12-04, alternate runs): GPT fp32 at 300 layers one whole plan fewer, 7.6 ->
-// 6.8 s, its base row 328 KB (0.00006%) high; ViT at 240 four fewer, 7.9 -> 4.3 s, rows within 0.0001%;
-// bf16 GPT at 300 and 160 two fewer, 9.3 -> 6.1 s and 6.6 -> 4.7 s, the accumulation rows 0.05-0.08% high
-// (their peak moves again past 48 layers); mixed precision unchanged. Tried and not kept
+// with exact lines only (2026-12-04, alternate runs): GPT fp32 at 300 layers one whole plan fewer, 1-2 s
+// less CPU but no clear gain in time (6.8-9.1 s against 7.6-8.6), its base row 328 KB (0.00006%) high; ViT
+// at 240 four fewer, 4.1-4.8 s against 6.6-7.2, rows within 0.0001%; bf16 GPT at 300 two fewer, 5.2-5.8 s
+// against 10.0-11.0, and at 160 likewise, the accumulation rows 0.05-0.08% high (their peak moves again
+// past 48 layers); mixed precision unchanged. Tried and not kept
 // (2026-12-04): where 16, 32 and 48 layers are not on a line, planning 64 (and 80) and extending from the
 // last three. It halved `fit --model gpt --layers 300` (all 6 flagged plans - a 32 KiB packing wobble,
 // accumulation, FSDP - lay on a line from 32 or 48 on, within 330 KB of their whole plans), but three deeper

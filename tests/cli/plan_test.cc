@@ -53,11 +53,6 @@ TEST(PlanCommand, ADeepStepSaysHowItsLineWasDrawn) {
   const auto text = with_two({});
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("grew unevenly between depths (by up to 1.00MiB)"), std::string::npos) << text.out;
-  const auto even = with({"--json"});
-  ASSERT_EQ(even.code, 0) << even.err;
-  const auto e = nlohmann::json::parse(even.out);
-  EXPECT_TRUE(e["extrapolation_exact"].get<bool>());
-  EXPECT_EQ(e["extrapolation_wobble_bytes"].get<uint64_t>(), 0u);
 }
 
 // The step's peak in the program's own order bounds what XLA's memory scheduler keeps; a device whose pool

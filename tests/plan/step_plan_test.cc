@@ -442,7 +442,7 @@ TEST(StepPlan, AFitOfADeepStepExtendsItsPlansExactly) {
 TEST(StepPlan, ASearchTakesALineThatWobblesByAFewBytesOnItsLargerGrowth) {
   auto spec = model_spec_from_json(Json::parse(
       R"({"model": "gpt", "d_model": 256, "heads": 4, "seq": 128, "batch": 4, "vocab": 8000, "accum": 2,
-          "layers": 200})"));
+          "layers": 128})"));
   ASSERT_TRUE(spec.ok()) << spec.error().message();
   auto searched = plan_step_extended(*spec);
   ASSERT_TRUE(searched.ok()) << searched.error().message();
@@ -452,7 +452,7 @@ TEST(StepPlan, ASearchTakesALineThatWobblesByAFewBytesOnItsLargerGrowth) {
   auto whole = plan_step(*spec);
   ASSERT_TRUE(whole.ok()) << whole.error().message();
   EXPECT_GE(searched->peak_bytes, whole->peak_bytes);
-  EXPECT_LE(searched->peak_bytes - whole->peak_bytes, 160u * (200 - 48) / 16);
+  EXPECT_LE(searched->peak_bytes - whole->peak_bytes, 160u * (128 - 48) / 16);
   EXPECT_EQ(searched->hlo.argument_bytes, whole->hlo.argument_bytes);
   spec->accum = 4;
   auto four = plan_step_extended(*spec);
@@ -463,7 +463,7 @@ TEST(StepPlan, ASearchTakesALineThatWobblesByAFewBytesOnItsLargerGrowth) {
   EXPECT_GT(line->extrapolation_wobble_bytes, 64u << 10);
   // The peak's parts count too. Mixed precision with two microbatches of 8: the peak and temp grow alike at
   // 16, 32 and 48 layers, but a buffer at the peak changes part (the peak is moving) - and that line is
-  // 0.16% low at 200 layers. Planned whole.
+  // 0.10% low at 128 layers (0.16% at 200). Planned whole.
   spec->precision = Precision::kMixed;
   spec->accum = 2;
   spec->batch = 8;
