@@ -796,12 +796,14 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     return false;
   };
   std::vector<int8_t> gemm_fusible(n, -1);  // -1 unknown, 0 no, 1 yes
-  // (A prologue deeper than 256 ops - a hostile chain, which would overflow the stack - is written.)
+  // A prologue deeper than this is written: a hostile chain of fused ops would overflow the stack of the
+  // walk (the prologues of the shared programs and the zoo's are at most 5 ops deep).
+  constexpr int kMaxPrologueDepth = 256;
   auto fusible_into_gemm = [&](uint32_t v, int depth, auto&& self) -> bool {
     if (gemm_fusible[v] >= 0) return gemm_fusible[v] == 1;
     // A GEMM fusion takes in elementwise ops, not a sum over another GEMM's partials.
     bool ok = role[v] == Role::kCheap && comp.instructions[v].custom_call_target != kSplitKReduce &&
-              !merges_transposed(v) && depth < 256;
+              !merges_transposed(v) && depth < kMaxPrologueDepth;
     for (uint32_t o : operands[v]) {
       if (!ok) break;
       stop_at_unworthy(o);
@@ -875,22 +877,27 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
   // A fused value is recomputed inside each consumer, which reads the buffers it was computed from
   // instead. Operands precede users (schedule order), so a forward pass fills each list before it is read.
   std::vector<std::vector<uint32_t>> sources(n);  // per fused value, the buffers it is computed from
-  // The buffers behind `ops`, in first-seen order, each once.
-  // Direct operands first, then what fused operands read: a fusion's operands in the order XLA's fusion
-  // appends them (fusing a producer removes its operand and appends the producer's own), nearest first.
-  // The order decides which dying operand's memory the result takes (the heap tries them first to last):
-  // a residual sum x + attention + MLP takes the MLP's product, as in the compiled ViT, not the stream.
+  // A fusion's operands in the order XLA's fusion appends them (fusing a producer removes its operand and
+  // appends the producer's own), nearest first: the direct buffers `ops` names, then, operand by operand,
+  // what `fused` says a fused one reads. The order decides which dying operand's memory the result takes
+  // (the heap tries them first to last): a residual sum x + attention + MLP takes the MLP's product, as in
+  // the compiled ViT, not the stream. The one place this order is made, for every list below.
+  auto in_fusion_order = [&](const std::vector<uint32_t>& ops, auto&& take, auto&& fused) {
+    for (uint32_t o : ops)
+      if (materialized[o]) take(o);
+    for (uint32_t o : ops)
+      if (!materialized[o]) fused(o);
+  };
+  // The buffers behind `ops`, each once.
   auto buffers_behind = [&](const std::vector<uint32_t>& ops) {
     std::vector<uint32_t> out;
     std::unordered_set<uint32_t> seen;
     auto take = [&](uint32_t b) {
       if (seen.insert(b).second) out.push_back(b);
     };
-    for (uint32_t o : ops)
-      if (materialized[o]) take(o);
-    for (uint32_t o : ops)
-      if (!materialized[o])
-        for (uint32_t b : sources[o]) take(b);
+    in_fusion_order(ops, take, [&](uint32_t o) {
+      for (uint32_t b : sources[o]) take(b);
+    });
     return out;
   };
   // A fusion takes at most 64 operands and outputs (MaxOperandsAndOutputsPerFusion, gpu_fusible.h;
@@ -963,10 +970,7 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     auto take = [&](uint64_t e) {
       if (seen.insert(e).second) gemm_reads[x].push_back(e);
     };
-    for (uint32_t o : operands[x])
-      if (materialized[o]) take(o);
-    for (uint32_t o : operands[x]) {
-      if (materialized[o]) continue;
+    in_fusion_order(operands[x], take, [&](uint32_t o) {
       if (gemm_input[o]) {
         take(kCopyOf | o);
       } else if (reaches_copy[o]) {
@@ -974,9 +978,9 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       } else {
         for (uint32_t b : sources[o]) take(b);
       }
-    }
+    });
   }
-  // The buffers fusion `i` reads, in XLA's order (buffers_behind), `gemm` the GEMM whose operands `i`
+  // The buffers fusion `i` reads, in XLA's order (in_fusion_order), `gemm` the GEMM whose operands `i`
   // computes, if any; a value written for that GEMM is read as its copy, emitted here the first time.
   auto fusion_operands = [&](uint32_t i, uint32_t gemm, auto&& self) -> std::vector<uint32_t> {
     std::vector<uint32_t> order;
@@ -1005,10 +1009,7 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       out.push_back(std::move(copy));
       return at;
     };
-    for (uint32_t o : operands[i])
-      if (materialized[o]) take(o);
-    for (uint32_t o : operands[i]) {
-      if (materialized[o]) continue;
+    in_fusion_order(operands[i], take, [&](uint32_t o) {
       if (gemm != UINT32_MAX && gemm_input[o]) {
         take(copy_for_gemm(o));
       } else if (reaches_gemm[o]) {  // an epilogue's GEMM, or what lies between them: walked
@@ -1019,7 +1020,7 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       } else {
         for (uint32_t b : sources[o]) take(b);
       }
-    }
+    });
     return order;
   };
   std::unordered_map<uint32_t, std::string> folded_name;  // folded dot -> its contracted result's name
