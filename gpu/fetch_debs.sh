@@ -9,5 +9,5 @@ mkdir -p debs
 cd debs
 apt-get download libcli11-dev nlohmann-json3-dev libfmt-dev libfmt9 zlib1g-dev libgtest-dev libgmock-dev \
   libbenchmark-dev libbenchmark1debian libcpp-httplib-dev libcpp-httplib0.11 libprotobuf-dev libprotobuf32 \
-  protobuf-compiler libprotoc32 golang-github-google-pprof-dev pybind11-dev
+  protobuf-compiler libprotoc32 golang-github-google-pprof-dev pybind11-dev libbrotli-dev libbrotli1
 ls -l

@@ -833,10 +833,15 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     if (role[i] != Role::kGemm || folded_dot[i] || users[i].size() != 1 || &comp.instructions[i] == root)
       continue;
     const uint32_t u = users[i][0];
+    // A widening epilogue (bf16 product -> f32) is taken only where its result is written anyway - the
+    // program's result: XLA's compiled mixed-precision inference writes its f32 logits from the GEMM
+    // (gemm_fusion_dot.32 of gpt_mixed_infer_b16, captured 2026-12-04), while in training the f32 logits
+    // are recomputed by the loss's fusions and the bf16 product is the buffer.
     auto epilogue_of = [&](uint32_t from, uint32_t to) {
       if (!fuses(role[to]) || comp.instructions[to].shape.is_tuple() ||
           elements(comp.instructions[to].shape) != elements(comp.instructions[from].shape) ||
-          comp.instructions[to].shape.own_bytes() > comp.instructions[from].shape.own_bytes())  // widening
+          (comp.instructions[to].shape.own_bytes() > comp.instructions[from].shape.own_bytes() &&
+           !materialized[to]))
         return false;
       for (uint32_t o : operands[to])
         if (o != from && !epilogue_input(o)) return false;
