@@ -210,6 +210,13 @@ void names_in(std::string_view value, std::vector<std::string>& out) {
   for (size_t at = value.find('%'); at != std::string_view::npos; at = value.find('%', at + 1)) {
     size_t end = at + 1;
     while (end < value.size() && is_name_char(value[end])) ++end;
+    // "%fusion#1": element 1 of a tuple-shaped value, as XLA's dumps (--xla_dump_to) print an operand
+    // that is a get-tuple-element, which they leave out; expanded where the computation ends.
+    while (end > at + 1 && end + 1 < value.size() && value[end] == '#' &&
+           std::isdigit(static_cast<unsigned char>(value[end + 1]))) {
+      ++end;
+      while (end < value.size() && std::isdigit(static_cast<unsigned char>(value[end]))) ++end;
+    }
     if (end > at + 1) out.emplace_back(value.substr(at + 1, end - at - 1));
   }
 }
@@ -653,6 +660,60 @@ const HloComputation* HloModule::find(std::string_view computation_name) const {
   return nullptr;
 }
 
+namespace {
+
+// The get-tuple-elements a dump leaves out ("%fusion#1" operands, see names_in) made explicit: each
+// "name#k" an instruction reads becomes an instruction of that name, a get-tuple-element of element k of
+// `name`, placed just before its first reader - where a compiled module's text prints it (it forwards a
+// buffer and takes none of its own, so its place changes no figure). Nested elements ("%x#1#0") expand
+// link by link.
+Status expand_tuple_element_operands(HloComputation& comp) {
+  std::unordered_map<std::string, uint32_t> defined;  // name -> index in `out`
+  std::vector<HloInstruction> out;
+  out.reserve(comp.instructions.size());
+  // Makes `name` (with '#') defined in `out`, expanding its base first; `line` is the reader's.
+  auto define = [&](const std::string& name, uint64_t line, auto&& self) -> Status {
+    if (defined.contains(name)) return ok_status();
+    const size_t hash = name.rfind('#');
+    if (hash == std::string::npos) return ok_status();  // a plain name: resolved (or refused) later
+    const std::string base = name.substr(0, hash);
+    MEMFIT_RETURN_IF_ERROR(self(base, line, self));
+    uint64_t k = 0;
+    const auto [end, ec] = std::from_chars(name.data() + hash + 1, name.data() + name.size(), k);
+    const auto it = defined.find(base);
+    if (ec != std::errc() || end != name.data() + name.size() || it == defined.end()) {
+      return invalid_argument(fmt::format(
+          "line {}: operand {} names an element of a value defined no earlier", line, excerpt("%" + name)));
+    }
+    const Shape& tuple = out[it->second].shape;
+    if (!tuple.is_tuple() || k >= tuple.elements.size()) {
+      return invalid_argument(
+          fmt::format("line {}: operand {} names element {} of {}, which has no such element", line,
+                      excerpt("%" + name), k, excerpt(base)));
+    }
+    HloInstruction gte;
+    gte.name = name;
+    gte.opcode = HloOpcode::kGetTupleElement;
+    gte.shape = tuple.elements[k];
+    gte.operands = {base};
+    gte.tuple_index = static_cast<int64_t>(k);
+    gte.op_name = out[it->second].op_name;
+    gte.line = line;
+    defined.emplace(name, static_cast<uint32_t>(out.size()));
+    out.push_back(std::move(gte));
+    return ok_status();
+  };
+  for (HloInstruction& inst : comp.instructions) {
+    for (const std::string& o : inst.operands) MEMFIT_RETURN_IF_ERROR(define(o, inst.line, define));
+    defined.emplace(inst.name, static_cast<uint32_t>(out.size()));
+    out.push_back(std::move(inst));
+  }
+  comp.instructions = std::move(out);
+  return ok_status();
+}
+
+}  // namespace
+
 Expected<HloModule> parse_hlo_module(std::string_view text) {
   HloModule module;
   uint64_t number = 0;
@@ -737,6 +798,7 @@ Expected<HloModule> parse_hlo_module(std::string_view text) {
       continue;
     }
     if (line == "}") {
+      MEMFIT_RETURN_IF_ERROR(expand_tuple_element_operands(*current));
       current = nullptr;
       continue;
     }

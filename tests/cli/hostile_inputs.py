@@ -372,6 +372,22 @@ run("hlo: duplicate computation names", ["hlo", write("dupcomp.hlo", hlo_module(
     "%c (x: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  ROOT %y = f32[] negate(f32[] %x)\n}\n\n"
     "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + "  ROOT %r = f32[2] negate(f32[2] %a)\n}"))], 2,
     stderr_has="two computations")
+# XLA's dumps name a tuple's element in its reader ("%f#1", no get-tuple-element): elements that do not exist.
+tup = "  %t = (f32[2], f32[2]) tuple(f32[2] %a, f32[2] %a)\n"
+run("hlo: dump element past the tuple", ["hlo", write("dumpelem.hlo", hlo_module(
+    "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + tup + "  ROOT %r = f32[2] negate(%t#2)\n}"))], 2,
+    stderr_has="names element 2 of 't', which has no such element")
+run("hlo: dump element of an array", ["hlo", write("dumparr.hlo", hlo_module(
+    "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + "  ROOT %r = f32[2] negate(%a#0)\n}"))], 2,
+    stderr_has="no such element")
+run("hlo: dump element of a value not yet defined", ["hlo", write("dumplate.hlo", hlo_module(
+    "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + "  %r = f32[2] negate(%t#0)\n" + tup +
+    "  ROOT %s = f32[2] negate(%r)\n}"))], 2, stderr_has="defined no earlier")
+run("hlo: dump element index past 2^64", ["hlo", write("dumpbig.hlo", hlo_module(
+    "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + tup + "  ROOT %r = f32[2] negate(%t#184467440737095516160)\n}"))],
+    2, stderr_has="defined no earlier")
+run("hlo: dump elements read as get-tuple-elements", ["hlo", write("dumpok.hlo", hlo_module(
+    "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + tup + "  ROOT %r = f32[2] add(%t#0, %t#1)\n}"))], 0)
 run("hlo: recursion", ["hlo", write("rec.hlo", hlo_module(
     "%c1 (p: f32[2]) -> f32[2] {\n  %p = f32[2] parameter(0)\n  ROOT %r = f32[2] call(f32[2] %p), to_apply=%c1\n}\n\n"
     "ENTRY %main (a: f32[2]) -> f32[2] {\n" + p0 + "  ROOT %r = f32[2] call(f32[2] %a), to_apply=%c1\n}"))], 2,

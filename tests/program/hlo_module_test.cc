@@ -246,6 +246,74 @@ TEST(HloModule, KnowsTheDevicesAProgramIsShardedOver) {
 
 // Reordering in place: every permutation of four follows its order, and indices not named (or named twice,
 // or out of range) are dropped or ignored.
+// XLA's dumps (XLA_FLAGS=--xla_dump_to, JAX 0.11) leave get-tuple-elements out and name a tuple's element in
+// its reader: "%fusion#1". Read as the get-tuple-element compiled.as_text() prints, placed before its
+// first reader.
+TEST(HloModule, ReadsTheTupleElementOperandsOfXlasDumps) {
+  const std::string dumped =
+      R"(HloModule m, is_scheduled=true, entry_computation_layout={(f32[4]{0})->(f32[4]{0}, f32[2]{0})}
+
+%fused (p: f32[4]) -> (f32[4], f32[2]) {
+  %p = f32[4]{0} parameter(0)
+  %s = f32[2]{0} slice(%p), slice={[0:2]}
+  ROOT %t = (f32[4]{0}, f32[2]{0}) tuple(%p, %s)
+}
+
+ENTRY %main (a: f32[4]) -> (f32[4], f32[2]) {
+  %a = f32[4]{0} parameter(0)
+  %f = (f32[4]{0}, f32[2]{0}) fusion(%a), kind=kLoop, calls=%fused
+  %g = f32[4]{0} add(%f#0, %f#0)
+  ROOT %r = (f32[4]{0}, f32[2]{0}) tuple(%g, %f#1)
+}
+)";
+  auto module = parse_hlo_module(dumped);
+  ASSERT_TRUE(module.ok()) << module.error().message();
+  const HloComputation& entry = *module->entry();
+  std::vector<std::string> names;
+  for (const HloInstruction& i : entry.instructions) names.push_back(i.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "f", "f#0", "g", "f#1", "r"}));
+  const HloInstruction& first = entry.instructions[2];
+  EXPECT_EQ(first.opcode, HloOpcode::kGetTupleElement);
+  EXPECT_EQ(first.operands, std::vector<std::string>{"f"});
+  EXPECT_EQ(first.tuple_index, 0);
+  EXPECT_EQ(first.shape.to_string(), "f32[4]");
+  EXPECT_EQ(entry.instructions[3].operands, (std::vector<std::string>{"f#0", "f#0"}));
+  EXPECT_EQ(entry.instructions[4].shape.to_string(), "f32[2]");
+  auto sizes = entry_sizes(*module);
+  ASSERT_TRUE(sizes.ok()) << sizes.error().message();
+  EXPECT_EQ(sizes->output_bytes, 16u + 8u + 2 * 8u);
+
+  // An element the value does not have is refused, naming the line.
+  std::string bad = dumped;
+  bad.replace(bad.find("%f#1)"), 5, "%f#7)");
+  auto refused = parse_hlo_module(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find(
+                "line 13: operand '%f#7' names element 7 of 'f', which has no such element"),
+            std::string::npos)
+      << refused.error().message();
+}
+
+// A real dump: gpt_mixed_donate_remat_full_b16 compiled on the H200 with --xla_dump_to (its
+// after_optimizations.txt, 420 get-tuple-elements left out) reads as the module compiled.as_text() printed.
+TEST(HloModule, XlasDumpOfARealProgramReadsAsItsPrintedModule) {
+  auto dumped = read_file(data("gpt_mixed_donate_remat_full_b16.xla_dump.hlo.txt.gz"));
+  ASSERT_TRUE(dumped.ok()) << dumped.error().message();
+  auto printed = read_file(data("gpt_mixed_donate_remat_full_b16.hlo.txt.gz"));
+  ASSERT_TRUE(printed.ok()) << printed.error().message();
+  auto from_dump = parse_hlo_module(*dumped);
+  ASSERT_TRUE(from_dump.ok()) << from_dump.error().message();
+  auto from_text = parse_hlo_module(*printed);
+  ASSERT_TRUE(from_text.ok()) << from_text.error().message();
+  EXPECT_EQ(from_dump->entry()->instructions.size(), from_text->entry()->instructions.size());
+  auto a = entry_sizes(*from_dump);
+  auto b = entry_sizes(*from_text);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->argument_bytes, b->argument_bytes);
+  EXPECT_EQ(a->output_bytes, b->output_bytes);
+  EXPECT_EQ(a->alias_bytes, b->alias_bytes);
+}
+
 TEST(HloModule, ReorderInstructionsFollowsTheOrderInPlace) {
   auto named = [](std::initializer_list<const char*> names) {
     std::vector<HloInstruction> v;
