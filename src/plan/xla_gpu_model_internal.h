@@ -55,6 +55,7 @@ void defer_host_copies(HloComputation& comp);
 void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, uint32_t>>& runs_after);
 // XLA's MakeInstructionPostOrder, the order a computation converted from StableHLO gets.
 void xla_post_order(HloComputation& comp);
+void dfs_schedule(HloComputation& comp);
 
 // XLA's copy insertion for loops; and for the list scheduler, each reader of a donated parameter's copy
 // before the op that writes the new value over it.

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "memfit/core/checked.h"
 #include "memfit/core/name_map.h"
 #include "memfit/plan/xla_gpu_model.h"
 #include "xla_gpu_model_internal.h"
@@ -132,6 +133,108 @@ void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, u
   reorder_instructions(comp.instructions, order);
 }
 
+// XLA's DFSMemoryScheduler (xla/hlo/transforms/simplifiers/hlo_memory_scheduler.cc): a post order from the
+// root (unreachable roots first) visiting operands by decreasing transitive fan-out ("extra users": users
+// beyond the first, summed over everything an operand is computed from), then decreasing transitive bytes
+// defined, then name. Parameters and constants count for nothing; forwards (bitcast, get-tuple-element,
+// optimization barrier) define no bytes, a tuple its pointer table; host values count nothing (the GPU's
+// size function). Both sums are capped as XLA caps them.
+void dfs_schedule(HloComputation& comp) {
+  const size_t n = comp.instructions.size();
+  NameIndex index;
+  index.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
+  std::vector<std::vector<uint32_t>> operands(n);
+  std::vector<uint32_t> user_count(n, 0);
+  for (uint32_t i = 0; i < n; ++i) {
+    for (const std::string& o : comp.instructions[i].operands) {
+      auto it = index.find(o);
+      if (it == index.end()) return;  // not a well-formed computation: keep its order
+      if (std::find(operands[i].begin(), operands[i].end(), it->second) == operands[i].end()) {
+        operands[i].push_back(it->second);
+        ++user_count[it->second];
+      }
+    }
+  }
+  auto defined_bytes = [](const Shape& s, auto&& self) -> uint64_t {
+    if (s.memory_space == kHostMemorySpace) return 0;
+    uint64_t b = s.own_bytes();
+    for (const Shape& e : s.elements) b = saturating_add(b, self(e, self));
+    return b;
+  };
+  struct Stats {
+    uint64_t extra_users = 0;
+    uint64_t total_bytes = 0;
+  };
+  std::vector<Stats> stats(n);
+  uint64_t cumulative = 0;
+  for (uint32_t i : instruction_post_order(comp)) {
+    const HloInstruction& x = comp.instructions[i];
+    const Role r = role_of(x.opcode);
+    if (r == Role::kParameter || r == Role::kConstant) continue;
+    uint64_t own = 0;
+    if (x.opcode == HloOpcode::kTuple) {
+      own = x.shape.own_bytes();
+    } else if (r != Role::kForward) {
+      own = defined_bytes(x.shape, defined_bytes);
+    }
+    cumulative = saturating_add(cumulative, own);
+    Stats st{user_count[i] == 0 ? 0 : user_count[i] - 1, own};
+    for (uint32_t o : operands[i]) {
+      st.extra_users = saturating_add(st.extra_users, stats[o].extra_users);
+      st.total_bytes = saturating_add(st.total_bytes, stats[o].total_bytes);
+    }
+    stats[i] = {std::min<uint64_t>(st.extra_users, n), std::min(st.total_bytes, cumulative)};
+  }
+  auto before = [&](uint32_t a, uint32_t b) {
+    if (stats[a].extra_users != stats[b].extra_users) return stats[a].extra_users > stats[b].extra_users;
+    if (stats[a].total_bytes != stats[b].total_bytes) return stats[a].total_bytes > stats[b].total_bytes;
+    return comp.instructions[a].name < comp.instructions[b].name;
+  };
+  std::vector<uint32_t> order;
+  order.reserve(n);
+  std::vector<bool> seen(n, false);
+  // Iterative post order: (instruction, its operands sorted, the next to visit).
+  struct Frame {
+    uint32_t at;
+    std::vector<uint32_t> next;
+    size_t k;
+  };
+  auto visit = [&](uint32_t start) {
+    if (seen[start]) return;
+    std::vector<Frame> stack;
+    std::vector<uint32_t> sorted = operands[start];
+    std::sort(sorted.begin(), sorted.end(), before);
+    stack.push_back({start, std::move(sorted), 0});
+    seen[start] = true;
+    while (!stack.empty()) {
+      Frame& f = stack.back();
+      if (f.k < f.next.size()) {
+        const uint32_t o = f.next[f.k++];
+        if (seen[o]) continue;
+        seen[o] = true;
+        std::vector<uint32_t> ops = operands[o];
+        std::sort(ops.begin(), ops.end(), before);
+        stack.push_back({o, std::move(ops), 0});
+        continue;
+      }
+      order.push_back(f.at);
+      stack.pop_back();
+    }
+  };
+  const HloInstruction* root = comp.root();
+  uint32_t root_index = UINT32_MAX;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (&comp.instructions[i] == root) root_index = i;
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    if (user_count[i] == 0 && i != root_index) visit(i);  // unreachable roots first
+  }
+  if (root_index != UINT32_MAX) visit(root_index);
+  if (order.size() != n) return;  // a cycle: not a program XLA accepts; keep its order
+  reorder_instructions(comp.instructions, order);
+}
+
 // The order XLA gives a computation converted from StableHLO (instruction_post_order, XLA's
 // MakeInstructionPostOrder). The lowered HLO text is printed in this order already; StableHLO's text order is
 // JAX's tracing order (a transposed head's GEMM before the backward loop, where XLA's post order puts it
@@ -143,6 +246,14 @@ void xla_post_order(HloComputation& comp) {
 }
 
 }  // namespace xla_gpu_internal
+
+HloModule dfs_scheduled(HloModule modeled) {
+  for (HloComputation& c : modeled.computations) {
+    xla_gpu_internal::dfs_schedule(c);
+    xla_gpu_internal::defer_host_copies(c);
+  }
+  return modeled;
+}
 
 HloModule list_scheduled(HloModule modeled) {
   for (HloComputation& c : modeled.computations) {

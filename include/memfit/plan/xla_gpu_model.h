@@ -32,43 +32,28 @@
 //     tuples and barriers, and brought back into a device buffer of its own; the copy to the host is taken
 //     just before its first reader, as XLA's latency-hiding scheduler places it (so the device holds the
 //     value until the backward pass reaches it);
-//   - the schedule: XLA's DefaultMemoryScheduler keeps the best of its list, DFS and post-order schedulers
-//     (hlo_memory_scheduler.cc); plan_hlo plans the program's post order (JAX prints one; a StableHLO program
-//     is put in XLA's) and list_scheduled()'s and keeps the smaller. XLA's DFS scheduler is not among them:
-//     over this model's buffers it found orders XLA's own compile did not reach (mlp_fp32_donate_remat_full
-//     -8.7% of the measured peak), and gained as much elsewhere as it lost. Run exactly as XLA runs them
-//     (the list scheduler's last-in ties and partial priority updates; both over multi-output fusion
-//     units), the two schedulers over this model's graph put 18 of 27 programs within 5%, against 22 of
-//     27 here (scripts/xla_table.py, 2026-12-02; 22 still, median 1.1%, 2026-12-04). Layouts cost no
-//     copies (approximated). XLA's
-//     latency-hiding scheduler (LHS), which reorders after the memory scheduler, is not modeled, and the
-//     largest misses are its order, not this model's buffers. Over XLA's own compiled graph of
-//     gpt_mixed_donate_remat_full_b16, list_scheduled() - and XLA's ListScheduler re-implemented as
-//     hlo_memory_scheduler.cc writes it, over points-to buffers - needs 3.56 GB of temp, within 1.6% of
-//     this model's prediction from the lowered program (3.61: XLA writes the last layer's residual once,
-//     the model recomputes it from its two terms); XLA's DFS scheduler there needs 7.91 GB, and the
-//     order XLA compiled holds 5.07 GB (likewise 5.38 against 6.90 GB for gpt2dims, 1.84 against 5.13 GB
-//     for the offload program; test HloPlan.XlasOwnGraphInTheMemorySchedulersOrderNeedsWhatThePrediction-
-//     Says; 2026-12-04). The compiled programs carry the scheduling_name metadata that, in the XLA sources
-//     read, is written in the LHS's pipeline (SchedulingInstructionAnnotator, gpu_hlo_schedule.cc). Simulated
-//     over XLA's own graph from the list order as latency_hiding_scheduler.cc's ReadySetLt runs a program
-//     with no asynchronous work (nops first, less stall, the cost that fills a wait, the candidate that
-//     readies more operands, the later original position; the approximate estimator's costs, nops 0, loop
-//     fusions 1000, output fusions 5000, others 1, one unit between dependent ops; memory pressure only past
-//     half its limit, which no shared program reaches), it reproduces XLA's order on some programs
-//     (mlp_vmap_grads_b128, gpt_fp32_donate_remat_dots, gpt_mixed_donate: within 0.1% of XLA's temp) but not
-//     on the full-remat ones (gpt_fp32_donate_remat_full 7.6 GB where XLA keeps the list order's 2.44;
-//     without the readies-more rule that one is exact and vmap falls back to -7.7%), and over this model's
-//     graph it put 13 of 27 measured peaks within 5% (2026-12-03; both simulations were experiments, not
-//     kept). A memory limit low enough to bring in its memory-pressure rules (2 to 12 GB) changed none of
-//     that. Nor did the Speed-of-Light estimator's costs (sol_latency_estimator.cc: GEMMs at their flops,
-//     loop and input fusions at their bytes over the H200's 4.8 TB/s, other ops 0.01 of the approximate
-//     costs, so that only cheap ops leave a stall; 2026-12-04): over XLA's own graphs of 27 programs it kept
-//     vit_b16_fp32_donate and the flax encoder exact where the list order is 0.6-5.7% off, but moved
-//     gpt_fp32_donate_remat_full, whose compiled order is the list order exactly, to +213%; no subset of its
-//     rules was right on both full-remat programs. What decides is not in the sources read; a GPU compile's
-//     LHS log (latency_hiding_scheduler.cc's VLOG(2): each choice and its reason) would show it. The range's
-//     top (the post order) covers those orders.
+//   - the schedule: XLA's DefaultMemoryScheduler runs its list, DFS and post-order schedulers and keeps the
+//     one its estimate finds smallest, the list's on a tie (hlo_memory_scheduler.cc); plan_hlo plans the
+//     program's post order (JAX prints one; a StableHLO program is put in XLA's) and list_scheduled()'s,
+//     and keeps the smaller by this model's buffers. Run exactly as XLA runs them (last-in ties, partial
+//     priority updates, over multi-output fusion units) the two schedulers put 18 of 27 programs within 5%,
+//     against 22 of 27 here (scripts/xla_table.py, 2026-12-02). Layouts cost no copies (approximated).
+//     What the largest misses are (measured on the H200, 2026-12-04; gpu/RESULTS.md): for
+//     gpt_mixed_donate_remat_full_b16 XLA kept its DFS schedule. Its log gives list 6.76 GiB, DFS 6.76 GiB (a
+//     little less), post order 7.93 GiB: its estimate (HeapSimulator::MinimumMemoryForModule, arguments
+//     included) counts each value apart, so the list order's 2 GB one-hot loss gradient and the scatter
+//     written over it count twice (a live-value count with no buffer shared gives 5,645,269,000 B over
+//     XLA's graph in the list order and 8 B less in the compiled order: both peak at the loss, and 8 bytes
+//     decided), though the buffer assignment that follows shares them - 3.56 GB of temp
+//     for the list order (XLA's ListScheduler's own decisions, its VLOG(2), reproduced to the byte by
+//     list_scheduled() over XLA's graph), 5.10 GB for the DFS order XLA kept. dfs_scheduled() over XLA's
+//     graph as dumped before scheduling (optimization barriers and donation copies still in) gives the
+//     compiled order within 0.3 places per instruction and its temp within 0.1% (test
+//     HloPlan.XlasCompiledOrderIsItsDfsSchedulersOverTheGraphItScheduled). The latency-hiding scheduler,
+//     which XLA runs next, does not move it: compiled with it disabled, the order and the temp are the same.
+//     Not yet modeled: XLA's estimate (to choose as XLA chooses), and DFS over this model's graph - whose
+//     fan-out differs from XLA's graph - is 9.2 GB there, not 5.1; the range's top (the post order) covers
+//     it.
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
 // the README's table.
 #pragma once
@@ -101,6 +86,8 @@ void alias_buffer_donors(HloModule& lowered);
 
 // The same buffers in the order XLA's ListScheduler would run them (frees the most bytes first).
 HloModule list_scheduled(HloModule modeled);
+// ... and in the order of XLA's DFSMemoryScheduler (a post order, widest fan-out first).
+HloModule dfs_scheduled(HloModule modeled);
 
 // XLA's copy insertion for donated arguments (xla/service/copy_insertion.cc: AddCopiesForAliasedInputOutputs
 // before scheduling, RemoveUnnecessaryCopies again once the schedule is fixed, as gpu_compiler.cc's
