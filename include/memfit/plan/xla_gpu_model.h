@@ -50,10 +50,11 @@
 //     graph as dumped before scheduling (optimization barriers and donation copies still in) gives the
 //     compiled order within 0.3 places per instruction and its temp within 0.1% (test
 //     HloPlan.XlasCompiledOrderIsItsDfsSchedulersOverTheGraphItScheduled). The latency-hiding scheduler,
-//     which XLA runs next, does not move it: compiled with it disabled, the order and the temp are the same.
-//     Not yet modeled: XLA's estimate (to choose as XLA chooses), and DFS over this model's graph - whose
-//     fan-out differs from XLA's graph - is 9.2 GB there, not 5.1; the range's top (the post order) covers
-//     it.
+//     which XLA runs next, does not move it (compiled with it disabled, the order and the temp are the
+//     same), nor GPT-2's dimensions'; it does move the offload program's (the list order XLA kept there,
+//     254 places per instruction on average: its asynchronous copies to the host). Not yet modeled: XLA's
+//     estimate (to choose as XLA chooses), and DFS over this model's graph - whose fan-out differs from XLA's
+//     graph - is 9.2 GB there, not 5.1; the range's top (the post order) covers it.
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
 // the README's table.
 #pragma once
