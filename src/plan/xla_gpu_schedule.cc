@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <string>
 #include <tuple>
@@ -15,6 +16,34 @@
 
 namespace memfit {
 namespace xla_gpu_internal {
+
+namespace {
+
+// A computation's data edges by index, each operand once per reader; nullopt when an operand is not an
+// instruction of the computation (not a well-formed computation: its order is kept).
+struct OperandGraph {
+  std::vector<std::vector<uint32_t>> operands, users;
+};
+std::optional<OperandGraph> operand_graph(const HloComputation& comp) {
+  const size_t n = comp.instructions.size();
+  NameIndex index;
+  index.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
+  OperandGraph g{std::vector<std::vector<uint32_t>>(n), std::vector<std::vector<uint32_t>>(n)};
+  for (uint32_t i = 0; i < n; ++i) {
+    for (const std::string& o : comp.instructions[i].operands) {
+      auto it = index.find(o);
+      if (it == index.end()) return std::nullopt;
+      if (std::find(g.operands[i].begin(), g.operands[i].end(), it->second) == g.operands[i].end()) {
+        g.operands[i].push_back(it->second);
+        g.users[it->second].push_back(i);
+      }
+    }
+  }
+  return g;
+}
+
+}  // namespace
 
 // XLA's ListScheduler (xla/service/hlo_memory_scheduler.cc): of the instructions whose operands are done,
 // run the one that frees the most bytes net of what it defines (ties: more users first); a buffer is
@@ -33,20 +62,11 @@ namespace xla_gpu_internal {
 // `runs_after`: pairs (a, b) of instruction indices, b to run after a (no data flows: nothing is freed).
 void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, uint32_t>>& runs_after) {
   const size_t n = comp.instructions.size();
-  NameIndex index;
-  index.reserve(n);
-  for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
-  std::vector<std::vector<uint32_t>> operands(n), users(n), successors(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    for (const std::string& o : comp.instructions[i].operands) {
-      auto it = index.find(o);
-      if (it == index.end()) return;  // not a well-formed computation: keep its order
-      if (std::find(operands[i].begin(), operands[i].end(), it->second) == operands[i].end()) {
-        operands[i].push_back(it->second);
-        users[it->second].push_back(i);
-      }
-    }
-  }
+  std::optional<OperandGraph> graph = operand_graph(comp);
+  if (!graph) return;  // not a well-formed computation: keep its order
+  std::vector<std::vector<uint32_t>>& operands = graph->operands;
+  std::vector<std::vector<uint32_t>>& users = graph->users;
+  std::vector<std::vector<uint32_t>> successors(n);
   std::vector<uint64_t> bytes(n);
   std::vector<uint32_t> unscheduled_users(n), waiting_operands(n);
   for (uint32_t i = 0; i < n; ++i) {
@@ -141,21 +161,11 @@ void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, u
 // size function). Both sums are capped as XLA caps them.
 void dfs_schedule(HloComputation& comp) {
   const size_t n = comp.instructions.size();
-  NameIndex index;
-  index.reserve(n);
-  for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
-  std::vector<std::vector<uint32_t>> operands(n);
-  std::vector<uint32_t> user_count(n, 0);
-  for (uint32_t i = 0; i < n; ++i) {
-    for (const std::string& o : comp.instructions[i].operands) {
-      auto it = index.find(o);
-      if (it == index.end()) return;  // not a well-formed computation: keep its order
-      if (std::find(operands[i].begin(), operands[i].end(), it->second) == operands[i].end()) {
-        operands[i].push_back(it->second);
-        ++user_count[it->second];
-      }
-    }
-  }
+  const std::optional<OperandGraph> graph = operand_graph(comp);
+  if (!graph) return;  // not a well-formed computation: keep its order
+  const std::vector<std::vector<uint32_t>>& operands = graph->operands;
+  std::vector<uint64_t> user_count(n);
+  for (uint32_t i = 0; i < n; ++i) user_count[i] = graph->users[i].size();
   auto defined_bytes = [](const Shape& s, auto&& self) -> uint64_t {
     if (s.memory_space == kHostMemorySpace) return 0;
     uint64_t b = s.own_bytes();
