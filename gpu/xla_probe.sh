@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # XLA on the GPU, for the planner (issues #16/#18): run beside gpu/run.sh in one device call, it
 #   1. compiles gpt_mixed_donate_remat_full_b16 (22% larger in XLA than memfit's plan of its lowered program)
-#      with the schedulers' VLOG decision logs, then with the Speed-of-Light latency estimator off and with
-#      the latency-hiding scheduler off, printing XLA's temp for each;
+#      with the memory scheduler's VLOG(2) decision log, then with the Speed-of-Light latency estimator off
+#      and with the latency-hiding scheduler off, printing XLA's temp for each (step "lhs");
+#   1b. dumps every pass of it and of the offload program and prints which pass changed the entry's order
+#      (gpu/xla_passes.py), with the memory scheduler's choice among list, DFS and post order (step "order");
 #   2. captures programs of the shared families in combinations the shared data does not hold (lowered HLO,
 #      StableHLO, optimized HLO, memory_analysis() and the measured memory_stats()), a check the planner
 #      was not tuned on.
@@ -25,15 +27,36 @@ lhs() {  # lhs NAME FLAGS VMODULE
 }
 # MEMFIT_PROBE_STEPS picks parts for a rerun (default: all). The pass dumps (--xla_dump_hlo_pass_re) came
 # to 26 MB, over what the device tool returns; the logs come back as files of their own.
-steps=" ${MEMFIT_PROBE_STEPS:-lhs new} "
+steps=" ${MEMFIT_PROBE_STEPS:-lhs order new} "
 want() { [[ $steps == *" $1 "* ]]; }
-V2="latency_hiding_scheduler=2,gpu_hlo_schedule=1,gpu_latency_hiding_scheduler=2,hlo_memory_scheduler=1"
+# hlo_memory_scheduler=2: each "Schedule instruction" of the list scheduler and the memory each schedule
+# needs by XLA's estimate; gpu_hlo_schedule=1 marks where the entry module's scheduling starts.
+V2="hlo_memory_scheduler=2,gpu_hlo_schedule=1"
 if want lhs; then
 echo "[$(date +%T)] LHS probe"
 lhs mixed_remat_full_vlog "" "$V2"
 lhs mixed_remat_full_no_sol "--xla_gpu_enable_analytical_sol_latency_estimator=false" ""
 lhs mixed_remat_full_no_lhs_vlog "--xla_gpu_enable_latency_hiding_scheduler=false" "$V2"
 cp "$P"/lhs/*vlog.stderr.gz "$OUT"/
+fi
+if want order; then
+echo "[$(date +%T)] which pass orders the entry"
+order() {  # order NAME CONFIG-JSON-TAIL
+  local d="$P/order/$1"
+  mkdir -p "$d/dump"
+  XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=0 TF_CPP_VMODULE="$V2" \
+    XLA_FLAGS="--xla_gpu_autotune_level=0 --xla_dump_to=$d/dump --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=.*" \
+    timeout 200 python3 "$ref" one "$(cfg "{\"name\": \"$1\", \"donate\": true, \"precision\": \"mixed\", \"compile_only\": true, $2}")" \
+    "$d" >"$d/rec.json" 2>"$d/err"
+  { echo "== $1"
+    awk '/Fingerprint before LHS for module jit_step/{f=1} f' "$d/err" | grep -E "Min-memory|Chose" | sed 's/.*\] //'
+    python3 gpu/xla_passes.py "$d/dump" | grep -E "scheduled=True|^first" ; } >"$OUT/order_$1.txt" 2>&1
+  rm -rf "$d/dump"  # 160 MB a program
+}
+order remat_full_b16 '"remat": "full", "batch": 16' &
+order offload_dots_nb '"remat": "offload_dots_no_batch"' &
+wait
+cat "$OUT"/order_*.txt
 fi
 want new || exit 0
 echo "[$(date +%T)] new programs"
