@@ -671,40 +671,47 @@ Status expand_tuple_element_operands(HloComputation& comp) {
   std::unordered_map<std::string, uint32_t> defined;  // name -> index in `out`
   std::vector<HloInstruction> out;
   out.reserve(comp.instructions.size());
-  // Makes `name` (with '#') defined in `out`, expanding its base first; `line` is the reader's.
-  auto define = [&](const std::string& name, uint64_t line, auto&& self) -> Status {
+  // Makes `name` (with '#') defined in `out`, link by link from its base ("x#1#0": element 1 of x, then its
+  // element 0) - a loop, not a recursion: a hostile operand can chain 10^5 links. `line` is the reader's.
+  auto define = [&](const std::string& name, uint64_t line) -> Status {
     if (defined.contains(name)) return ok_status();
-    const size_t hash = name.rfind('#');
-    if (hash == std::string::npos) return ok_status();  // a plain name: resolved (or refused) later
-    const std::string base = name.substr(0, hash);
-    MEMFIT_RETURN_IF_ERROR(self(base, line, self));
-    uint64_t k = 0;
-    const auto [end, ec] = std::from_chars(name.data() + hash + 1, name.data() + name.size(), k);
-    const auto it = defined.find(base);
-    if (ec != std::errc() || end != name.data() + name.size() || it == defined.end()) {
-      return invalid_argument(fmt::format(
-          "line {}: operand {} names an element of a value defined no earlier", line, excerpt("%" + name)));
+    for (size_t hash = name.find('#'); hash != std::string::npos;) {
+      const size_t next = name.find('#', hash + 1);
+      const size_t link_end = next == std::string::npos ? name.size() : next;
+      std::string link = name.substr(0, link_end);
+      if (!defined.contains(link)) {
+        const std::string base = name.substr(0, hash);
+        uint64_t k = 0;
+        const auto [end, ec] = std::from_chars(name.data() + hash + 1, name.data() + link_end, k);
+        const auto it = defined.find(base);
+        if (ec != std::errc() || end != name.data() + link_end || it == defined.end()) {
+          return invalid_argument(
+              fmt::format("line {}: operand {} names an element of a value defined no earlier", line,
+                          excerpt("%" + name)));
+        }
+        const Shape& tuple = out[it->second].shape;
+        if (!tuple.is_tuple() || k >= tuple.elements.size()) {
+          return invalid_argument(
+              fmt::format("line {}: operand {} names element {} of {}, which has no such element", line,
+                          excerpt("%" + link), k, excerpt(base)));
+        }
+        HloInstruction gte;
+        gte.opcode = HloOpcode::kGetTupleElement;
+        gte.shape = tuple.elements[k];
+        gte.operands = {base};
+        gte.tuple_index = static_cast<int64_t>(k);
+        gte.op_name = out[it->second].op_name;
+        gte.line = line;
+        defined.emplace(link, static_cast<uint32_t>(out.size()));
+        gte.name = std::move(link);
+        out.push_back(std::move(gte));
+      }
+      hash = next;
     }
-    const Shape& tuple = out[it->second].shape;
-    if (!tuple.is_tuple() || k >= tuple.elements.size()) {
-      return invalid_argument(
-          fmt::format("line {}: operand {} names element {} of {}, which has no such element", line,
-                      excerpt("%" + name), k, excerpt(base)));
-    }
-    HloInstruction gte;
-    gte.name = name;
-    gte.opcode = HloOpcode::kGetTupleElement;
-    gte.shape = tuple.elements[k];
-    gte.operands = {base};
-    gte.tuple_index = static_cast<int64_t>(k);
-    gte.op_name = out[it->second].op_name;
-    gte.line = line;
-    defined.emplace(name, static_cast<uint32_t>(out.size()));
-    out.push_back(std::move(gte));
     return ok_status();
   };
   for (HloInstruction& inst : comp.instructions) {
-    for (const std::string& o : inst.operands) MEMFIT_RETURN_IF_ERROR(define(o, inst.line, define));
+    for (const std::string& o : inst.operands) MEMFIT_RETURN_IF_ERROR(define(o, inst.line));
     defined.emplace(inst.name, static_cast<uint32_t>(out.size()));
     out.push_back(std::move(inst));
   }

@@ -386,6 +386,9 @@ run("hlo: dump element of a value not yet defined", ["hlo", write("dumplate.hlo"
 run("hlo: dump element index past 2^64", ["hlo", write("dumpbig.hlo", hlo_module(
     "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + tup + "  ROOT %r = f32[2] negate(%t#184467440737095516160)\n}"))],
     2, stderr_has="defined no earlier")
+run("hlo: dump element chain of 10^5 links", ["hlo", write("dumpdeep.hlo", hlo_module(
+    "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + tup + "  ROOT %r = f32[2] negate(%t" + "#0" * 100_000 + ")\n}"))],
+    2, stderr_has="names element 0 of 't#0', which has no such element")
 run("hlo: dump elements read as get-tuple-elements", ["hlo", write("dumpok.hlo", hlo_module(
     "ENTRY %a (a: f32[2]) -> f32[2] {\n" + p0 + tup + "  ROOT %r = f32[2] add(%t#0, %t#1)\n}"))], 0)
 run("hlo: recursion", ["hlo", write("rec.hlo", hlo_module(
