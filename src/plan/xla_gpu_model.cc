@@ -1,5 +1,6 @@
 #include "memfit/plan/xla_gpu_model.h"
 
+#include "memfit/core/checked.h"
 #include "memfit/core/name_map.h"
 
 #include <fmt/format.h>
@@ -479,6 +480,11 @@ void split_k_gemms(HloComputation& comp) {
   }
 }
 
+// What a fusion into a GEMM may add to the bytes moved (kIoToleranceBytes, triton_tiling_propagation.cc):
+// IsInputWorthFusing lets a producer read this much more than it writes, IsOutputWorthFusing an epilogue
+// write this much more than it reads.
+constexpr uint64_t kIoToleranceBytes = 1024;
+
 // `combiners`: each computation's root opcode, for the reductions that name their combiner by computation.
 Status model_computation(HloComputation& comp, const Combiners& combiners) {
   simplify_tuples_and_dce(comp);
@@ -712,7 +718,7 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     for (uint32_t o : operands[p]) in_bytes += comp.instructions[o].shape.own_bytes();
     const uint64_t out_bytes = x.shape.own_bytes();
     if (x.opcode == HloOpcode::kConvert && in_bytes > out_bytes) return false;
-    if (in_bytes <= out_bytes + 1024) return true;
+    if (in_bytes <= out_bytes + kIoToleranceBytes) return true;
     // A binary elementwise op one of whose operands is a broadcast parameter - a norm's scale or shift - is
     // worth taking in whatever its bytes (the fusion level 2 exception in
     // GetPropagatedDimOrdersAndRequirementsIfProfitablyFusible).
@@ -833,15 +839,24 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     if (role[i] != Role::kGemm || folded_dot[i] || users[i].size() != 1 || &comp.instructions[i] == root)
       continue;
     const uint32_t u = users[i][0];
-    // A widening epilogue (bf16 product -> f32) is taken only where its result is written anyway - the
-    // program's result: XLA's compiled mixed-precision inference writes its f32 logits from the GEMM
-    // (gemm_fusion_dot.32 of gpt_mixed_infer_b16, captured 2026-12-04), while in training the f32 logits
-    // are recomputed by the loss's fusions and the bf16 product is the buffer.
+    // XLA's IsOutputWorthFusing (triton_tiling_propagation.cc): an op is taken as an epilogue if it reads
+    // at least what it writes, within kIoToleranceBytes (1 KiB), or if no user could fuse it
+    // (CanNotBeFusedIntoAUser: the program's result, or the root tuple's only reader). So a widening
+    // convert (bf16 product -> f32) is the GEMM's only as the program's result - mixed-precision
+    // inference's f32 logits (gemm_fusion_dot.32 of the captured gpt_mixed_infer_b16) - while in training
+    // the loss's fusions recompute the f32 logits from the bf16 product.
+    auto output_worth_fusing = [&](uint32_t to) {
+      uint64_t in_bytes = 0;
+      for (uint32_t o : operands[to])
+        in_bytes = saturating_add(in_bytes, comp.instructions[o].shape.own_bytes());
+      if (saturating_add(in_bytes, kIoToleranceBytes) >= comp.instructions[to].shape.own_bytes()) return true;
+      const HloInstruction* only_user = users[to].size() == 1 ? &comp.instructions[users[to][0]] : nullptr;
+      return &comp.instructions[to] == root || (only_user == root && only_user->opcode == HloOpcode::kTuple);
+    };
     auto epilogue_of = [&](uint32_t from, uint32_t to) {
       if (!fuses(role[to]) || comp.instructions[to].shape.is_tuple() ||
           elements(comp.instructions[to].shape) != elements(comp.instructions[from].shape) ||
-          (comp.instructions[to].shape.own_bytes() > comp.instructions[from].shape.own_bytes() &&
-           !materialized[to]))
+          !output_worth_fusing(to))
         return false;
       for (uint32_t o : operands[to])
         if (o != from && !epilogue_input(o)) return false;
