@@ -210,26 +210,24 @@ void dfs_schedule(HloComputation& comp) {
     std::vector<uint32_t> next;
     size_t k;
   };
+  std::vector<Frame> stack;
+  auto enter = [&](uint32_t i) {
+    seen[i] = true;
+    std::vector<uint32_t> sorted = operands[i];
+    std::sort(sorted.begin(), sorted.end(), before);
+    stack.push_back({i, std::move(sorted), 0});
+  };
   auto visit = [&](uint32_t start) {
     if (seen[start]) return;
-    std::vector<Frame> stack;
-    std::vector<uint32_t> sorted = operands[start];
-    std::sort(sorted.begin(), sorted.end(), before);
-    stack.push_back({start, std::move(sorted), 0});
-    seen[start] = true;
+    enter(start);
     while (!stack.empty()) {
       Frame& f = stack.back();
-      if (f.k < f.next.size()) {
-        const uint32_t o = f.next[f.k++];
-        if (seen[o]) continue;
-        seen[o] = true;
-        std::vector<uint32_t> ops = operands[o];
-        std::sort(ops.begin(), ops.end(), before);
-        stack.push_back({o, std::move(ops), 0});
-        continue;
+      if (f.k == f.next.size()) {
+        order.push_back(f.at);
+        stack.pop_back();
+      } else if (const uint32_t o = f.next[f.k++]; !seen[o]) {
+        enter(o);  // `f` is not used past this point: the push may move it
       }
-      order.push_back(f.at);
-      stack.pop_back();
     }
   };
   const HloInstruction* root = comp.root();

@@ -22,8 +22,8 @@ namespace {
 
 std::string data(const std::string& name) { return std::string(MEMFIT_TEST_DATA_DIR) + "/xla/" + name; }
 
-HloModule load(const std::string& name) {
-  auto text = read_file(data(name + ".hlo.txt.gz"));
+HloModule load(const std::string& name, const std::string& suffix = ".hlo.txt.gz") {
+  auto text = read_file(data(name + suffix));
   EXPECT_TRUE(text.ok()) << name;
   auto module = parse_hlo_module(*text);
   EXPECT_TRUE(module.ok()) << name << ": " << module.error().message();
@@ -514,12 +514,9 @@ TEST(HloPlan, XlasListSchedulerOrderNeedsWhatThePredictionSays) {
 // optimization barriers and donation copies still in) reproduces the compiled order and its temp.
 TEST(HloPlan, XlasCompiledOrderIsItsDfsSchedulersOverTheGraphItScheduled) {
   const std::string name = "gpt_mixed_donate_remat_full_b16";
-  auto text = read_file(data(name + ".before_scheduling.hlo.txt.gz"));
-  ASSERT_TRUE(text.ok()) << text.error().message();
-  auto before = parse_hlo_module(*text);
-  ASSERT_TRUE(before.ok()) << before.error().message();
-  ASSERT_FALSE(before->is_scheduled);
-  HloModule dfs = dfs_scheduled(*before);
+  const HloModule before = load(name, ".before_scheduling.hlo.txt.gz");
+  ASSERT_FALSE(before.is_scheduled);
+  HloModule dfs = dfs_scheduled(before);
   dfs.is_scheduled = true;
   auto plan = plan_hlo(dfs);
   ASSERT_TRUE(plan.ok()) << plan.error().message();
