@@ -262,6 +262,49 @@ void alias_buffer_donors(HloModule& m) {
   m.buffer_donors.clear();  // matched or not, the compile has decided
 }
 
+namespace {
+
+// A new value of a donated parameter that its writer cannot write over the parameter (a transpose fusion,
+// kTransposeFusion) stays in a buffer of its own and is copied over the parameter just before the root:
+// the copies of the root's elements XLA's copy insertion adds once the schedule is fixed (the compiled
+// mlp_vmap_grads_b64's copy.60 to copy.72, after every update). Every reader of the parameter then runs
+// before its new value is written, and its donation copy goes.
+void copy_outputs_written_apart(HloModule& m, HloComputation& c) {
+  const DonatedWrites d = donated_writes(m, c);
+  std::vector<HloInstruction> copies;
+  std::unordered_map<std::string, std::string> renamed;  // writer -> its copy, for the root
+  for (const auto& [p, w] : d.pairs) {
+    const HloInstruction& x = c.instructions[w];
+    if (x.opcode != HloOpcode::kCustomCall || x.custom_call_target != xla_gpu_internal::kTransposeFusion)
+      continue;
+    std::string name = x.name + ".output";
+    if (d.index.contains(name) || renamed.contains(x.name)) continue;
+    HloInstruction copy;
+    copy.name = name;
+    copy.set_opcode("copy");
+    copy.shape = x.shape;
+    copy.operands = {x.name};
+    copy.op_name = "copy insertion (" + x.name + " over the donated argument)";
+    copy.category = x.category;
+    renamed.emplace(x.name, std::move(name));
+    copies.push_back(std::move(copy));
+  }
+  if (copies.empty()) return;
+  std::vector<HloInstruction> out;
+  out.reserve(c.instructions.size() + copies.size());
+  for (HloInstruction& x : c.instructions) {
+    if (x.is_root) {
+      for (HloInstruction& copy : copies) out.push_back(std::move(copy));
+      for (std::string& o : x.operands)
+        if (const auto it = renamed.find(o); it != renamed.end()) o = it->second;
+    }
+    out.push_back(std::move(x));
+  }
+  c.instructions = std::move(out);
+}
+
+}  // namespace
+
 void copy_donated_parameters(HloModule& m) {
   HloComputation* c = m.entry();
   if (c == nullptr) return;
@@ -305,6 +348,7 @@ void copy_donated_parameters(HloModule& m) {
 void remove_unneeded_donation_copies(HloModule& m) {
   HloComputation* c = m.entry();
   if (c == nullptr) return;
+  copy_outputs_written_apart(m, *c);
   const DonatedWrites d = donated_writes(m, *c);
   // The last reader of each copy.
   std::unordered_map<std::string_view, uint32_t> last_reader;

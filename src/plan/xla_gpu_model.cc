@@ -521,6 +521,20 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     }
     return false;
   };
+  // XLA's algebraic simplifier turns a floating-point division by a constant (or a broadcast of one) into a
+  // multiplication by its inverse ("A / Const => A * (1 / Const)", AlgebraicSimplifierVisitor::HandleDivide
+  // in xla/hlo/transforms/simplifiers/algebraic_simplifier.cc): cheap, fused into every reader like any
+  // multiply (a mean's division by the batch size is recomputed by each reader, not written once).
+  for (uint32_t i = 0; i < n; ++i) {
+    const HloInstruction& x = comp.instructions[i];
+    if (x.opcode != HloOpcode::kDivide || operands[i].size() != 2 || !is_floating_point(x.shape.type))
+      continue;
+    const auto constant = [&](uint32_t y) { return comp.instructions[y].opcode == HloOpcode::kConstant; };
+    if (!constant(operands[i][0]) &&
+        along_chain(operands[i][1], 4, {HloOpcode::kBroadcast, HloOpcode::kReshape, HloOpcode::kConvert},
+                    constant))
+      role[i] = Role::kCheap;
+  }
   // Whether `v` feeds only reductions and elementwise ops that also read one of those reductions (through
   // broadcasts and reshapes): the diamond of a softmax or a norm.
   auto reduced_from = [&](uint32_t x, const std::unordered_set<uint32_t>& reductions) {
@@ -1044,6 +1058,7 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     return order;
   };
   std::unordered_map<uint32_t, std::string> folded_name;  // folded dot -> its contracted result's name
+  std::unordered_set<uint32_t> transposed_in_readers;     // folded sums whose transpose their readers fuse
   for (const auto& [r, x] : transposed_fold)
     folded_name.emplace(x, comp.instructions[x].name + ".contracted");
   for (uint32_t i = 0; i < n; ++i) {
@@ -1065,8 +1080,15 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
     HloInstruction inst = std::move(comp.instructions[i]);
     comp.instructions[i].name = inst.name;
     if (auto t = transposed_fold.find(i); t != transposed_fold.end()) {
-      inst.opcode = HloOpcode::kCopy;  // the transpose of the contracted dot, a layout change
+      // The transpose of the contracted dot: XLA's layout assignment writes the sum in the dot's order and
+      // fuses the transpose into its readers (below), or, read by no fusion, writes it as a copy.
+      const bool fused_away =
+          !users[i].empty() && std::all_of(users[i].begin(), users[i].end(), [&](uint32_t u) {
+            return !materialized[u] || (fuses(role[u]) && !is_gemm(u) && !gemm_epilogue[u]);
+          });
+      inst.opcode = fused_away ? HloOpcode::kBitcast : HloOpcode::kCopy;
       inst.operands = {folded_name.at(t->second)};
+      if (fused_away) transposed_in_readers.insert(i);
       out.push_back(std::move(inst));
       continue;
     }
@@ -1084,6 +1106,16 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       // The GEMM writes it: a new buffer, never one of its operands' (not elementwise in XLA's sense).
       inst.opcode = HloOpcode::kCustomCall;
       inst.custom_call_target = "__memfit$gemm_with_epilogue";
+    } else if (fuses(role[i]) && std::any_of(unique.begin(), unique.end(),
+                                             [&](uint32_t r) { return transposed_in_readers.contains(r); })) {
+      // It reads a sum written in the transposed order: XLA's transpose fusion, which iterates in that
+      // order and reads every other operand through a transpose, so no result takes an operand's memory
+      // (FusionCanShareBufferHint allows only elementwise ops between a parameter and the result). The
+      // compiled mlp_vmap_grads_b64 writes Adam's new moments of each weight in fresh buffers and copies
+      // them over the donated arguments at the end (remove_unneeded_donation_copies); the new weight, which
+      // reads the moments, XLA writes in place or apart from one weight to the next - here in place.
+      inst.opcode = HloOpcode::kCustomCall;
+      inst.custom_call_target = xla_gpu_internal::kTransposeFusion;
     } else if (fuses(role[i]) && normalizes(unique)) {
       // A softmax or a two-pass norm: one fusion in XLA:GPU that reads each row whole before writing it, so
       // its result cannot take the input's memory (FusionCanShareBufferHint stops at a reduction).

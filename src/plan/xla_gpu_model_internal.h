@@ -32,6 +32,9 @@ inline bool fuses(Role r) { return r == Role::kCheap || r == Role::kExpensive; }
 
 // The sum over a split GEMM's partials (a reduce so marked): fused into each reader, as XLA's are.
 inline constexpr std::string_view kSplitKReduce = "__memfit$split_k_reduce";
+// An elementwise fusion that reads a value through a transpose XLA fuses into it: no result shares an
+// operand's buffer, and a new value of a donated parameter is written apart and copied over it.
+inline constexpr std::string_view kTransposeFusion = "__memfit$transpose_fusion";
 
 // A computation as the fusion model reads it: each instruction's role, operands and users by index.
 struct FusionGraph {

@@ -220,16 +220,14 @@ void expect_lowered_plans(const std::string& suffix, const std::string& source,
       EXPECT_LE(std::abs(peak_error), 0.05) << "peak " << plan->peak_bytes;
     }
     // The range XLA's choice of schedule spans: the program's own order is the most XLA's memory scheduler
-    // keeps, and XLA's temp lies under it - where memfit's prediction misses by XLA's ordering too. The one
-    // program above it (per-example gradients) is short by copies XLA inserts, not by its order. Where the
+    // keeps, and XLA's temp lies under it - where memfit's prediction misses by XLA's ordering too. Where the
     // program's own order is as good as any (ViT training, accumulated GPT) the bound is the modelled
-    // graph's, and XLA's lies within 1% over it (0.3% and 0.2%).
+    // graph's, and XLA's lies within 1% over it (0.3% and 0.2%). (Per-example gradients lay above it until
+    // their Adam updates were written apart, as XLA's transpose fusions write them.)
     EXPECT_GE(plan->temp_upper_bytes, plan->temp_bytes);
     EXPECT_EQ(plan->peak_upper_bytes - plan->temp_upper_bytes, plan->peak_bytes - plan->temp_bytes);
-    if (!name.starts_with("mlp_vmap_grads")) {
-      EXPECT_GE(1.01 * static_cast<double>(plan->temp_upper_bytes), xla_temp)
-          << "upper " << plan->temp_upper_bytes;
-    }
+    EXPECT_GE(1.01 * static_cast<double>(plan->temp_upper_bytes), xla_temp)
+        << "upper " << plan->temp_upper_bytes;
     std::printf("%-28s at most (the program's own order): temp %llu, peak %llu (%+.1f%% of measured)\n",
                 name.c_str(), static_cast<unsigned long long>(plan->temp_upper_bytes),
                 static_cast<unsigned long long>(plan->peak_upper_bytes),
@@ -268,20 +266,21 @@ TEST(HloPlan, LoweredHloProgramsPlannedThroughTheGpuModel) {
 // stopped taking in narrowing casts (the weights' bf16 copies live from the forward to the backward, as XLA's
 // wrapped_convert buffers do): mlp_mixed_donate -11.3% -> 0.0%. Small-batch MLPs came within 5% when GEMMs
 // too small to fill the GPU were split along their contraction (their f32 partials saved for the backward
-// pass): mlp_mean_grads_b128 -17.1% -> +2.2%; per-example gradients (vmap) -21.5% -> -7.7%, not held.
+// pass): mlp_mean_grads_b128 -17.1% -> +2.2%; per-example gradients (vmap) -21.5% -> -7.7%, then -5.7% ->
+// +0.7% when their Adam updates were written apart as XLA writes them (PerExampleGradients... below).
 TEST(HloPlan, MoreLoweredProgramsPlannedThroughTheGpuModel) {
   expect_lowered_plans(
       ".lowered.hlo.txt.gz", "lowered HLO",
       {"gpt_mixed_donate", "gpt_bf16_donate", "gpt_fp32_infer_b32", "gpt_fp32_donate_remat_full",
        "gpt_fp32_donate_remat_dots", "flax_encoder_adafactor_b32", "vit_b16_fp32_donate", "mlp_mixed_donate",
-       "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32", "mlp_mean_grads_b128",
+       "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32", "mlp_mean_grads_b128", "mlp_vmap_grads_b128",
        "mlp_fp32_donate_accum4", "gpt_fp32_donate_scan_remat_full"},
       "lowered_programs.json", 15);
   expect_lowered_plans(
       ".stablehlo.mlir.gz", "StableHLO",
       {"gpt_mixed_donate", "gpt_bf16_donate", "gpt_fp32_infer_b32", "gpt_fp32_donate_remat_full",
        "gpt_fp32_donate_remat_dots", "flax_encoder_adafactor_b32", "vit_b16_fp32_donate", "mlp_mixed_donate",
-       "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32", "mlp_mean_grads_b128",
+       "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32", "mlp_mean_grads_b128", "mlp_vmap_grads_b128",
        "mlp_fp32_donate_accum4", "gpt_fp32_donate_scan_remat_full"},
       "lowered_programs.json", 15);
 }
@@ -294,14 +293,60 @@ TEST(HloPlan, MoreLoweredProgramsPlannedThroughTheGpuModel) {
 // when a widening epilogue whose result is the program's output was folded into its GEMM (+9.7% -> -1.4%).
 // Not held: the decode step, whose step peak was not observed (the process's high-water mark, 2.21 GB, was
 // set while its arguments were built; the step needs 0.4 MB of temp; memfit is +0.7% of XLA's own peak),
-// and per-example gradients (-39%: -24% of XLA's own peak, XLA's layout-driven copies, not modeled; the
-// device held 58 MiB beyond XLA's figure).
+// and per-example gradients (-25% of the measured peak, as XLA's own figure: the device held 58 MiB beyond
+// it; -39% before their Adam updates were written apart, now +0.5% of XLA's temp).
 TEST(HloPlan, ProgramsCapturedAfterTheModelWasBuilt) {
   expect_lowered_plans(
       ".lowered.hlo.txt.gz", "lowered HLO (captured)",
       {"gpt_bf16_donate_remat_dots", "gpt_mixed_donate_scan", "gpt_mixed_infer_b16", "gpt2dims_fp32_donate",
        "mlp_bf16_donate_remat_full", "vit_b16_mixed_donate_remat_dots", "flax_cnn_adamw_b32"},
       "captured_programs.json", 9);
+}
+
+// Per-example gradients (vmap) averaged into one: XLA sums the per-example products in the order their dot
+// writes them, the transpose of the weight's, and fuses the transpose into Adam's update - a transpose
+// fusion, which reads the weight and its moments through transposes, so it writes the new moments in
+// buffers of their own and copies them over the donated arguments after every update (the compiled b64's
+// copy.60 to copy.72); the mean's division by the batch is a multiply fused into each reader. Before both,
+// the prediction was -16.4% (b128) and -49.7% (b64) of XLA's temp.
+TEST(HloPlan, PerExampleGradientsWriteAdamsNewMomentsApartAsXlaDoes) {
+  struct Case {
+    const char* name;
+    const char* list;
+    size_t weight_matrices;
+  };
+  for (const auto& [name, list, weight_matrices] :
+       {Case{"mlp_vmap_grads_b128", "lowered_programs.json", 5},
+        Case{"mlp_vmap_grads_b64", "captured_programs.json", 4}}) {
+    SCOPED_TRACE(name);
+    auto text = read_file(data(list));
+    ASSERT_TRUE(text.ok());
+    auto programs = parse_json(*text, list);
+    ASSERT_TRUE(programs.ok());
+    double xla_temp = 0;
+    for (const Json& p : (*programs)["programs"])
+      if (p["name"] == name) xla_temp = p["xla_memory_analysis"]["temp_size_in_bytes"].get<double>();
+    ASSERT_GT(xla_temp, 0);
+    auto plan = plan_hlo(load(name, ".lowered.hlo.txt.gz"));
+    ASSERT_TRUE(plan.ok()) << plan.error().message();
+    std::printf("%-20s temp %llu, XLA %.0f (%+.1f%%)\n", name,
+                static_cast<unsigned long long>(plan->temp_bytes), xla_temp,
+                100 * relative(static_cast<double>(plan->temp_bytes), xla_temp));
+    EXPECT_LE(std::abs(relative(static_cast<double>(plan->temp_bytes), xla_temp)), 0.02);
+    // Each weight matrix's two new moments, copied over their arguments just before the root.
+    auto modeled = model_xla_gpu(load(name, ".lowered.hlo.txt.gz"));
+    ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+    copy_donated_parameters(*modeled);
+    HloModule scheduled = list_scheduled(*modeled);
+    remove_unneeded_donation_copies(scheduled);
+    const std::vector<HloInstruction>& entry = scheduled.entry()->instructions;
+    size_t copied_over = 0;
+    while (copied_over + 1 < entry.size() &&
+           entry[entry.size() - 2 - copied_over].name.ends_with(".output") &&
+           entry[entry.size() - 2 - copied_over].opcode == HloOpcode::kCopy)
+      ++copied_over;
+    EXPECT_EQ(copied_over, 2 * weight_matrices);
+  }
 }
 
 // The same programs' optimized modules: argument, output and alias exact, temp within 1% of XLA's on eight
@@ -506,12 +551,12 @@ TEST(HloPlan, XlasListSchedulerOrderNeedsWhatThePredictionSays) {
 // Which order XLA compiled: its DFS memory scheduler's. XLA's DefaultMemoryScheduler runs its list, DFS and
 // post-order schedulers and keeps the one its estimate finds smallest (hlo_memory_scheduler.cc); for this
 // program its log (VLOG(2), the H200, gpu/RESULTS.md) says list 6.76 GiB, DFS 6.76 GiB (a little less),
-// post order 7.93 GiB, and it chose DFS. That estimate counts each value apart, no operand's buffer reused -
-// the list order's 2 GB one-hot loss gradient and the scatter written over it count twice, both orders peak
-// there, and the DFS order's count is 8 bytes less - while the buffer
-// assignment that follows shares them: 3.56 GB of temp for the list order, 5.10 GB for the DFS order XLA
-// kept. dfs_scheduled() over XLA's graph as the scheduler saw it (dumped just before scheduling: its
-// optimization barriers and donation copies still in) reproduces the compiled order and its temp.
+// post order 7.93 GiB, and it chose DFS: a near tie in an estimate memfit does not reproduce (a count with
+// no buffer shared matches the list figure, 5.64 GB of temp, but gives the DFS order 5.87 GB; XLA's heap
+// simulator shares some operands' buffers). The buffer assignment that follows needs 3.56 GB of temp for
+// the list order, 5.10 GB for the DFS order XLA kept. dfs_scheduled() over XLA's graph as the scheduler saw
+// it (dumped just before scheduling: its optimization barriers and donation copies still in) reproduces the
+// compiled order and its temp.
 TEST(HloPlan, XlasCompiledOrderIsItsDfsSchedulersOverTheGraphItScheduled) {
   const std::string name = "gpt_mixed_donate_remat_full_b16";
   const HloModule before = load(name, ".before_scheduling.hlo.txt.gz");

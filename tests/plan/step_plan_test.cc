@@ -34,11 +34,6 @@ const std::map<std::string, std::string> kNotHeld = {
     // bound is 1764904960; the softmax's row statistics, 4.8 MB, are buffers in the model) but XLA's heap
     // leaves an 8% hole that the zoo's packing does not: -7.8% of programs.json's step peak.
     {"vit_b16_infer_b256", "vit"},
-    // Per-example gradients: XLA's peak is in the optimizer, with five 4 MiB buffers of the three 1024x1024
-    // weights live - the update runs in the gradients' transposed layout, so the donated weights and
-    // moments are copied (buffer_sharing.cc refuses a transpose in place); the GPU model does not model
-    // that layout choice, and the zoo's lowered program plans as JAX's own does: -7.7%.
-    {"mlp_vmap_grads_b128", "vmap"},
 };
 
 void expect_zoo_plans(const std::string& list) {
@@ -77,11 +72,10 @@ void expect_zoo_plans(const std::string& list) {
         EXPECT_LE(std::abs(peak_error), 0.05);
       }
       // The range XLA's order spans: the step's peak in the program's own order is at or above the H200's
-      // (within 5%) on every program but the per-example gradients, short by XLA's copies, not its order.
+      // (within 5%) on every program (per-example gradients too, since their Adam updates are written apart
+      // as XLA's transpose fusions write them).
       EXPECT_GE(plan->peak_upper_bytes, plan->peak_bytes);
-      if (name != "mlp_vmap_grads_b128") {
-        EXPECT_GE(1.05 * static_cast<double>(plan->peak_upper_bytes), measured);
-      }
+      EXPECT_GE(1.05 * static_cast<double>(plan->peak_upper_bytes), measured);
     } else {
       EXPECT_LE(std::abs(temp_error), 0.10);  // the CPU compiles: temp within 10% of XLA's
     }
@@ -435,25 +429,34 @@ TEST(StepPlan, AFitOfADeepStepExtendsItsPlansExactly) {
   EXPECT_EQ(compared, 2);
 }
 
-// The heap's packing can move a few bytes between depths: with two microbatches this step's peak grows by
-// 160 bytes less from 32 to 48 layers than from 16 to 32 (and alike from then on). A search takes that line
-// on its larger growth - not exact, and said so - so here the figure errs high, by at most the wobble per
-// 16 layers; a larger wobble (four microbatches: 640 KiB) is planned whole.
+// The heap's packing can move a few bytes between depths: this ViT's peak grows by 18,688 bytes less from 32
+// to 48 layers than from 16 to 32. A search takes that line on its larger growth - not exact, and said so -
+// so the figure errs high: here by 130,816 bytes at 128 layers (the packing does not repeat exactly: more
+// than this line's own wobble per 16 layers, 93,440, less than the 64 KiB per 16 layers a search accepts);
+// a larger wobble (GPT with four microbatches: 640 KiB) is planned whole. (Until 2026-12-04 GPT with two
+// microbatches wobbled by 160 bytes; once a mean's division by a constant fused as XLA's multiply by its
+// inverse, its line is exact.)
 TEST(StepPlan, ASearchTakesALineThatWobblesByAFewBytesOnItsLargerGrowth) {
+  auto vit = model_spec_from_json(Json::parse(
+      R"({"model": "vit", "d_model": 256, "heads": 4, "batch": 4, "image": 64, "patch": 16, "classes": 10,
+          "layers": 128})"));
+  ASSERT_TRUE(vit.ok()) << vit.error().message();
+  auto searched = plan_step_extended(*vit);
+  ASSERT_TRUE(searched.ok()) << searched.error().message();
+  EXPECT_EQ(searched->extrapolated_from, (std::vector<uint64_t>{16, 32, 48}));
+  EXPECT_FALSE(searched->extrapolation_exact);
+  const uint64_t wobble = searched->extrapolation_wobble_bytes;
+  EXPECT_GT(wobble, 0u);
+  EXPECT_LE(wobble, 64u << 10);
+  auto whole = plan_step(*vit);
+  ASSERT_TRUE(whole.ok()) << whole.error().message();
+  EXPECT_GE(searched->peak_bytes, whole->peak_bytes);
+  EXPECT_LE(searched->peak_bytes - whole->peak_bytes, (64u << 10) * (128 - 48) / 16);
+  EXPECT_EQ(searched->hlo.argument_bytes, whole->hlo.argument_bytes);
   auto spec = model_spec_from_json(Json::parse(
       R"({"model": "gpt", "d_model": 256, "heads": 4, "seq": 128, "batch": 4, "vocab": 8000, "accum": 2,
           "layers": 128})"));
   ASSERT_TRUE(spec.ok()) << spec.error().message();
-  auto searched = plan_step_extended(*spec);
-  ASSERT_TRUE(searched.ok()) << searched.error().message();
-  EXPECT_EQ(searched->extrapolated_from, (std::vector<uint64_t>{16, 32, 48}));
-  EXPECT_FALSE(searched->extrapolation_exact);
-  EXPECT_EQ(searched->extrapolation_wobble_bytes, 160u);
-  auto whole = plan_step(*spec);
-  ASSERT_TRUE(whole.ok()) << whole.error().message();
-  EXPECT_GE(searched->peak_bytes, whole->peak_bytes);
-  EXPECT_LE(searched->peak_bytes - whole->peak_bytes, 160u * (128 - 48) / 16);
-  EXPECT_EQ(searched->hlo.argument_bytes, whole->hlo.argument_bytes);
   spec->accum = 4;
   auto four = plan_step_extended(*spec);
   ASSERT_TRUE(four.ok()) << four.error().message();

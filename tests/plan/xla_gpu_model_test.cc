@@ -796,5 +796,34 @@ ENTRY main.1 {{
   EXPECT_EQ(find(modeled_with(1 << 10), "v"), nullptr);
 }
 
+// XLA's algebraic simplifier rewrites a floating-point division by a constant as a multiplication by its
+// inverse (HandleDivide, "A / Const => A * (1 / Const)"): cheap, so a mean's division by the batch size is
+// recomputed by each reader. A division by a computed value stays expensive: with two readers it is written
+// once.
+TEST(XlaGpuModel, ADivisionByAConstantIsAMultiplyFusedIntoEachReader) {
+  const HloModule m = lowered(R"(HloModule jit_step
+
+ENTRY main.1 {
+  g = f32[1024,1024]{1,0} parameter(0)
+  m = f32[1024,1024]{1,0} parameter(1)
+  v = f32[1024,1024]{1,0} parameter(2)
+  n = f32[] constant(64)
+  nb = f32[1024,1024]{1,0} broadcast(n), dimensions={}
+  mean = f32[1024,1024]{1,0} divide(g, nb)
+  by_v = f32[1024,1024]{1,0} divide(g, v)
+  m2 = f32[1024,1024]{1,0} add(m, mean)
+  sq = f32[1024,1024]{1,0} multiply(mean, mean)
+  v2 = f32[1024,1024]{1,0} add(v, sq)
+  a = f32[1024,1024]{1,0} add(by_v, m)
+  b = f32[1024,1024]{1,0} multiply(by_v, v)
+  ROOT t = (f32[1024,1024]{1,0}, f32[1024,1024]{1,0}, f32[1024,1024]{1,0}, f32[1024,1024]{1,0}) tuple(m2, v2, a, b)
+})");
+  auto modeled = model_xla_gpu(m);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  EXPECT_EQ(find(*modeled, "mean"), nullptr) << "g * (1/64), recomputed by m2 and v2";
+  EXPECT_EQ(find(*modeled, "m2")->operands, (std::vector<std::string>{"m", "g"}));
+  EXPECT_NE(find(*modeled, "by_v"), nullptr) << "a division by a computed value, read twice, is written once";
+}
+
 }  // namespace
 }  // namespace memfit

@@ -23,8 +23,14 @@
 //     forward and the backward GEMMs - nor a reshape merging dimensions a transpose separated; a value it
 //     cannot take in that other fusions recompute (a norm's rows) is written for it just before it
 //     ("<value>.for.<gemm>"), a value only GEMMs read is one buffer they share;
-//   - algebraic simplification: add(A, scatter-add(zeros, ...)) becomes scatter-add(A, ...), and a sum
-//     over a dot's batch dimensions becomes the dot that contracts them;
+//   - algebraic simplification: add(A, scatter-add(zeros, ...)) becomes scatter-add(A, ...), a sum
+//     over a dot's batch dimensions becomes the dot that contracts them, and a floating-point division by a
+//     constant a (cheap) multiplication by its inverse (algebraic_simplifier.cc, HandleDivide);
+//   - layout: a summed dot read through a transpose is written once in the dot's order; an elementwise
+//     fusion reading it is XLA's transpose fusion, whose results take no operand's memory
+//     (buffer_sharing.cc, FusionCanShareBufferHint), and a new value of a donated argument it writes is
+//     copied over the argument just before the root (remove_unneeded_donation_copies); a transpose no
+//     fusion reads is a copy (a layout change). Other layouts cost no copies (approximated);
 //   - whatever a tuple, a loop, a call, an optimization barrier (jax.checkpoint) or the program's result
 //     takes is materialized, as XLA must;
 //   - host offload (convert_memory_placement_to_internal_annotations.cc, host_offloader.cc): a value
@@ -37,15 +43,15 @@
 //     program's post order (JAX prints one; a StableHLO program is put in XLA's) and list_scheduled()'s,
 //     and keeps the smaller by this model's buffers. Run exactly as XLA runs them (last-in ties, partial
 //     priority updates, over multi-output fusion units) the two schedulers put 18 of 27 programs within 5%,
-//     against 22 of 27 here (scripts/xla_table.py, 2026-12-02). Layouts cost no copies (approximated).
+//     against 22 of 27 here (scripts/xla_table.py, 2026-12-02).
 //     What the largest misses are (measured on the H200, 2026-12-04; gpu/RESULTS.md): for
 //     gpt_mixed_donate_remat_full_b16 XLA kept its DFS schedule. Its log gives list 6.76 GiB, DFS 6.76 GiB (a
-//     little less), post order 7.93 GiB: its estimate (HeapSimulator::MinimumMemoryForModule, arguments
-//     included) counts each value apart, so the list order's 2 GB one-hot loss gradient and the scatter
-//     written over it count twice (a live-value count with no buffer shared gives 5,645,269,000 B over
-//     XLA's graph in the list order and 8 B less in the compiled order: both peak at the loss, and 8 bytes
-//     decided), though the buffer assignment that follows shares them - 3.56 GB of temp
-//     for the list order (XLA's ListScheduler's own decisions, its VLOG(2), reproduced to the byte by
+//     little less), post order 7.93 GiB (HeapSimulator::MinimumMemoryForModule, arguments included). A
+//     live-value count with no buffer shared matches the list figure (5.64 GB of temp over XLA's graph) but
+//     gives the DFS order 5.87 GB, and HeapSimulator::RunComputation does share an operand's buffer that
+//     dies at its user (heap_simulator.cc, may_reuse_operand_buffers): XLA's estimate is not reproduced
+//     here, and the choice was within the log's rounding. The buffer assignment that follows needs 3.56 GB
+//     of temp for the list order (XLA's ListScheduler's own decisions, its VLOG(2), reproduced to the byte by
 //     list_scheduled() over XLA's graph), 5.10 GB for the DFS order XLA kept. dfs_scheduled() over XLA's
 //     graph as dumped before scheduling (optimization barriers and donation copies still in) gives the
 //     compiled order within 0.3 places per instruction and its temp within 0.1% (test
@@ -97,7 +103,8 @@ HloModule dfs_scheduled(HloModule modeled);
 // fixed, a copy is removed where every reader runs before the op that writes the new value (or is it); where
 // one runs after (the backward pass reading a weight its update already overwrote), the copy stays, live
 // from the first reader to the last. XLA's compiled modules keep such copies: gpt_fp32_donate_remat_full
-// eight of wo, mlp_vmap_grads_b128 two.
+// eight of wo, mlp_vmap_grads_b128 two. A new value its writer cannot write over the argument (a transpose
+// fusion) is first given its own buffer, copied over the argument just before the root.
 void copy_donated_parameters(HloModule& modeled);
 void remove_unneeded_donation_copies(HloModule& scheduled);
 
