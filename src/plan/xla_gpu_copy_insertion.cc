@@ -268,9 +268,9 @@ namespace {
 // kTransposeFusion) stays in a buffer of its own and is copied over the parameter just before the root:
 // the copies of the root's elements XLA's copy insertion adds once the schedule is fixed (the compiled
 // mlp_vmap_grads_b64's copy.60 to copy.72, after every update). Every reader of the parameter then runs
-// before its new value is written, and its donation copy goes.
-void copy_outputs_written_apart(HloModule& m, HloComputation& c) {
-  const DonatedWrites d = donated_writes(m, c);
+// before its new value is written, and its donation copy goes. Returns whether it added any (the writes
+// `d` found are then stale).
+bool copy_outputs_written_apart(const DonatedWrites& d, HloComputation& c) {
   std::vector<HloInstruction> copies;
   std::unordered_map<std::string, std::string> renamed;  // writer -> its copy, for the root
   for (const auto& [p, w] : d.pairs) {
@@ -289,7 +289,7 @@ void copy_outputs_written_apart(HloModule& m, HloComputation& c) {
     renamed.emplace(x.name, std::move(name));
     copies.push_back(std::move(copy));
   }
-  if (copies.empty()) return;
+  if (copies.empty()) return false;
   std::vector<HloInstruction> out;
   out.reserve(c.instructions.size() + copies.size());
   for (HloInstruction& x : c.instructions) {
@@ -301,6 +301,7 @@ void copy_outputs_written_apart(HloModule& m, HloComputation& c) {
     out.push_back(std::move(x));
   }
   c.instructions = std::move(out);
+  return true;
 }
 
 }  // namespace
@@ -348,8 +349,10 @@ void copy_donated_parameters(HloModule& m) {
 void remove_unneeded_donation_copies(HloModule& m) {
   HloComputation* c = m.entry();
   if (c == nullptr) return;
-  copy_outputs_written_apart(m, *c);
-  const DonatedWrites d = donated_writes(m, *c);
+  // The entry's name index is built once, and again only if copies were added (a deep step has 10^5
+  // instructions, and every plan runs this twice).
+  DonatedWrites d = donated_writes(m, *c);
+  if (copy_outputs_written_apart(d, *c)) d = donated_writes(m, *c);
   // The last reader of each copy.
   std::unordered_map<std::string_view, uint32_t> last_reader;
   for (uint32_t i = 0; i < c->instructions.size(); ++i)
