@@ -1113,7 +1113,9 @@ Status model_computation(HloComputation& comp, const Combiners& combiners) {
       // (FusionCanShareBufferHint allows only elementwise ops between a parameter and the result). The
       // compiled mlp_vmap_grads_b64 writes Adam's new moments of each weight in fresh buffers and copies
       // them over the donated arguments at the end (remove_unneeded_donation_copies); the new weight, which
-      // reads the moments, XLA writes in place or apart from one weight to the next - here in place.
+      // reads the moments, XLA writes in place or apart from one weight to the next - here in place, which
+      // both programs measured agree with (written apart too, the temp of mlp_vmap_grads_b128 was +30.7% of
+      // XLA's and b64's +4.8%, against +1.9% and +0.5%).
       inst.opcode = HloOpcode::kCustomCall;
       inst.custom_call_target = xla_gpu_internal::kTransposeFusion;
     } else if (fuses(role[i]) && normalizes(unique)) {
