@@ -32,6 +32,24 @@ HloModule load(const std::string& name, const std::string& suffix = ".hlo.txt.gz
 
 double relative(double ours, double theirs) { return (ours - theirs) / theirs; }
 
+// The programs of a bundled list (programs.json, lowered_programs.json, captured_programs.json); an empty
+// array, and a failure, when it does not read.
+Json program_list(const std::string& list) {
+  auto text = read_file(data(list));
+  EXPECT_TRUE(text.ok()) << list;
+  if (!text.ok()) return Json::array();
+  auto parsed = parse_json(*text, list);
+  EXPECT_TRUE(parsed.ok()) << list << ": " << parsed.error().message();
+  return parsed.ok() ? (*parsed)["programs"] : Json::array();
+}
+
+// One program of a list by name; null when the list lacks it.
+Json program_named(const std::string& list, const std::string& name) {
+  for (const Json& p : program_list(list))
+    if (p["name"] == name) return p;
+  return Json();
+}
+
 // Every program whose optimized module is bundled: those of programs.json, and of lowered_programs.json the
 // flax/optax encoder (a value later written in place by a scatter never takes an operand's memory: -15.9%
 // before) and ViT inference (operands that only forward a value, through a bitcast or a tuple, are not
@@ -39,11 +57,7 @@ double relative(double ours, double theirs) { return (ours - theirs) / theirs; }
 TEST(HloPlan, MatchesXlaMemoryAnalysisOnEveryProgram) {
   std::vector<Json> programs;
   for (const char* list : {"programs.json", "lowered_programs.json"}) {
-    auto text = read_file(data(list));
-    ASSERT_TRUE(text.ok());
-    auto parsed = parse_json(*text, list);
-    ASSERT_TRUE(parsed.ok());
-    for (const Json& p : (*parsed)["programs"])
+    for (const Json& p : program_list(list))
       if (read_file(data(p["name"].get<std::string>() + ".hlo.txt.gz")).ok()) programs.push_back(p);
   }
   int checked = 0;
@@ -183,14 +197,11 @@ namespace {
 void expect_lowered_plans(const std::string& suffix, const std::string& source,
                           const std::set<std::string>& held, const std::string& list = "programs.json",
                           int expected = 7) {
-  auto text = read_file(data(list));
-  ASSERT_TRUE(text.ok());
-  auto programs = parse_json(*text, "programs.json");
-  ASSERT_TRUE(programs.ok());
+  const Json programs = program_list(list);
   std::printf("%-28s %15s %15s %9s %15s %15s %9s\n", source.c_str(), "xla temp", "predicted", "error",
               "measured peak", "predicted", "error");
   int checked = 0;
-  for (const Json& p : (*programs)["programs"]) {
+  for (const Json& p : programs) {
     const std::string name = p["name"];
     if (p["backend"] != "gpu") continue;
     SCOPED_TRACE(name);
@@ -319,22 +330,18 @@ TEST(HloPlan, PerExampleGradientsWriteAdamsNewMomentsApartAsXlaDoes) {
        {Case{"mlp_vmap_grads_b128", "lowered_programs.json", 5},
         Case{"mlp_vmap_grads_b64", "captured_programs.json", 4}}) {
     SCOPED_TRACE(name);
-    auto text = read_file(data(list));
-    ASSERT_TRUE(text.ok());
-    auto programs = parse_json(*text, list);
-    ASSERT_TRUE(programs.ok());
-    double xla_temp = 0;
-    for (const Json& p : (*programs)["programs"])
-      if (p["name"] == name) xla_temp = p["xla_memory_analysis"]["temp_size_in_bytes"].get<double>();
-    ASSERT_GT(xla_temp, 0);
-    auto plan = plan_hlo(load(name, ".lowered.hlo.txt.gz"));
+    const Json program = program_named(list, name);
+    ASSERT_FALSE(program.is_null());
+    const double xla_temp = program["xla_memory_analysis"]["temp_size_in_bytes"].get<double>();
+    const HloModule lowered = load(name, ".lowered.hlo.txt.gz");
+    auto plan = plan_hlo(lowered);
     ASSERT_TRUE(plan.ok()) << plan.error().message();
     std::printf("%-20s temp %llu, XLA %.0f (%+.1f%%)\n", name,
                 static_cast<unsigned long long>(plan->temp_bytes), xla_temp,
                 100 * relative(static_cast<double>(plan->temp_bytes), xla_temp));
     EXPECT_LE(std::abs(relative(static_cast<double>(plan->temp_bytes), xla_temp)), 0.02);
     // Each weight matrix's two new moments, copied over their arguments just before the root.
-    auto modeled = model_xla_gpu(load(name, ".lowered.hlo.txt.gz"));
+    auto modeled = model_xla_gpu(lowered);
     ASSERT_TRUE(modeled.ok()) << modeled.error().message();
     copy_donated_parameters(*modeled);
     HloModule scheduled = list_scheduled(*modeled);
@@ -353,12 +360,8 @@ TEST(HloPlan, PerExampleGradientsWriteAdamsNewMomentsApartAsXlaDoes) {
 // of nine; ViT in mixed precision with dots remat is +2.2% (its heap's packing of XLA's order, as
 // gpt_fp32_donate_remat_dots' +1.1%), held at 3%.
 TEST(HloPlan, CapturedProgramsOptimizedModulesMatchXla) {
-  auto text = read_file(data("captured_programs.json"));
-  ASSERT_TRUE(text.ok());
-  auto programs = parse_json(*text, "captured_programs.json");
-  ASSERT_TRUE(programs.ok());
   int checked = 0, within_one_percent = 0;
-  for (const Json& p : (*programs)["programs"]) {
+  for (const Json& p : program_list("captured_programs.json")) {
     const std::string name = p["name"];
     SCOPED_TRACE(name);
     auto plan = plan_hlo(load(name));
@@ -443,16 +446,12 @@ TEST(HloPlan, TheLoweredHloAndStableHloOfOneProgramPlanAlike) {
 // new value keeps its argument's sharding (FSDP, replicated), within 0.2% under tensor parallelism (where
 // XLA's propagation gives some results shardings of its own).
 TEST(HloPlan, EachDevicesShareOfAShardedProgramsArguments) {
-  auto text = read_file(data("programs.json"));
-  ASSERT_TRUE(text.ok());
-  auto programs = parse_json(*text, "programs.json");
-  ASSERT_TRUE(programs.ok());
-  Json single;  // the same step compiled for one device: the whole program's entry
-  for (const Json& p : (*programs)["programs"])
-    if (p["name"] == "cpu8_gpt_single") single = p["xla_memory_analysis"];
-  ASSERT_FALSE(single.is_null());
+  // The same step compiled for one device: the whole program's entry.
+  const Json one_device = program_named("programs.json", "cpu8_gpt_single");
+  ASSERT_FALSE(one_device.is_null());
+  const Json& single = one_device["xla_memory_analysis"];
   int checked = 0;
-  for (const Json& p : (*programs)["programs"]) {
+  for (const Json& p : program_list("programs.json")) {
     const std::string name = p["name"];
     if (name != "cpu8_gpt_fsdp8" && name != "cpu8_gpt_tp4_dp2" && name != "cpu8_gpt_replicated_dp8") continue;
     const Json& xla = p["xla_memory_analysis"];
