@@ -1,11 +1,13 @@
 // Internal to memfit_plan: the passes of the XLA:GPU model (memfit/plan/xla_gpu_model.h) kept in files of
-// their own - host offload (xla_gpu_host_offload.cc), the list scheduler (xla_gpu_schedule.cc), copy
-// insertion (xla_gpu_copy_insertion.cc), priority fusion (xla_gpu_priority_fusion.cc) - and what they
-// share with the fusion model (xla_gpu_model.cc).
+// their own - fusion (xla_gpu_fusion.cc) and its priority fusion (xla_gpu_priority_fusion.cc), host offload
+// (xla_gpu_host_offload.cc), the list scheduler (xla_gpu_schedule.cc), copy insertion
+// (xla_gpu_copy_insertion.cc) - and what they share with the simplification passes (xla_gpu_model.cc).
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -35,6 +37,18 @@ inline constexpr std::string_view kSplitKReduce = "__memfit$split_k_reduce";
 // An elementwise fusion that reads a value through a transpose XLA fuses into it: no result shares an
 // operand's buffer, and a new value of a donated parameter is written apart and copied over it.
 inline constexpr std::string_view kTransposeFusion = "__memfit$transpose_fusion";
+
+// An array's elements (a tuple's: 1).
+uint64_t elements(const Shape& s);
+
+// Each computation's root opcode: the combiner of the reductions and scatters that call it.
+using Combiners = std::unordered_map<std::string, HloOpcode>;
+// What a reduce or scatter combines with: its one-op region (StableHLO), else its called computation's root.
+HloOpcode combiner_of(const HloInstruction& x, const Combiners& combiners);
+
+// XLA:GPU's fusion of one computation, simplified and its GEMMs split (xla_gpu_fusion.cc): the computation
+// becomes the values that get a buffer, each reading the buffers its fused operands were computed from.
+Status fuse_computation(HloComputation& comp, const Combiners& combiners);
 
 // A computation as the fusion model reads it: each instruction's role, operands and users by index.
 struct FusionGraph {

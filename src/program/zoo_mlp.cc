@@ -104,7 +104,8 @@ void build_mlp(const Ctx& c, Step& step, HloModule& module) {
       // (xla/hlo/transforms/simplifiers/algebraic_simplifier.cc, reduce of dot), so the [batch, in, out]
       // per-example gradients are never materialized - the compiled mlp_vmap_grads_b128 has none. vmap's
       // per-example dot comes out [batch, out, in] and is transposed before the mean, so the folded dot
-      // writes [out, in] and the transpose is a copy of its own (plan/xla_gpu_model.cc models the same fold).
+      // writes [out, in] and the transpose is a copy of its own (plan/xla_gpu_fusion.cc models the same
+      // fold).
       const Shape grad = step.grad_shape(P[2 * l]);
       T g;
       if (s.step == StepKind::kVmapGrads) {
