@@ -366,155 +366,200 @@ void describe_offload(std::vector<Trial>& trials, const std::vector<std::optiona
   }
 }
 
-}  // namespace
+// The search fit_step runs: the seed's changes as trials, planned together; then, when none fits alone, the
+// ones that lowered the peak stacked and tried over the families that scale the step down.
+class FitSearch {
+ public:
+  FitSearch(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction,
+            const std::function<void(size_t, size_t)>& progress)
+      : spec_(spec),
+        capacity_bytes_(capacity_bytes),
+        memory_fraction_(memory_fraction),
+        progress_(progress),
+        serving_(spec.step == StepKind::kInfer || spec.step == StepKind::kDecode) {}
 
-Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction,
-                             const std::function<void(size_t, size_t)>& progress) {
-  FitResult result;
-  std::vector<Trial> trials;
-  int family = 0;
-  // The changes every trial is made on top of: none in the first round, the stack in the combined one.
-  OnTop on_top;
-  auto add = [&](const char* step, std::string change, std::string code, double cost, std::string note,
-                 const ModelSpec& changed, double fraction, bool in_family = false, int stack_group = 0) {
-    if (!validate_model_spec(changed).ok()) return;  // not applicable to this model
-    FitCandidate row;
-    row.step = on_top.changes.empty() ? step : "combined";
-    row.change = on_top.changes.empty() ? std::move(change) : on_top.changes + " + " + change;
-    row.code = on_top.code.empty() ? std::move(code) : on_top.code + "\n" + code;
-    row.cost = on_top.cost + cost;
-    row.cost_note = on_top.notes.empty() ? std::move(note) : on_top.notes + "; " + note;
-    trials.push_back({std::move(row), changed, fraction, in_family ? family : 0, SIZE_MAX, stack_group});
-  };
-  const bool serving = spec.step == StepKind::kInfer || spec.step == StepKind::kDecode;
+  Expected<FitResult> run();
+
+ private:
+  void add(const char* step, std::string change, std::string code, double cost, std::string note,
+           const ModelSpec& changed, double fraction, bool in_family = false, int stack_group = 0);
   // The families of changes with a size (more accumulation, a smaller batch, more devices), each tried on
   // `base`.
-  auto add_accumulation = [&](const ModelSpec& base) {
-    if (base.step != StepKind::kTrain) return;
-    ++family;
-    for (uint64_t k : {2, 4, 8, 16}) {
-      ModelSpec s = base;
-      s.accum = base.accum * k;
-      add("shapes", fmt::format("gradient accumulation over {} microbatches", s.accum),
-          fmt::format("optax.MultiSteps(optimizer, every_k_schedule={})  # or scan over {} microbatches",
-                      s.accum, s.accum),
-          0.05 * static_cast<double>(k),
-          fmt::format("{} sequential microbatches: less parallel work per kernel", k), s, memory_fraction,
-          true);
-    }
-  };
-  auto add_smaller_batch = [&](const ModelSpec& base) {
-    ++family;
-    // A server can go down to one sequence at a time; a training run is offered a half and a quarter.
-    const uint64_t most = serving ? 64 : 4;
-    for (uint64_t div = 2; div <= most && div <= base.batch; div *= 2) {
-      ModelSpec s = base;
-      if (s.batch % div != 0) continue;
-      s.batch /= div;
-      add("shapes", fmt::format("batch {} instead of {}", s.batch, base.batch),
-          fmt::format("batch_size = {}", s.batch), 0.5 * static_cast<double>(div),
-          // Only training learns from the batch; an inference or decode step serves fewer sequences at once.
-          serving ? "fewer sequences per step: the same requests take more steps"
-                  : "changes the optimization: retune the learning rate",
-          s, memory_fraction, true);
-    }
-  };
+  void add_accumulation(const ModelSpec& base);
+  void add_smaller_batch(const ModelSpec& base);
+  void add_fsdp(const ModelSpec& base);
+  void add_tensor_parallel(const ModelSpec& base);
   // 4. sharding: FSDP over more devices (parameters, gradients and optimizer state split; batch split).
-  auto fsdp_applies = [](const ModelSpec& base) {
+  static bool fsdp_applies(const ModelSpec& base) {
     return base.sharding == ShardingKind::kReplicated && base.devices() <= 1 && base.step == StepKind::kTrain;
-  };
-  // A server's sharding: tensor parallel over more devices (each holds its share of the heads, the hidden
-  // units and the KV cache).
-  auto add_tensor_parallel = [&](const ModelSpec& base) {
-    if (!serving || base.sharding != ShardingKind::kReplicated || base.devices() > 1) return;
-    ++family;
-    for (uint64_t n : {2, 4, 8}) {
-      ModelSpec s = base;
-      s.sharding = ShardingKind::kTp;
-      s.mesh = {n};
-      s.mesh_axes = {"model"};
-      add("sharding", fmt::format("tensor parallel over {} devices", n),
-          fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('model',))  # wqkv, w1 by columns; wo, w2 "
-                      "by rows{}",
-                      n,
-                      base.step == StepKind::kDecode
-                          ? "; the KV cache by heads: NamedSharding(mesh, P(None, 'model'))"
-                          : ""),
-          static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction, true);
-    }
-  };
-  auto add_fsdp = [&](const ModelSpec& base) {
-    if (!fsdp_applies(base)) return;
-    ++family;
-    for (uint64_t n : {2, 4, 8, 16, 32, 64}) {
-      ModelSpec s = base;
-      s.sharding = ShardingKind::kFsdp;
-      s.mesh = {n};
-      s.mesh_axes = {"data"};
-      if (s.batch % n != 0) s.batch = (s.batch + n - 1) / n * n;  // the global batch must split
-      add("sharding", fmt::format("FSDP over {} devices", n),
-          fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
-                      "jax.device_put(params, NamedSharding(mesh, P('data')))  # largest axis of each array",
-                      n),
-          static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction, true);
-    }
-  };
-  // 1. allocation: a larger pool, then donation.
-  size_t larger_pool_trial = SIZE_MAX;  // the step as it is, in a larger pool
-  if (memory_fraction < 0.95) {
-    larger_pool_trial = trials.size();
+  }
+  // The first round's changes, in the seed's order: allocation, location, shapes, sharding.
+  void add_allocation();
+  void add_location();
+  void add_shapes();
+  // The stack for a combined round from the first round's plans; the number of changes in it.
+  size_t stack_best_changes(const std::vector<std::optional<StepPlan>>& plans, ModelSpec& stacked);
+  // The rows of `planned` that are shown, with their plans' figures.
+  void take_rows(std::vector<Trial>& planned, const std::vector<std::optional<StepPlan>>& their_plans);
+  Status combined_round(const ModelSpec& stacked, size_t stacked_changes);
+
+  const ModelSpec& spec_;
+  const uint64_t capacity_bytes_;
+  const double memory_fraction_;
+  const std::function<void(size_t, size_t)>& progress_;
+  const bool serving_;
+  FitResult result_;
+  std::vector<Trial> trials_;
+  int family_ = 0;
+  // The changes every trial is made on top of: none in the first round, the stack in the combined one.
+  OnTop on_top_;
+  size_t larger_pool_trial_ = SIZE_MAX;  // the step as it is, in a larger pool
+  size_t offload_trial_ = SIZE_MAX;
+  size_t dots_no_batch_trial_ = SIZE_MAX;
+  std::vector<bool> family_fits_;
+};
+
+void FitSearch::add(const char* step, std::string change, std::string code, double cost, std::string note,
+                    const ModelSpec& changed, double fraction, bool in_family, int stack_group) {
+  if (!validate_model_spec(changed).ok()) return;  // not applicable to this model
+  FitCandidate row;
+  row.step = on_top_.changes.empty() ? step : "combined";
+  row.change = on_top_.changes.empty() ? std::move(change) : on_top_.changes + " + " + change;
+  row.code = on_top_.code.empty() ? std::move(code) : on_top_.code + "\n" + code;
+  row.cost = on_top_.cost + cost;
+  row.cost_note = on_top_.notes.empty() ? std::move(note) : on_top_.notes + "; " + note;
+  trials_.push_back({std::move(row), changed, fraction, in_family ? family_ : 0, SIZE_MAX, stack_group});
+}
+
+void FitSearch::add_accumulation(const ModelSpec& base) {
+  if (base.step != StepKind::kTrain) return;
+  ++family_;
+  for (uint64_t k : {2, 4, 8, 16}) {
+    ModelSpec s = base;
+    s.accum = base.accum * k;
+    add("shapes", fmt::format("gradient accumulation over {} microbatches", s.accum),
+        fmt::format("optax.MultiSteps(optimizer, every_k_schedule={})  # or scan over {} microbatches",
+                    s.accum, s.accum),
+        0.05 * static_cast<double>(k),
+        fmt::format("{} sequential microbatches: less parallel work per kernel", k), s, memory_fraction_,
+        true);
+  }
+}
+
+void FitSearch::add_smaller_batch(const ModelSpec& base) {
+  ++family_;
+  // A server can go down to one sequence at a time; a training run is offered a half and a quarter.
+  const uint64_t most = serving_ ? 64 : 4;
+  for (uint64_t div = 2; div <= most && div <= base.batch; div *= 2) {
+    ModelSpec s = base;
+    if (s.batch % div != 0) continue;
+    s.batch /= div;
+    add("shapes", fmt::format("batch {} instead of {}", s.batch, base.batch),
+        fmt::format("batch_size = {}", s.batch), 0.5 * static_cast<double>(div),
+        // Only training learns from the batch; an inference or decode step serves fewer sequences at once.
+        serving_ ? "fewer sequences per step: the same requests take more steps"
+                 : "changes the optimization: retune the learning rate",
+        s, memory_fraction_, true);
+  }
+}
+
+// A server's sharding: tensor parallel over more devices (each holds its share of the heads, the hidden
+// units and the KV cache).
+void FitSearch::add_tensor_parallel(const ModelSpec& base) {
+  if (!serving_ || base.sharding != ShardingKind::kReplicated || base.devices() > 1) return;
+  ++family_;
+  for (uint64_t n : {2, 4, 8}) {
+    ModelSpec s = base;
+    s.sharding = ShardingKind::kTp;
+    s.mesh = {n};
+    s.mesh_axes = {"model"};
+    add("sharding", fmt::format("tensor parallel over {} devices", n),
+        fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('model',))  # wqkv, w1 by columns; wo, w2 "
+                    "by rows{}",
+                    n,
+                    base.step == StepKind::kDecode
+                        ? "; the KV cache by heads: NamedSharding(mesh, P(None, 'model'))"
+                        : ""),
+        static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction_, true);
+  }
+}
+
+void FitSearch::add_fsdp(const ModelSpec& base) {
+  if (!fsdp_applies(base)) return;
+  ++family_;
+  for (uint64_t n : {2, 4, 8, 16, 32, 64}) {
+    ModelSpec s = base;
+    s.sharding = ShardingKind::kFsdp;
+    s.mesh = {n};
+    s.mesh_axes = {"data"};
+    if (s.batch % n != 0) s.batch = (s.batch + n - 1) / n * n;  // the global batch must split
+    add("sharding", fmt::format("FSDP over {} devices", n),
+        fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
+                    "jax.device_put(params, NamedSharding(mesh, P('data')))  # largest axis of each array",
+                    n),
+        static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction_, true);
+  }
+}
+
+// 1. allocation: a larger pool, then donation.
+void FitSearch::add_allocation() {
+  if (memory_fraction_ < 0.95) {
+    larger_pool_trial_ = trials_.size();
     add("allocation", "XLA_CLIENT_MEM_FRACTION=.95",
         "os.environ['XLA_CLIENT_MEM_FRACTION'] = '.95'  # before importing jax", 0,
-        "free, if nothing else shares the GPU", spec, 0.95);
+        "free, if nothing else shares the GPU", spec_, 0.95);
   }
-  if (!spec.donate && spec.step == StepKind::kTrain) {
-    ModelSpec s = spec;
+  if (!spec_.donate && spec_.step == StepKind::kTrain) {
+    ModelSpec s = spec_;
     s.donate = true;
     add("allocation", "donate parameters and optimizer state", "jax.jit(step, donate_argnums=(0, 1))", 0.01,
-        "free; the old arrays are gone after the call", s, memory_fraction, false, kStackDonation);
+        "free; the old arrays are gone after the call", s, memory_fraction_, false, kStackDonation);
   }
-  // 2. location: the activations saved for the backward pass kept in pinned host memory instead.
-  size_t offload_trial = SIZE_MAX;
-  size_t dots_no_batch_trial = SIZE_MAX;
-  if (spec.step == StepKind::kTrain && spec.remat != RematPolicy::kOffloadDotsNoBatch) {
-    ModelSpec s = spec;
-    s.remat = RematPolicy::kOffloadDotsNoBatch;
-    s.remat_layers.clear();
-    const size_t before = trials.size();
-    add("location", "offload saved activations to pinned host memory",
-        "jax.checkpoint(block, policy=jax.checkpoint_policies.offload_dot_with_no_batch_dims("
-        "'device', 'pinned_host'))",
-        0.25, "", s, memory_fraction);
-    if (trials.size() > before) offload_trial = before;
-  }
-  // 3. shapes: precision, rematerialization, accumulation, batch.
-  if (spec.precision == Precision::kFp32) {
-    ModelSpec s = spec;
+}
+
+// 2. location: the activations saved for the backward pass kept in pinned host memory instead.
+void FitSearch::add_location() {
+  if (spec_.step != StepKind::kTrain || spec_.remat == RematPolicy::kOffloadDotsNoBatch) return;
+  ModelSpec s = spec_;
+  s.remat = RematPolicy::kOffloadDotsNoBatch;
+  s.remat_layers.clear();
+  const size_t before = trials_.size();
+  add("location", "offload saved activations to pinned host memory",
+      "jax.checkpoint(block, policy=jax.checkpoint_policies.offload_dot_with_no_batch_dims("
+      "'device', 'pinned_host'))",
+      0.25, "", s, memory_fraction_);
+  if (trials_.size() > before) offload_trial_ = before;
+}
+
+// 3. shapes: precision, rematerialization, accumulation, batch.
+void FitSearch::add_shapes() {
+  if (spec_.precision == Precision::kFp32) {
+    ModelSpec s = spec_;
     s.precision = Precision::kMixed;
     add("shapes", "mixed precision (fp32 parameters, bf16 compute)", std::string(kMixedPrecisionCode),
         kMixedPrecisionCost,
-        serving ? "faster on tensor cores; check the outputs against fp32"
-                : "faster on tensor cores; check the loss curve",
-        s, memory_fraction, false, kStackPrecision);
+        serving_ ? "faster on tensor cores; check the outputs against fp32"
+                 : "faster on tensor cores; check the loss curve",
+        s, memory_fraction_, false, kStackPrecision);
   }
   // cuDNN's fused attention: the scores and probabilities (batch x heads x seq x seq each) are never
   // materialized, forward or backward. The kernel computes in bf16 or fp16: an fp32 step takes it with
   // bf16 compute, one change of two parts.
-  if (spec.attn == AttentionKind::kXla) {
-    ModelSpec s = spec;
+  if (spec_.attn == AttentionKind::kXla) {
+    ModelSpec s = spec_;
     s.attn = AttentionKind::kCudnn;
     const bool with_precision = s.precision == Precision::kFp32;
     if (with_precision) s.precision = Precision::kMixed;
     const std::string note(kCudnnAttentionNote);
     add("shapes", with_precision ? "mixed precision + cuDNN fused attention" : "cuDNN fused attention",
-        with_precision ? fmt::format("{}\n{}", kMixedPrecisionCode, cudnn_attention_code(spec))
-                       : cudnn_attention_code(spec),
+        with_precision ? fmt::format("{}\n{}", kMixedPrecisionCode, cudnn_attention_code(spec_))
+                       : cudnn_attention_code(spec_),
         kCudnnAttentionCost + (with_precision ? kMixedPrecisionCost : 0.0),
-        with_precision ? (serving ? "check the outputs against fp32; " : "check the loss curve; ") + note
+        with_precision ? (serving_ ? "check the outputs against fp32; " : "check the loss curve; ") + note
                        : note,
-        s, memory_fraction, false, kStackAttention);
+        s, memory_fraction_, false, kStackAttention);
   }
-  if (spec.step == StepKind::kTrain) {
+  if (spec_.step == StepKind::kTrain) {
     const struct {
       RematPolicy policy;
       const char* jax;
@@ -530,138 +575,159 @@ Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, dou
          "~33% more compute: the forward pass runs twice"},
     };
     for (const auto& r : remats) {
-      if (spec.remat == r.policy && spec.remat_layers.empty()) continue;
-      ModelSpec s = spec;
+      if (spec_.remat == r.policy && spec_.remat_layers.empty()) continue;
+      ModelSpec s = spec_;
       s.remat = r.policy;
       s.remat_layers.clear();
-      const size_t before = trials.size();
-      add("shapes", fmt::format("remat {}", to_string(r.policy)), r.jax, r.cost, r.note, s, memory_fraction,
+      const size_t before = trials_.size();
+      add("shapes", fmt::format("remat {}", to_string(r.policy)), r.jax, r.cost, r.note, s, memory_fraction_,
           false, kStackRemat);
-      if (r.policy == RematPolicy::kDotsNoBatch && trials.size() > before) dots_no_batch_trial = before;
+      if (r.policy == RematPolicy::kDotsNoBatch && trials_.size() > before) dots_no_batch_trial_ = before;
     }
   }
-  add_accumulation(spec);
-  add_smaller_batch(spec);
-  add_fsdp(spec);
-  add_tensor_parallel(spec);
+  add_accumulation(spec_);
+  add_smaller_batch(spec_);
+}
+
+size_t FitSearch::stack_best_changes(const std::vector<std::optional<StepPlan>>& plans, ModelSpec& stacked) {
+  size_t stacked_changes = 0;
+  std::vector<size_t> best(kStackGroups, SIZE_MAX);  // per group, the trial that lowered the peak most
+  for (size_t i = 0; i < trials_.size(); ++i) {
+    const int g = trials_[i].stack_group;
+    if (g == 0 || !plans[i] || plans[i]->peak_bytes >= result_.baseline.peak_bytes) continue;
+    if (best[g] == SIZE_MAX || plans[i]->peak_bytes < plans[best[g]]->peak_bytes) best[g] = i;
+  }
+  for (size_t i : best) {
+    if (i == SIZE_MAX) continue;
+    const Trial& t = trials_[i];
+    stacked.donate = t.spec.donate || stacked.donate;
+    if (t.stack_group == kStackPrecision) stacked.precision = t.spec.precision;
+    if (t.stack_group == kStackRemat) {
+      stacked.remat = t.spec.remat;
+      stacked.remat_layers = t.spec.remat_layers;
+    }
+    if (t.stack_group == kStackAttention) {
+      stacked.attn = t.spec.attn;
+      // Its bf16 compute is stacked already when mixed precision is: the kernel alone is added.
+      if (best[kStackPrecision] != SIZE_MAX && t.spec.precision != spec_.precision) {
+        on_top_.push("cuDNN fused attention", cudnn_attention_code(spec_), std::string(kCudnnAttentionNote),
+                     kCudnnAttentionCost);
+        ++stacked_changes;
+        continue;
+      }
+      stacked.precision = t.spec.precision;
+    }
+    on_top_.push(t.row, t.stack_group);
+    ++stacked_changes;
+  }
+  return stacked_changes;
+}
+
+void FitSearch::take_rows(std::vector<Trial>& planned,
+                          const std::vector<std::optional<StepPlan>>& their_plans) {
+  family_fits_.resize(static_cast<size_t>(family_) + 1, false);
+  for (size_t i = 0; i < planned.size(); ++i) {
+    Trial& t = planned[i];
+    if (t.family != 0 && family_fits_[static_cast<size_t>(t.family)])
+      continue;                     // a smaller step already fits
+    if (!their_plans[i]) continue;  // its family stopped helping before it
+    const StepPlan& p = *their_plans[i];
+    t.row.peak_bytes = p.peak_bytes;
+    t.row.peak_upper_bytes = p.peak_upper_bytes;
+    t.row.limit_bytes = p.limit_bytes;
+    t.row.fits = p.fits;
+    t.row.fits_in_every_order = p.fits_in_every_order;
+    if (t.family != 0 && t.row.fits) family_fits_[static_cast<size_t>(t.family)] = true;
+    result_.candidates.push_back(std::move(t.row));
+  }
+}
+
+// 5. combined: no single change fits. The seed's steps are meant to be taken together, in its order: the
+// changes that lowered the peak are stacked (donation, bf16 compute, the remat policy that saved most:
+// allocation and shapes), and the stack is tried alone and then over more devices (sharding, the last
+// step; a step that cannot be sharded so: more accumulation or a smaller batch; a server: a smaller
+// batch, or tensor parallel), each family stopping at its first member that fits. A member is planned
+// beside the one before it on an idle core (a 300-layer fit would otherwise wait on them one by one).
+Status FitSearch::combined_round(const ModelSpec& stacked, size_t stacked_changes) {
+  auto planned_so_far = [&, offset = result_.programs_planned](size_t done, size_t total) {
+    if (progress_) progress_(offset + done, offset + total);
+  };
+  trials_.clear();
+  if (stacked_changes > 1) {
+    // The stack alone heads the first family's chain: when it fits, nothing more is planned or shown.
+    FitCandidate row;
+    row.step = "combined";
+    row.change = on_top_.changes;
+    row.code = on_top_.code;
+    row.cost = on_top_.cost;
+    row.cost_note = on_top_.notes;
+    trials_.push_back({std::move(row), stacked, memory_fraction_, family_ + 1});
+  }
+  if (serving_) {
+    add_smaller_batch(stacked);
+    add_tensor_parallel(stacked);
+  } else if (fsdp_applies(stacked)) {
+    add_fsdp(stacked);
+  } else {
+    add_accumulation(stacked);
+    add_smaller_batch(stacked);
+  }
+  MEMFIT_ASSIGN_OR_RETURN(std::vector<std::optional<StepPlan>> on_stack,
+                          plan_trials(trials_, capacity_bytes_, planned_so_far, /*run_ahead=*/true));
+  for (const std::optional<StepPlan>& p : on_stack) {
+    result_.programs_planned += p.has_value();
+    result_.programs_extrapolated += p.has_value() && extended_from_fit_depths(*p);
+  }
+  take_rows(trials_, on_stack);
+  return ok_status();
+}
+
+Expected<FitResult> FitSearch::run() {
+  add_allocation();
+  add_location();
+  add_shapes();
+  add_fsdp(spec_);
+  add_tensor_parallel(spec_);
   // The baseline is planned with the trials (last, so that its plan is not waited on first); the larger
   // pool is the same program.
-  trials.push_back({FitCandidate{}, spec, memory_fraction, 0});
-  if (larger_pool_trial < trials.size() - 1) trials[larger_pool_trial].same_program_as = trials.size() - 1;
+  trials_.push_back({FitCandidate{}, spec_, memory_fraction_, 0});
+  if (larger_pool_trial_ < trials_.size() - 1)
+    trials_[larger_pool_trial_].same_program_as = trials_.size() - 1;
   MEMFIT_ASSIGN_OR_RETURN(std::vector<std::optional<StepPlan>> plans,
-                          plan_trials(trials, capacity_bytes, progress));
-  for (size_t i = 0; i < trials.size(); ++i) {
-    if (!plans[i] || trials[i].same_program_as != SIZE_MAX) continue;
-    ++result.programs_planned;
-    result.programs_extrapolated += extended_from_fit_depths(*plans[i]);
+                          plan_trials(trials_, capacity_bytes_, progress_));
+  for (size_t i = 0; i < trials_.size(); ++i) {
+    if (!plans[i] || trials_[i].same_program_as != SIZE_MAX) continue;
+    ++result_.programs_planned;
+    result_.programs_extrapolated += extended_from_fit_depths(*plans[i]);
   }
-  result.baseline = std::move(*plans.back());
-  trials.pop_back();
-  if (offload_trial != SIZE_MAX)
-    describe_offload(trials, plans, offload_trial, dots_no_batch_trial, result.baseline);
+  result_.baseline = std::move(*plans.back());
+  trials_.pop_back();
+  if (offload_trial_ != SIZE_MAX)
+    describe_offload(trials_, plans, offload_trial_, dots_no_batch_trial_, result_.baseline);
   // The stack for a combined round, taken before the rows move into the result.
-  ModelSpec stacked = spec;
-  size_t stacked_changes = 0;
-  {
-    std::vector<size_t> best(kStackGroups, SIZE_MAX);  // per group, the trial that lowered the peak most
-    for (size_t i = 0; i < trials.size(); ++i) {
-      const int g = trials[i].stack_group;
-      if (g == 0 || !plans[i] || plans[i]->peak_bytes >= result.baseline.peak_bytes) continue;
-      if (best[g] == SIZE_MAX || plans[i]->peak_bytes < plans[best[g]]->peak_bytes) best[g] = i;
-    }
-    for (size_t i : best) {
-      if (i == SIZE_MAX) continue;
-      const Trial& t = trials[i];
-      stacked.donate = t.spec.donate || stacked.donate;
-      if (t.stack_group == kStackPrecision) stacked.precision = t.spec.precision;
-      if (t.stack_group == kStackRemat) {
-        stacked.remat = t.spec.remat;
-        stacked.remat_layers = t.spec.remat_layers;
-      }
-      if (t.stack_group == kStackAttention) {
-        stacked.attn = t.spec.attn;
-        // Its bf16 compute is stacked already when mixed precision is: the kernel alone is added.
-        if (best[kStackPrecision] != SIZE_MAX && t.spec.precision != spec.precision) {
-          on_top.push("cuDNN fused attention", cudnn_attention_code(spec), std::string(kCudnnAttentionNote),
-                      kCudnnAttentionCost);
-          ++stacked_changes;
-          continue;
-        }
-        stacked.precision = t.spec.precision;
-      }
-      on_top.push(t.row, t.stack_group);
-      ++stacked_changes;
-    }
-  }
-  std::vector<bool> family_fits(static_cast<size_t>(family) + 1, false);
-  auto take_rows = [&](std::vector<Trial>& planned, const std::vector<std::optional<StepPlan>>& their_plans) {
-    family_fits.resize(static_cast<size_t>(family) + 1, false);
-    for (size_t i = 0; i < planned.size(); ++i) {
-      Trial& t = planned[i];
-      if (t.family != 0 && family_fits[static_cast<size_t>(t.family)])
-        continue;                     // a smaller step already fits
-      if (!their_plans[i]) continue;  // its family stopped helping before it
-      const StepPlan& p = *their_plans[i];
-      t.row.peak_bytes = p.peak_bytes;
-      t.row.peak_upper_bytes = p.peak_upper_bytes;
-      t.row.limit_bytes = p.limit_bytes;
-      t.row.fits = p.fits;
-      t.row.fits_in_every_order = p.fits_in_every_order;
-      if (t.family != 0 && t.row.fits) family_fits[static_cast<size_t>(t.family)] = true;
-      result.candidates.push_back(std::move(t.row));
-    }
-  };
-  take_rows(trials, plans);
-  auto any_fits = [&] {
-    return std::any_of(result.candidates.begin(), result.candidates.end(),
-                       [](const FitCandidate& c) { return c.fits && !c.only_moves_to_host; });
-  };
-  // 5. combined: no single change fits. The seed's steps are meant to be taken together, in its order: the
-  // changes that lowered the peak are stacked (donation, bf16 compute, the remat policy that saved most:
-  // allocation and shapes), and the stack is tried alone and then over more devices (sharding, the last
-  // step; a step that cannot be sharded so: more accumulation or a smaller batch; a server: a smaller
-  // batch, or tensor parallel), each family stopping at its first member that fits. A member is planned
-  // beside the one before it on an idle core (a 300-layer fit would otherwise wait on them one by one).
-  if (!result.baseline.fits && !any_fits() && stacked_changes > 0) {
-    auto planned_so_far = [&, offset = result.programs_planned](size_t done, size_t total) {
-      if (progress) progress(offset + done, offset + total);
-    };
-    trials.clear();
-    if (stacked_changes > 1) {
-      // The stack alone heads the first family's chain: when it fits, nothing more is planned or shown.
-      FitCandidate row;
-      row.step = "combined";
-      row.change = on_top.changes;
-      row.code = on_top.code;
-      row.cost = on_top.cost;
-      row.cost_note = on_top.notes;
-      trials.push_back({std::move(row), stacked, memory_fraction, family + 1});
-    }
-    if (serving) {
-      add_smaller_batch(stacked);
-      add_tensor_parallel(stacked);
-    } else if (fsdp_applies(stacked)) {
-      add_fsdp(stacked);
-    } else {
-      add_accumulation(stacked);
-      add_smaller_batch(stacked);
-    }
-    MEMFIT_ASSIGN_OR_RETURN(std::vector<std::optional<StepPlan>> on_stack,
-                            plan_trials(trials, capacity_bytes, planned_so_far, /*run_ahead=*/true));
-    for (const std::optional<StepPlan>& p : on_stack) {
-      result.programs_planned += p.has_value();
-      result.programs_extrapolated += p.has_value() && extended_from_fit_depths(*p);
-    }
-    take_rows(trials, on_stack);
-  }
+  ModelSpec stacked = spec_;
+  const size_t stacked_changes = stack_best_changes(plans, stacked);
+  family_fits_.assign(static_cast<size_t>(family_) + 1, false);
+  take_rows(trials_, plans);
+  const bool any_fits = std::any_of(result_.candidates.begin(), result_.candidates.end(),
+                                    [](const FitCandidate& c) { return c.fits && !c.only_moves_to_host; });
+  if (!result_.baseline.fits && !any_fits && stacked_changes > 0)
+    MEMFIT_RETURN_IF_ERROR(combined_round(stacked, stacked_changes));
   // A change that only moves memory to the host is not offered: remat dots_no_batch does as well for less.
-  for (size_t i = 0; i < result.candidates.size(); ++i)
-    if (result.candidates[i].fits && !result.candidates[i].only_moves_to_host) result.ranked.push_back(i);
-  std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](size_t a, size_t b) {
-    return std::tie(result.candidates[a].cost, result.candidates[a].peak_bytes) <
-           std::tie(result.candidates[b].cost, result.candidates[b].peak_bytes);
+  for (size_t i = 0; i < result_.candidates.size(); ++i)
+    if (result_.candidates[i].fits && !result_.candidates[i].only_moves_to_host) result_.ranked.push_back(i);
+  std::stable_sort(result_.ranked.begin(), result_.ranked.end(), [&](size_t a, size_t b) {
+    return std::tie(result_.candidates[a].cost, result_.candidates[a].peak_bytes) <
+           std::tie(result_.candidates[b].cost, result_.candidates[b].peak_bytes);
   });
-  return result;
+  return std::move(result_);
+}
+
+}  // namespace
+
+Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction,
+                             const std::function<void(size_t, size_t)>& progress) {
+  return FitSearch(spec, capacity_bytes, memory_fraction, progress).run();
 }
 
 }  // namespace memfit
