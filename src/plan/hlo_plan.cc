@@ -58,6 +58,7 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
     best.peak_upper_bytes = *upper;
   }
   best.source = from_stablehlo ? "stablehlo" : "lowered-hlo";
+  if (best.host_value_bytes > 0) best.caveats.emplace_back(kHostOffloadCaveat);
   best.partitions = partitions;
   best.per_device_argument_bytes = per_device.argument_bytes;
   best.per_device_output_bytes = per_device.output_bytes;

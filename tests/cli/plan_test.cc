@@ -135,6 +135,8 @@ TEST(PlanCommand, DoesNotFitExitsOneAndFitFindsTheCheapestChange) {
       {"plan", "--model", "gpt", "--precision", "mixed", "--remat", "offload_dots_no_batch", "--donate"});
   ASSERT_EQ(offload.code, 0) << offload.err;
   EXPECT_NE(offload.out.find("pinned host memory:"), std::string::npos) << offload.out;
+  EXPECT_NE(offload.out.find("caveat: this program copies values to the host"), std::string::npos)
+      << offload.out;
 }
 
 // fit --json has ARCHITECTURE.md's keys: `fits` for the step as it is, `changes[]` (`change`, `peak_bytes`,

@@ -23,6 +23,29 @@ std::string order_caveat(uint64_t needed_upper_bytes, uint64_t limit_bytes) {
       format_bytes(needed_upper_bytes), format_bytes(needed_upper_bytes - limit_bytes));
 }
 
+std::string caveat_lines(const std::vector<std::string>& caveats) {
+  constexpr size_t kColumns = 110;
+  std::string out;
+  for (const std::string& caveat : caveats) {
+    std::string line = "  caveat:";
+    size_t at = 0;
+    while (at < caveat.size()) {
+      size_t end = caveat.find(' ', at);
+      if (end == std::string::npos) end = caveat.size();
+      const std::string_view word(caveat.data() + at, end - at);
+      if (line.size() + 1 + word.size() > kColumns && line.size() > 4) {
+        out += line + "\n";
+        line = "   ";
+      }
+      line += " ";
+      line += word;
+      at = end + 1;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
 int fail(Io& io, const Error& error) {
   io.err << "memfit: " << error_line(error) << "\n";
   return kExitBadInput;

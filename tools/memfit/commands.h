@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "cli.h"
 #include "memfit/core/json.h"
@@ -47,6 +48,8 @@ int fail(Io& io, const Error& error);
 // program's own order needs (`needed_upper_bytes`: HloPlan::peak_upper_bytes, or the next step's need with
 // it) and how far over `limit_bytes`. Empty when that fits too.
 std::string order_caveat(uint64_t needed_upper_bytes, uint64_t limit_bytes);
+// A plan's caveats (HloPlan::caveats) as text lines: "  caveat: ...", wrapped at 110 columns.
+std::string caveat_lines(const std::vector<std::string>& caveats);
 // The --json objects, built from the library's results: the CLI and the Python module (python/) print and
 // return the same.
 Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers);

@@ -49,6 +49,7 @@ Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers)
   j["heap_packing"] = plan.packing == HeapPacking::kSpatial ? "spatial" : "temporal";
   j["peak_instruction"] = plan.peak_instruction;
   j["peak_op_name"] = plan.peak_op_name;
+  j["caveats"] = plan.caveats;
   Json top = Json::array();
   for (uint32_t b : plan.live_at_peak) {
     const PlannedBuffer& row = plan.buffers[b];
@@ -183,6 +184,7 @@ void print_table(std::ostream& out, const std::string& path, const HloPlan& plan
                           "the order XLA picks decides where between this and the peak the step lands",
                           "")
             : "the peak: the program's own order is the predicted one");
+  out << caveat_lines(plan.caveats);
   if (plan.groups.empty()) return;
   out << fmt::format("\n  live in temp at its peak (while {} runs{}):\n", plan.peak_instruction,
                      plan.peak_op_name.empty() ? "" : ", " + plan.peak_op_name);

@@ -30,6 +30,7 @@ Json step_plan_to_json(const StepPlan& p) {
   j["peak_upper_bytes"] = p.peak_upper_bytes;        // in the program's own order: the most XLA keeps
   j["host_peak_bytes"] = p.host_peak_bytes;          // pinned host memory (remat offload), not the device's
   j["offloaded_bytes"] = p.offloaded_bytes;          // copied to the host and back each step
+  j["caveats"] = p.hlo.caveats;                      // what the prediction is known to miss (HloPlan)
   j["breakdown"] = {{"parameters", p.breakdown.parameters}, {"optimizer_state", p.breakdown.optimizer_state},
                     {"gradients", p.breakdown.gradients},   {"activations", p.breakdown.activations},
                     {"kv_cache", p.breakdown.kv_cache},     {"temporaries", p.breakdown.temporaries}};
@@ -167,6 +168,7 @@ void print(std::ostream& out, const StepPlan& p) {
         "step)\n",
         format_bytes(p.host_peak_bytes), format_bytes(p.offloaded_bytes));
   }
+  out << caveat_lines(p.hlo.caveats);
   out << fmt::format("  (XLA would report argument {}, output {}, alias {}, temp {})\n",
                      format_bytes(p.hlo.argument_bytes), format_bytes(p.hlo.output_bytes),
                      format_bytes(p.hlo.alias_bytes), format_bytes(p.hlo.temp_bytes));
