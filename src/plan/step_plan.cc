@@ -626,18 +626,29 @@ size_t FitSearch::stack_best_changes(const std::vector<std::optional<StepPlan>>&
 void FitSearch::take_rows(std::vector<Trial>& planned,
                           const std::vector<std::optional<StepPlan>>& their_plans) {
   family_fits_.resize(static_cast<size_t>(family_) + 1, false);
+  // A family stops once a member lowers the peak by less than a tenth more than the one before it
+  // (plan_trials' stopped_helping). A member planned beside the one before it (run-ahead) was planned
+  // before that could be known; it is not shown when the rule would not have planned it, so that what is
+  // shown does not depend on which plan finished first. Per family: the peaks of its last two members.
+  std::vector<std::pair<uint64_t, uint64_t>> family_peaks(static_cast<size_t>(family_) + 1, {0, 0});
   for (size_t i = 0; i < planned.size(); ++i) {
     Trial& t = planned[i];
-    if (t.family != 0 && family_fits_[static_cast<size_t>(t.family)])
-      continue;                     // a smaller step already fits
-    if (!their_plans[i]) continue;  // its family stopped helping before it
+    const auto f = static_cast<size_t>(t.family);
+    if (f != 0 && family_fits_[f]) continue;  // a smaller step already fits
+    if (!their_plans[i]) continue;            // its family stopped helping before it
     const StepPlan& p = *their_plans[i];
+    if (f != 0) {
+      auto& [before, last] = family_peaks[f];
+      if (before != 0 && last / 10 * 10 > before / 10 * 9) continue;  // stopped helping
+      before = last;
+      last = p.peak_bytes;
+    }
     t.row.peak_bytes = p.peak_bytes;
     t.row.peak_upper_bytes = p.peak_upper_bytes;
     t.row.limit_bytes = p.limit_bytes;
     t.row.fits = p.fits;
     t.row.fits_in_every_order = p.fits_in_every_order;
-    if (t.family != 0 && t.row.fits) family_fits_[static_cast<size_t>(t.family)] = true;
+    if (f != 0 && t.row.fits) family_fits_[f] = true;
     result_.candidates.push_back(std::move(t.row));
   }
 }
