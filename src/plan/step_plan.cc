@@ -227,6 +227,12 @@ bool extended_from_fit_depths(const StepPlan& p) {
   return !p.extrapolated_from.empty() && p.extrapolated_from.front() == kFitExtrapolationLayers;
 }
 
+// A family of changes stops once a member (peak `last_bytes`) lowers the peak by less than a tenth more than
+// the member before it (`before_bytes`): FSDP past the point where the unsharded activations dominate, say.
+bool stops_helping(uint64_t last_bytes, uint64_t before_bytes) {
+  return last_bytes / 10 * 10 > before_bytes / 10 * 9;
+}
+
 // Plans the trials, on as many threads as the machine has: each plan builds and plans its own program and
 // shares nothing, and a fit of a 300-layer model is a dozen such plans of a second each. A family member
 // after one that fits is not planned (nullopt). `run_ahead`: a member does not wait for the one before it
@@ -261,14 +267,13 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
           waiting = true;
           continue;
         }
-        // More of the same no longer helps: the member before it lowered the peak by less than a tenth
-        // (FSDP past the point where the unsharded activations dominate, say). Not planned, nor the rest.
+        // More of the same no longer helps (stops_helping): not planned, nor the rest.
         auto stopped_helping = [&] {
           if (p == SIZE_MAX || previous[p] == SIZE_MAX || state[previous[p]] != State::kDone) return false;
           const auto& last = plans[p];
           const auto& before = plans[previous[p]];
           if (!last || !before || !last->ok() || !before->ok()) return false;
-          return (*last)->peak_bytes / 10 * 10 > (*before)->peak_bytes / 10 * 9;
+          return stops_helping((*last)->peak_bytes, (*before)->peak_bytes);
         };
         if (p != SIZE_MAX && (family_over[p] || stopped_helping())) {
           state[i] = State::kDone;  // not shown: a member before it fits, or the family stopped helping
@@ -416,7 +421,6 @@ class FitSearch {
   size_t larger_pool_trial_ = SIZE_MAX;  // the step as it is, in a larger pool
   size_t offload_trial_ = SIZE_MAX;
   size_t dots_no_batch_trial_ = SIZE_MAX;
-  std::vector<bool> family_fits_;
 };
 
 void FitSearch::add(const char* step, std::string change, std::string code, double cost, std::string note,
@@ -625,30 +629,31 @@ size_t FitSearch::stack_best_changes(const std::vector<std::optional<StepPlan>>&
 
 void FitSearch::take_rows(std::vector<Trial>& planned,
                           const std::vector<std::optional<StepPlan>>& their_plans) {
-  family_fits_.resize(static_cast<size_t>(family_) + 1, false);
-  // A family stops once a member lowers the peak by less than a tenth more than the one before it
-  // (plan_trials' stopped_helping). A member planned beside the one before it (run-ahead) was planned
-  // before that could be known; it is not shown when the rule would not have planned it, so that what is
-  // shown does not depend on which plan finished first. Per family: the peaks of its last two members.
-  std::vector<std::pair<uint64_t, uint64_t>> family_peaks(static_cast<size_t>(family_) + 1, {0, 0});
+  // A family shows its members up to the first that fits, and stops where stops_helping says plan_trials
+  // stops planning it. A member planned beside the one before it (run-ahead) was planned before that could
+  // be known; it is not shown when the rule would not have planned it, so that what is shown does not depend
+  // on which plan finished first. Per family: whether a member fitted, and the peaks of its last two.
+  struct Shown {
+    bool fits = false;
+    uint64_t before_bytes = 0, last_bytes = 0;
+  };
+  std::vector<Shown> families(static_cast<size_t>(family_) + 1);
   for (size_t i = 0; i < planned.size(); ++i) {
     Trial& t = planned[i];
-    const auto f = static_cast<size_t>(t.family);
-    if (f != 0 && family_fits_[f]) continue;  // a smaller step already fits
-    if (!their_plans[i]) continue;            // its family stopped helping before it
+    if (!their_plans[i]) continue;  // not planned: a member before it fits, or its family stopped helping
     const StepPlan& p = *their_plans[i];
-    if (f != 0) {
-      auto& [before, last] = family_peaks[f];
-      if (before != 0 && last / 10 * 10 > before / 10 * 9) continue;  // stopped helping
-      before = last;
-      last = p.peak_bytes;
+    if (t.family != 0) {
+      Shown& f = families[static_cast<size_t>(t.family)];
+      if (f.fits || (f.before_bytes != 0 && stops_helping(f.last_bytes, f.before_bytes))) continue;
+      f.before_bytes = f.last_bytes;
+      f.last_bytes = p.peak_bytes;
+      f.fits = p.fits;
     }
     t.row.peak_bytes = p.peak_bytes;
     t.row.peak_upper_bytes = p.peak_upper_bytes;
     t.row.limit_bytes = p.limit_bytes;
     t.row.fits = p.fits;
     t.row.fits_in_every_order = p.fits_in_every_order;
-    if (f != 0 && t.row.fits) family_fits_[f] = true;
     result_.candidates.push_back(std::move(t.row));
   }
 }
@@ -718,7 +723,6 @@ Expected<FitResult> FitSearch::run() {
   // The stack for a combined round, taken before the rows move into the result.
   ModelSpec stacked = spec_;
   const size_t stacked_changes = stack_best_changes(plans, stacked);
-  family_fits_.assign(static_cast<size_t>(family_) + 1, false);
   take_rows(trials_, plans);
   const bool any_fits = std::any_of(result_.candidates.begin(), result_.candidates.end(),
                                     [](const FitCandidate& c) { return c.fits && !c.only_moves_to_host; });
