@@ -79,7 +79,20 @@ struct BlockTensors {
 class TransformerStepWriter {
  public:
   TransformerStepWriter(const Ctx& c, Step& step, TransformerFamily& family)
-      : c_(c), s_(c.s), e_(c.e), step_(step), family_(family) {}
+      : c_(c),
+        s_(c.s),
+        e_(c.e),
+        step_(step),
+        family_(family),
+        D_(s_.d_model),
+        L_(s_.layers),
+        S_(family.sequence(s_)),
+        k_(s_.accum),
+        Hl_(s_.heads / c.tp),
+        Fl_(s_.ffn_width() / c.tp),
+        hd_(s_.d_model / s_.heads),
+        Bm_(s_.batch / c.data / s_.accum),
+        cd_(c.cdt) {}
 
   void build(HloModule& module);
 
@@ -114,15 +127,15 @@ class TransformerStepWriter {
   Emitter& e_;
   Step& step_;
   TransformerFamily& family_;
-  uint64_t D_ = 0, H_ = 0, F_ = 0, L_ = 0, S_ = 0, V_ = 0;
-  uint64_t B_ = 0, Hl_ = 0, Fl_ = 0, hd_ = 0, k_ = 0, Bm_ = 0;
+  // Width, layers, tokens per example, microbatches; per device: heads, MLP width, head width, microbatch.
+  const uint64_t D_, L_, S_, k_, Hl_, Fl_, hd_, Bm_;
+  const PrimitiveType cd_;  // compute dtype
   BlockParams bp_;
   std::map<std::string, Param> views_;               // scan: each layer's view of the stacked parameters
   std::unordered_map<std::string, size_t> by_name_;  // the step's parameters (complete: addresses stay)
   std::unique_ptr<TransformerBuild> build_;          // what the family's steps see
   T tokens_, labels_;
   const PrimitiveType f32_ = PrimitiveType::kF32;
-  PrimitiveType cd_ = PrimitiveType::kF32;
 };
 
 void TransformerStepWriter::add_params() {
@@ -557,27 +570,15 @@ void TransformerStepWriter::run_microbatch(uint64_t micro, T& loss, T& out_logit
 }
 
 void TransformerStepWriter::build(HloModule& module) {
-  D_ = s_.d_model;
-  H_ = s_.heads;
-  F_ = s_.ffn_width();
-  L_ = s_.layers;
-  S_ = family_.sequence(s_);
   // Tensor parallelism shards a tied embedding by vocabulary (reference_programs.py's spec_for): each device
   // computes, and backpropagates through, its own slice of the logits.
-  V_ = family_.outputs(s_);
-  if (c_.tp > 1 && family_.logits_follow_embedding() && V_ % c_.tp == 0) V_ /= c_.tp;
+  uint64_t outputs = family_.outputs(s_);
+  if (c_.tp > 1 && family_.logits_follow_embedding() && outputs % c_.tp == 0) outputs /= c_.tp;
   add_params();
-  B_ = s_.batch / c_.data;
-  Hl_ = H_ / c_.tp;
-  Fl_ = F_ / c_.tp;
-  hd_ = D_ / H_;
-  k_ = s_.accum;
-  Bm_ = B_ / k_;
-  cd_ = c_.cdt;
   build_ = std::make_unique<TransformerBuild>(
       TransformerBuild{c_, e_, step_, [this](const std::string& name) -> Param& { return find(name); }, D_,
-                       S_, V_, Bm_, c_.cdt});
-  family_.add_batch(*build_, B_, tokens_, labels_);
+                       S_, outputs, Bm_, cd_});
+  family_.add_batch(*build_, s_.batch / c_.data, tokens_, labels_);
   step_.accumulating_ = k_ > 1;
   family_.before_microbatches(*build_);
   T loss;
