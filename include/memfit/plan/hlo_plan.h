@@ -79,9 +79,6 @@ struct HloPlan {
   uint64_t host_alias_bytes = 0;        // host_alias_size_in_bytes
   uint64_t host_temp_bytes = 0;         // host_temp_size_in_bytes: temps in host memory (S(5), offload)
   uint64_t host_value_bytes = 0;        // every value put in host memory, summed: what the step copies there
-  // What the prediction is known to miss for a program like this one, measured, said beside the figures
-  // (a lowered program's host offload: kHostOffloadCaveat).
-  std::vector<std::string> caveats;
   uint64_t constant_bytes = 0;
   uint64_t peak_bytes = 0;         // argument + output - alias + temp: what the device measured
   uint64_t lower_bound_bytes = 0;  // the same with the lower-bound temp
@@ -99,6 +96,9 @@ struct HloPlan {
   std::vector<PlannedBuffer> buffers;  // every buffer, by first definition
   std::vector<uint32_t> live_at_peak;  // indices into buffers, largest first
   std::vector<BufferGroup> groups;     // the live-at-peak buffers grouped, largest total first
+  // What the prediction is known to miss for a program of this kind, as measured, said beside the figures
+  // (a lowered program's host offload: kHostOffloadCaveat).
+  std::vector<std::string> caveats;
 };
 
 // A lowered program that copies values to the host: XLA's latency-hiding scheduler reorders it after its
@@ -106,8 +106,9 @@ struct HloPlan {
 // ops, the copies among them), and the model keeps the memory scheduler's order. Measured on the H200.
 inline constexpr std::string_view kHostOffloadCaveat =
     "this program copies values to the host, and XLA's latency-hiding scheduler reorders such a program "
-    "(memfit keeps its memory scheduler's order): on the H200, gpt_mixed_donate_offload_dots_nb peaked 50% "
-    "above this prediction, below 'at most' - budget for 'at most'";
+    "(memfit keeps its memory scheduler's order): the one measured on the H200, "
+    "gpt_mixed_donate_offload_dots_nb, peaked 50% above memfit's prediction of it and below its 'at most' - "
+    "budget for 'at most'";
 
 Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& options = {});
 // The same, taking the module: a lowered one is modeled in place rather than copied first.
