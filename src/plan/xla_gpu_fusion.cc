@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -38,6 +40,34 @@ constexpr int kMaxPrologueDepth = 256;
 // Consumers that take their operands as buffers, never fusing them in.
 bool needs_buffers(Role r) { return r == Role::kForward || r == Role::kControl || r == Role::kRoot; }
 
+// Whether a value was met before, for the short lists fusion builds (a fusion's buffers, a few and at most
+// kMaxFusionOperandsAndOutputs once gathered; a walk up a prologue): the first 16 are kept in place and
+// scanned, a hash set takes over past them - where a hostile concatenate of 10^5 operands would make the
+// scan quadratic. A std::unordered_set per list was a seventh of a 48-layer plan's allocations.
+template <typename T>
+class FirstSeen {
+ public:
+  FirstSeen() = default;
+  explicit FirstSeen(T first) { insert(first); }
+  // True the first time `x` is inserted.
+  bool insert(T x) {
+    if (!spilled_.empty()) return spilled_.insert(x).second;
+    if (std::find(few_.begin(), few_.begin() + count_, x) != few_.begin() + count_) return false;
+    if (count_ < few_.size()) {
+      few_[count_++] = x;
+    } else {
+      spilled_.insert(few_.begin(), few_.end());
+      spilled_.insert(x);
+    }
+    return true;
+  }
+
+ private:
+  std::array<T, 16> few_{};
+  size_t count_ = 0;
+  std::unordered_set<T> spilled_;
+};
+
 // The fusion of one computation: its data edges by index, and what each pass decides about each value. The
 // passes read and write these fields in run()'s order; each says which of XLA's rules it follows.
 struct Fusion {
@@ -47,7 +77,7 @@ struct Fusion {
   size_t n = 0;
   NameIndex index;
   std::vector<Role> role;
-  std::vector<std::vector<uint32_t>> operands, users;
+  Adjacency operands, users;
   // Which values get a buffer.
   std::vector<bool> materialized;
   // A sum over a dot's batch dimensions folded into the dot (fold_batch_sums); reduce index -> the folded
@@ -89,23 +119,25 @@ struct Fusion {
     index.reserve(n);
     for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
     role.resize(n);
-    operands.resize(n);
-    users.resize(n);
+    size_t edges = 0;
+    for (const HloInstruction& inst : comp.instructions) edges += inst.operands.size();
+    operands.reserve(n, edges);
     for (uint32_t i = 0; i < n; ++i) {
       const HloInstruction& inst = comp.instructions[i];
       role[i] = role_of(inst.opcode);
       // The sum over a split GEMM's partials is fused into each consumer, duplicated like a cheap op.
       if (inst.opcode == HloOpcode::kReduce && inst.custom_call_target == kSplitKReduce)
         role[i] = Role::kCheap;
+      operands.begin_row();
       for (const std::string& o : inst.operands) {
         auto it = index.find(o);
         if (it == index.end())
           return invalid_argument(fmt::format(
               "line {}: operand '{}' of '{}' is not defined in this computation", inst.line, o, inst.name));
-        operands[i].push_back(it->second);
-        users[it->second].push_back(i);
+        operands.add(it->second);
       }
     }
+    users = operands.transposed(n);
     materialized.assign(n, false);
     folded_dot.assign(n, false);
     gemm_input.assign(n, false);
@@ -206,9 +238,8 @@ struct Fusion {
         case Role::kConstant:
         case Role::kCheap:
         case Role::kExpensive: {
-          std::unordered_set<uint32_t> distinct(users[i].begin(), users[i].end());
           bool needed = &inst == root;
-          for (uint32_t u : distinct) needed = needed || needs_buffers(role[u]);
+          for (uint32_t u : users[i]) needed = needed || needs_buffers(role[u]);
           if (role[i] == Role::kConstant)
             needed = needed || inst.shape.is_tuple() || elements(inst.shape) > 1;
           // An expensive value read by several fusions is computed once, into a buffer - unless its readers
@@ -217,7 +248,7 @@ struct Fusion {
           // memory. XLA's priority fusion weighs memory traffic (gpu_performance_model): an expensive op
           // computed from narrower buffers than its result - exp over bf16 scores widened to f32 - is
           // recomputed in each consumer rather than written out wide.
-          if (role[i] == Role::kExpensive && distinct.size() > 1 && !normalization_diamond(i) &&
+          if (role[i] == Role::kExpensive && several_readers(i) && !normalization_diamond(i) &&
               read_bytes(i, 0) >= inst.shape.own_bytes())
             needed = true;
           // (A cheap value several fusions read is decided next, by priority fusion.)
@@ -262,7 +293,7 @@ struct Fusion {
       });
       if (!diamond) continue;
       std::vector<uint32_t> stack{v};
-      std::unordered_set<uint32_t> seen{v};
+      FirstSeen<uint32_t> seen(v);
       while (!stack.empty()) {
         const uint32_t x = stack.back();
         stack.pop_back();
@@ -271,7 +302,7 @@ struct Fusion {
           continue;
         }
         for (uint32_t o : operands[x])
-          if (!materialized[o] && fuses(role[o]) && seen.insert(o).second) stack.push_back(o);
+          if (!materialized[o] && fuses(role[o]) && seen.insert(o)) stack.push_back(o);
       }
     }
   }
@@ -534,18 +565,18 @@ struct Fusion {
   // (the heap tries them first to last): a residual sum x + attention + MLP takes the MLP's product, as in
   // the compiled ViT, not the stream. The one place this order is made, for every list below.
   template <typename Take, typename Fused>
-  void in_fusion_order(const std::vector<uint32_t>& ops, Take&& take, Fused&& fused) const {
+  void in_fusion_order(std::span<const uint32_t> ops, Take&& take, Fused&& fused) const {
     for (uint32_t o : ops)
       if (materialized[o]) take(o);
     for (uint32_t o : ops)
       if (!materialized[o]) fused(o);
   }
   // The buffers behind `ops`, each once.
-  std::vector<uint32_t> buffers_behind(const std::vector<uint32_t>& ops) const {
+  std::vector<uint32_t> buffers_behind(std::span<const uint32_t> ops) const {
     std::vector<uint32_t> out;
-    std::unordered_set<uint32_t> seen;
+    FirstSeen<uint32_t> seen;
     auto take = [&](uint32_t b) {
-      if (seen.insert(b).second) out.push_back(b);
+      if (seen.insert(b)) out.push_back(b);
     };
     in_fusion_order(ops, take, [&](uint32_t o) {
       for (uint32_t b : sources[o]) take(b);
@@ -623,9 +654,9 @@ void Fusion::emit() {
       reaches_gemm[x] = reaches_gemm[x] || reaches_gemm[o];
     }
     if (!reaches_copy[x] || gemm_input[x] || reaches_gemm[x]) continue;
-    std::unordered_set<uint64_t> seen;
+    FirstSeen<uint64_t> seen;
     auto take = [&](uint64_t e) {
-      if (seen.insert(e).second) gemm_reads[x].push_back(e);
+      if (seen.insert(e)) gemm_reads[x].push_back(e);
     };
     in_fusion_order(operands[x], take, [&](uint32_t o) {
       if (gemm_input[o]) {
@@ -641,9 +672,9 @@ void Fusion::emit() {
   // computes, if any; a value written for that GEMM is read as its copy, emitted here the first time.
   auto fusion_operands = [&](uint32_t i, uint32_t gemm, auto&& self) -> std::vector<uint32_t> {
     std::vector<uint32_t> order;
-    std::unordered_set<uint32_t> seen;
+    FirstSeen<uint32_t> seen;
     auto take = [&](uint32_t b) {
-      if (seen.insert(b).second) order.push_back(b);
+      if (seen.insert(b)) order.push_back(b);
     };
     auto copy_for_gemm = [&](uint32_t x) {
       const uint64_t key = static_cast<uint64_t>(x) << 32 | gemm;
@@ -753,6 +784,19 @@ void Fusion::emit() {
 }
 
 }  // namespace
+
+Adjacency Adjacency::transposed(size_t rows) const {
+  Adjacency t;
+  t.offsets_.assign(rows + 1, 0);
+  for (uint32_t x : edges_) ++t.offsets_[x + 1];
+  for (size_t j = 0; j < rows; ++j) t.offsets_[j + 1] += t.offsets_[j];
+  t.edges_.resize(edges_.size());
+  std::vector<size_t> next(t.offsets_.begin(), t.offsets_.end() - 1);
+  for (size_t i = 0; i + 1 < offsets_.size(); ++i)
+    for (size_t e = offsets_[i]; e < offsets_[i + 1]; ++e)
+      t.edges_[next[edges_[e]]++] = static_cast<uint32_t>(i);
+  return t;
+}
 
 Status fuse_computation(HloComputation& comp, const Combiners& combiners) {
   return Fusion(comp, combiners).run();

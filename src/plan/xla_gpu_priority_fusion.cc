@@ -43,8 +43,8 @@ void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& can
                               std::vector<bool>& written) {
   const HloComputation& comp = g.comp;
   const std::vector<Role>& role = g.role;
-  const std::vector<std::vector<uint32_t>>& operands = g.operands;
-  const std::vector<std::vector<uint32_t>>& users = g.users;
+  const Adjacency& operands = g.operands;
+  const Adjacency& users = g.users;
   const size_t n = comp.instructions.size();
   enum : uint8_t { kUndecided, kFused, kWritten };
   std::vector<uint8_t> state(n, kUndecided);

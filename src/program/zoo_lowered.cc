@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <string_view>
 #include <utility>
 
@@ -30,11 +31,19 @@ std::string_view primitive_of(std::string_view opcode) {
 HloInstruction LoweredEmitter::make(const Shape& shape, const char* opcode,
                                     std::vector<std::string> operands) {
   HloInstruction i;
-  i.name = fmt::format("{}.{}", opcode, counter_++);
-  i.set_opcode(opcode);
+  // "opcode.N" and "scope/primitive" appended by hand rather than by fmt::format: two strings for each of
+  // a 300-layer step's 2 x 10^5 instructions, where the formatting was a twelfth of the whole plan.
+  const std::string_view op(opcode);
+  char digits[24];
+  char* digits_end = std::to_chars(digits, digits + sizeof digits, counter_++).ptr;
+  i.name.reserve(op.size() + 1 + static_cast<size_t>(digits_end - digits));
+  i.name.append(op).append(1, '.').append(std::string_view(digits, static_cast<size_t>(digits_end - digits)));
+  i.set_opcode(op);
   i.shape = shape;
   i.operands = std::move(operands);
-  i.op_name = fmt::format("{}/{}", op_name_, primitive_of(opcode));
+  const std::string_view primitive = primitive_of(op);
+  i.op_name.reserve(op_name_.size() + 1 + primitive.size());
+  i.op_name.append(op_name_).append(1, '/').append(primitive);
   i.category = category_;
   return i;
 }
