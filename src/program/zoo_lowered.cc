@@ -32,7 +32,8 @@ HloInstruction LoweredEmitter::make(const Shape& shape, const char* opcode,
                                     std::vector<std::string> operands) {
   HloInstruction i;
   // "opcode.N" and "scope/primitive" appended by hand rather than by fmt::format: two strings for each of
-  // a 300-layer step's 2 x 10^5 instructions, where the formatting was a twelfth of the whole plan.
+  // a 300-layer step's 2 x 10^5 instructions, where fmt's formatting was 6.6% of a whole plan's
+  // instructions (callgrind, a 48-layer bf16 ViT).
   const std::string_view op(opcode);
   char digits[24];
   char* digits_end = std::to_chars(digits, digits + sizeof digits, counter_++).ptr;
