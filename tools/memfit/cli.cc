@@ -28,17 +28,19 @@ std::string caveat_lines(const std::vector<std::string>& caveats) {
   std::string out;
   for (const std::string& caveat : caveats) {
     std::string line = "  caveat:";
+    bool line_has_words = false;  // a word longer than a line goes on a line of its own, not an empty one
     size_t at = 0;
     while (at < caveat.size()) {
       size_t end = caveat.find(' ', at);
       if (end == std::string::npos) end = caveat.size();
       const std::string_view word(caveat.data() + at, end - at);
-      if (line.size() + 1 + word.size() > kColumns && line.size() > 4) {
+      if (line.size() + 1 + word.size() > kColumns && line_has_words) {
         out += line + "\n";
         line = "   ";
       }
       line += " ";
       line += word;
+      line_has_words = true;
       at = end + 1;
     }
     out += line + "\n";
