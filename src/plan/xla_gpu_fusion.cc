@@ -88,6 +88,9 @@ struct Fusion {
   // written by the GEMM that it is the epilogue of (decide_gemm_epilogues).
   std::vector<bool> gemm_input, gemm_epilogue;
   std::vector<int8_t> gemm_fusible;  // fusible_into_gemm's answers: -1 unknown, 0 no, 1 yes
+  // Expensive values written only because several ops read them (materialize_by_role), to be fused after
+  // all if those ops end up in one fusion (fuse_expensive_values_read_by_one_fusion).
+  std::vector<bool> written_for_readers;
   // Per fused value, the buffers it is computed from (gather_sources).
   std::vector<std::vector<uint32_t>> sources;
 
@@ -102,6 +105,7 @@ struct Fusion {
     fold_batch_sums();
     decide_gemm_operands();
     decide_gemm_epilogues();
+    fuse_expensive_values_read_by_one_fusion();
     gather_sources();
     emit();
     return ok_status();
@@ -143,6 +147,7 @@ struct Fusion {
     gemm_input.assign(n, false);
     gemm_epilogue.assign(n, false);
     gemm_fusible.assign(n, -1);
+    written_for_readers.assign(n, false);
     sources.assign(n, {});
     return ok_status();
   }
@@ -248,9 +253,11 @@ struct Fusion {
           // memory. XLA's priority fusion weighs memory traffic (gpu_performance_model): an expensive op
           // computed from narrower buffers than its result - exp over bf16 scores widened to f32 - is
           // recomputed in each consumer rather than written out wide.
-          if (role[i] == Role::kExpensive && several_readers(i) && !normalization_diamond(i) &&
-              read_bytes(i, 0) >= inst.shape.own_bytes())
+          if (!needed && role[i] == Role::kExpensive && several_readers(i) && !normalization_diamond(i) &&
+              read_bytes(i, 0) >= inst.shape.own_bytes()) {
             needed = true;
+            written_for_readers[i] = true;
+          }
           // (A cheap value several fusions read is decided next, by priority fusion.)
           materialized[i] = needed;
           break;
@@ -556,6 +563,48 @@ struct Fusion {
       }
       materialized[last] = true;
       gemm_epilogue[last] = true;
+    }
+  }
+
+  // An expensive value is written when several fusions would compute it (materialize_by_role), but its
+  // readers are ops, not yet fusions: XLA's priority fusion fuses the cheap readers into their consumers
+  // first and recomputes a producer's priority whenever its consumers merge (PriorityFusionQueue's
+  // OnFusingInstruction and CalculateProducerPriority, xla/service/gpu/transforms/priority_fusion.cc).
+  // When every reader ends up inside one fusion, fusing the producer there duplicates nothing and saves
+  // its write and read, so it is fused: the tanh of a GELU's derivative, read by three elementwise ops of
+  // one gradient (mlp_fp32_donate_remat_full's loop_add_fusion computes it from the recomputed product).
+  // Kept written: readers in several fusions, a GEMM's (its fusion takes in cheap ops only,
+  // fusible_into_gemm) or an epilogue's, a value written for a GEMM. Later values first, so a chain of
+  // expensive ops fuses from its end.
+  void fuse_expensive_values_read_by_one_fusion() {
+    // A walk longer than this keeps the value written: a hostile program of many expensive values, each
+    // read through long fused chains, would otherwise be quadratic.
+    constexpr size_t kMaxWalk = 4096;
+    std::vector<uint32_t> stamp(n, UINT32_MAX), stack;
+    for (uint32_t i = static_cast<uint32_t>(n); i-- > 0;) {
+      if (!written_for_readers[i] || !materialized[i]) continue;
+      stack.assign(users[i].begin(), users[i].end());
+      uint32_t fusion = UINT32_MAX;
+      size_t walked = 0;
+      bool one = true;
+      while (one && !stack.empty()) {
+        const uint32_t u = stack.back();
+        stack.pop_back();
+        if (stamp[u] == i) continue;
+        stamp[u] = i;
+        if (++walked > kMaxWalk || gemm_input[u] || is_gemm(u) || gemm_epilogue[u] ||
+            (materialized[u] && fusion != UINT32_MAX && fusion != u)) {
+          one = false;
+        } else if (materialized[u]) {
+          one = fuses(role[u]) || role[u] == Role::kReduce;
+          fusion = u;
+        } else if (fuses(role[u])) {
+          stack.insert(stack.end(), users[u].begin(), users[u].end());
+        } else {
+          one = false;
+        }
+      }
+      if (one && fusion != UINT32_MAX) materialized[i] = false;
     }
   }
 

@@ -23,17 +23,20 @@ namespace {
 // instruction of the computation (not a well-formed computation: its order is kept).
 struct OperandGraph {
   std::vector<std::vector<uint32_t>> operands, users;
+  std::vector<std::vector<uint32_t>> positional;  // every operand in place, as a tuple's elements need
 };
 std::optional<OperandGraph> operand_graph(const HloComputation& comp) {
   const size_t n = comp.instructions.size();
   NameIndex index;
   index.reserve(n);
   for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
-  OperandGraph g{std::vector<std::vector<uint32_t>>(n), std::vector<std::vector<uint32_t>>(n)};
+  OperandGraph g{std::vector<std::vector<uint32_t>>(n), std::vector<std::vector<uint32_t>>(n),
+                 std::vector<std::vector<uint32_t>>(n)};
   for (uint32_t i = 0; i < n; ++i) {
     for (const std::string& o : comp.instructions[i].operands) {
       auto it = index.find(o);
       if (it == index.end()) return std::nullopt;
+      g.positional[i].push_back(it->second);
       if (std::find(g.operands[i].begin(), g.operands[i].end(), it->second) == g.operands[i].end()) {
         g.operands[i].push_back(it->second);
         g.users[it->second].push_back(i);
@@ -41,6 +44,67 @@ std::optional<OperandGraph> operand_graph(const HloComputation& comp) {
     }
   }
   return g;
+}
+
+// The buffers each instruction reads, as XLA's ListScheduler counts them: every buffer in the points-to
+// set of each operand (TuplePointsToAnalysis), so a value read through a tuple, an optimization barrier and
+// a get-tuple-element is in use until its last reader through them has run - a saved activation that a
+// recomputation's barrier passes on is freed by the gradient that reads it, not by the barrier. A forward
+// (tuple, get-tuple-element, bitcast, barrier) defines no buffer; every other instruction one, its own. A
+// get-tuple-element of a tuple points at that element's buffers (nested elements flattened into it).
+// nullopt past `kMaxEntries` sets' entries in all: a hostile chain of tuples each holding the one before
+// would be quadratic; the caller then counts each operand as the buffer (the approximation before).
+std::optional<std::vector<std::vector<uint32_t>>> buffers_read(const HloComputation& comp,
+                                                               const OperandGraph& g) {
+  const size_t n = comp.instructions.size();
+  const size_t kMaxEntries = 8 * n + (size_t{1} << 20);
+  size_t entries = 0;
+  // Per forward, per element of its result, the buffers there; a non-forward `o` is {{o}}.
+  std::vector<std::vector<std::vector<uint32_t>>> elements(n);
+  std::vector<bool> forward(n, false);
+  auto flat = [&](uint32_t o, std::vector<uint32_t>& out) {
+    if (!forward[o]) {
+      out.push_back(o);
+      return;
+    }
+    for (const std::vector<uint32_t>& e : elements[o]) out.insert(out.end(), e.begin(), e.end());
+  };
+  std::vector<uint32_t> order = instruction_post_order(comp);
+  if (order.size() != n) return std::nullopt;  // a cycle
+  for (uint32_t i : order) {
+    const HloInstruction& x = comp.instructions[i];
+    if (role_of(x.opcode) != Role::kForward) continue;
+    forward[i] = true;
+    const std::vector<uint32_t>& ops = g.positional[i];
+    std::vector<std::vector<uint32_t>>& e = elements[i];
+    if (x.opcode == HloOpcode::kTuple) {
+      e.resize(ops.size());
+      for (size_t k = 0; k < ops.size(); ++k) flat(ops[k], e[k]);
+    } else if (x.opcode == HloOpcode::kGetTupleElement && ops.size() == 1 && forward[ops[0]] &&
+               x.tuple_index >= 0 && static_cast<size_t>(x.tuple_index) < elements[ops[0]].size()) {
+      e.push_back(elements[ops[0]][static_cast<size_t>(x.tuple_index)]);
+    } else if (ops.size() == 1 && forward[ops[0]] && x.opcode != HloOpcode::kGetTupleElement) {
+      e = elements[ops[0]];  // a bitcast or a barrier: its operand's memory
+    } else {
+      e.emplace_back();
+      for (uint32_t o : ops) flat(o, e.back());
+    }
+    for (std::vector<uint32_t>& el : e) {
+      std::sort(el.begin(), el.end());
+      el.erase(std::unique(el.begin(), el.end()), el.end());
+      entries += el.size();
+    }
+    if (entries > kMaxEntries) return std::nullopt;
+  }
+  std::vector<std::vector<uint32_t>> reads(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    for (uint32_t o : g.operands[i]) flat(o, reads[i]);
+    std::sort(reads[i].begin(), reads[i].end());
+    reads[i].erase(std::unique(reads[i].begin(), reads[i].end()), reads[i].end());
+    entries += reads[i].size();
+    if (entries > 2 * kMaxEntries) return std::nullopt;
+  }
+  return reads;
 }
 
 }  // namespace
@@ -77,8 +141,24 @@ void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, u
                        x.shape.memory_space == kHostMemorySpace
                    ? 0
                    : x.shape.own_bytes();
-    unscheduled_users[i] = static_cast<uint32_t>(users[i].size());
     waiting_operands[i] = static_cast<uint32_t>(operands[i].size());
+  }
+  // The buffers each instruction reads through forwards, and each buffer's readers yet to run (one more
+  // for a buffer the program returns: never freed). Without the points-to sets (a hostile program's), each
+  // operand counts as a buffer.
+  std::vector<std::vector<uint32_t>> reads;
+  if (std::optional<std::vector<std::vector<uint32_t>>> r = buffers_read(comp, *graph)) {
+    reads = std::move(*r);
+    for (const std::vector<uint32_t>& rs : reads)
+      for (uint32_t b : rs) ++unscheduled_users[b];
+    if (const HloInstruction* out = comp.root()) {
+      const auto root_at = static_cast<uint32_t>(out - comp.instructions.data());
+      for (uint32_t b : reads[root_at]) ++unscheduled_users[b];
+      if (role_of(out->opcode) != Role::kForward) ++unscheduled_users[root_at];
+    }
+  } else {
+    reads = operands;
+    for (uint32_t i = 0; i < n; ++i) unscheduled_users[i] = static_cast<uint32_t>(users[i].size());
   }
   for (const auto& [a, b] : runs_after) {
     if (a >= n || b >= n || a == b) continue;
@@ -91,7 +171,7 @@ void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, u
   auto clamp = [](uint64_t b) { return static_cast<int64_t>(std::min<uint64_t>(b, kMax)); };
   auto priority = [&](uint32_t i) {
     int64_t freed = 0;
-    for (uint32_t o : operands[i]) {
+    for (uint32_t o : reads[i]) {
       if (unscheduled_users[o] == 1)
         freed = clamp(static_cast<uint64_t>(freed) + static_cast<uint64_t>(clamp(bytes[o])));
     }
@@ -122,7 +202,7 @@ void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, u
   auto run = [&](uint32_t i) {
     done[i] = true;
     order.push_back(i);
-    for (uint32_t o : operands[i]) --unscheduled_users[o];
+    for (uint32_t o : reads[i]) --unscheduled_users[o];
     for (uint32_t u : users[i]) {
       if (--waiting_operands[u] == 0 && &comp.instructions[u] != root) push(u);
     }

@@ -825,5 +825,72 @@ ENTRY main.1 {
   EXPECT_NE(find(*modeled, "by_v"), nullptr) << "a division by a computed value, read twice, is written once";
 }
 
+// An expensive value several ops read is written once only when those ops end up in several fusions: the
+// tanh of a GELU's derivative is read by three elementwise ops that all fuse into the one gradient XLA
+// writes (priority fusion merges the readers first, then fuses the tanh into the one fusion left), as the
+// compiled mlp_fp32_donate_remat_full's loop_add_fusion does. Read by two results, it is written.
+TEST(XlaGpuModel, AnExpensiveValueIsFusedWhenAllItsReadersFuseIntoOne) {
+  auto modeled_with = [](const char* root) {
+    const std::string t = fmt::format(R"(HloModule jit_step
+
+ENTRY main.1 {{
+  x = f32[1024,1024]{{1,0}} parameter(0)
+  w = f32[1024,1024]{{1,0}} parameter(1)
+  dy = f32[1024,1024]{{1,0}} parameter(2)
+  h = f32[1024,1024]{{1,0}} dot(x, w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  t = f32[1024,1024]{{1,0}} tanh(h)
+  one = f32[] constant(1)
+  ones = f32[1024,1024]{{1,0}} broadcast(one), dimensions={{}}
+  a = f32[1024,1024]{{1,0}} add(t, ones)
+  s = f32[1024,1024]{{1,0}} subtract(ones, t)
+  d = f32[1024,1024]{{1,0}} multiply(a, s)
+  g = f32[1024,1024]{{1,0}} multiply(d, dy)
+  u = f32[1024,1024]{{1,0}} multiply(t, dy)
+  ROOT r = {} 
+}})",
+                                      root);
+    auto modeled = model_xla_gpu(lowered(t.c_str()));
+    EXPECT_TRUE(modeled.ok()) << modeled.error().message();
+    return std::move(*modeled);
+  };
+  const HloModule one = modeled_with("(f32[1024,1024]{1,0}) tuple(g)");
+  EXPECT_EQ(find(one, "t"), nullptr) << "a, s and d fuse into g, and so does the tanh";
+  const std::vector<std::string>& reads = find(one, "g")->operands;
+  EXPECT_EQ(reads.size(), 2u) << "the product (or its split partials' sum) and dy";
+  EXPECT_TRUE(std::find(reads.begin(), reads.end(), "dy") != reads.end());
+  const HloModule two = modeled_with("(f32[1024,1024]{1,0}, f32[1024,1024]{1,0}) tuple(g, u)");
+  EXPECT_NE(find(two, "t"), nullptr) << "g and u are two fusions: the tanh is computed once, for both";
+}
+
+// XLA's ListScheduler counts a buffer in use by every instruction whose operand points at it
+// (TuplePointsToAnalysis), through tuples, optimization barriers and get-tuple-elements: a value a
+// rematerialization's barrier passes on is freed by the last reader behind the barrier, not by the tuple.
+// So the GEMM that reads the saved x through the barrier frees it and runs first; counted as freed by the
+// tuple, it would free nothing and b, written first, would run before it.
+TEST(XlaGpuModel, TheListSchedulerFreesAValueAtItsLastReaderBehindABarrier) {
+  const HloModule m = lowered(R"(HloModule jit_step
+
+ENTRY main.1 {
+  p = f32[1024,1024]{1,0} parameter(0)
+  w = f32[1024,1024]{1,0} parameter(1)
+  x = f32[1024,1024]{1,0} dot(p, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  g = f32[1024,1024]{1,0} dot(w, p), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = (f32[1024,1024]{1,0}, f32[1024,1024]{1,0}) tuple(x, g)
+  ob = (f32[1024,1024]{1,0}, f32[1024,1024]{1,0}) opt-barrier(t)
+  gx = f32[1024,1024]{1,0} get-tuple-element(ob), index=0
+  gg = f32[1024,1024]{1,0} get-tuple-element(ob), index=1
+  b = f32[1024,1024]{1,0} dot(gg, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  a = f32[1024,1024]{1,0} dot(gx, gg), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT r = (f32[1024,1024]{1,0}, f32[1024,1024]{1,0}) tuple(a, b)
+})");
+  auto modeled = model_xla_gpu(m);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  const HloModule listed = list_scheduled(*modeled);
+  std::vector<std::string> gemms;
+  for (const HloInstruction& x : listed.entry()->instructions)
+    if (x.name == "a" || x.name == "b") gemms.push_back(x.name);
+  EXPECT_EQ(gemms, (std::vector<std::string>{"a", "b"}));
+}
+
 }  // namespace
 }  // namespace memfit
