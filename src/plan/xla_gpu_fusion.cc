@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -89,8 +90,10 @@ struct Fusion {
   std::vector<bool> gemm_input, gemm_epilogue;
   std::vector<int8_t> gemm_fusible;  // fusible_into_gemm's answers: -1 unknown, 0 no, 1 yes
   // Expensive values written only because several ops read them (materialize_by_role), to be fused after
-  // all if those ops end up in one fusion (fuse_expensive_values_read_by_one_fusion).
+  // all if those ops end up in one fusion (fuse_values_read_by_one_fusion).
   std::vector<bool> written_for_readers;
+  // A softmax's or a norm's fusion with its reductions fused in (fuse_values_read_by_one_fusion).
+  std::vector<bool> normalization;
   // Per fused value, the buffers it is computed from (gather_sources).
   std::vector<std::vector<uint32_t>> sources;
 
@@ -105,7 +108,7 @@ struct Fusion {
     fold_batch_sums();
     decide_gemm_operands();
     decide_gemm_epilogues();
-    fuse_expensive_values_read_by_one_fusion();
+    fuse_values_read_by_one_fusion();
     gather_sources();
     emit();
     return ok_status();
@@ -148,6 +151,7 @@ struct Fusion {
     gemm_epilogue.assign(n, false);
     gemm_fusible.assign(n, -1);
     written_for_readers.assign(n, false);
+    normalization.assign(n, false);
     sources.assign(n, {});
     return ok_status();
   }
@@ -566,6 +570,37 @@ struct Fusion {
     }
   }
 
+  // The one fusion all of `v`'s readers end up in, following its fused readers (elementwise ops, and
+  // reductions already fused into a normalization) to the values that get a buffer; nullopt when they end
+  // in several, in a GEMM (its fusion takes in cheap ops only, fusible_into_gemm), an epilogue, a value
+  // written for a GEMM, or a buffer that fuses nothing. `seen` marks the values walked (with `v`'s stamp).
+  // A walk longer than kMaxWalk gives nullopt: a hostile program of many such values, each read through long
+  // fused chains, would otherwise be quadratic.
+  std::optional<uint32_t> one_fusion_reading(uint32_t v, std::vector<uint32_t>& seen) const {
+    constexpr size_t kMaxWalk = 4096;
+    std::vector<uint32_t> stack(users[v].begin(), users[v].end());
+    std::optional<uint32_t> fusion;
+    size_t walked = 0;
+    while (!stack.empty()) {
+      const uint32_t u = stack.back();
+      stack.pop_back();
+      if (seen[u] == v) continue;
+      seen[u] = v;
+      if (++walked > kMaxWalk || gemm_input[u] || is_gemm(u) || gemm_epilogue[u] ||
+          (materialized[u] && fusion && *fusion != u))
+        return std::nullopt;
+      if (materialized[u]) {
+        if (!fuses(role[u]) && role[u] != Role::kReduce) return std::nullopt;
+        fusion = u;
+      } else if (fuses(role[u]) || role[u] == Role::kReduce) {
+        stack.insert(stack.end(), users[u].begin(), users[u].end());
+      } else {
+        return std::nullopt;
+      }
+    }
+    return fusion;
+  }
+
   // An expensive value is written when several fusions would compute it (materialize_by_role), but its
   // readers are ops, not yet fusions: XLA's priority fusion fuses the cheap readers into their consumers
   // first and recomputes a producer's priority whenever its consumers merge (PriorityFusionQueue's
@@ -573,38 +608,36 @@ struct Fusion {
   // When every reader ends up inside one fusion, fusing the producer there duplicates nothing and saves
   // its write and read, so it is fused: the tanh of a GELU's derivative, read by three elementwise ops of
   // one gradient (mlp_fp32_donate_remat_full's loop_add_fusion computes it from the recomputed product).
-  // Kept written: readers in several fusions, a GEMM's (its fusion takes in cheap ops only,
-  // fusible_into_gemm) or an epilogue's, a value written for a GEMM. Later values first, so a chain of
-  // expensive ops fuses from its end.
-  void fuse_expensive_values_read_by_one_fusion() {
-    // A walk longer than this keeps the value written: a hostile program of many expensive values, each
-    // read through long fused chains, would otherwise be quadratic.
-    constexpr size_t kMaxWalk = 4096;
-    std::vector<uint32_t> stamp(n, UINT32_MAX), stack;
+  //
+  // A reduction read only inside one elementwise fusion that also reads what it reduced - the max and the
+  // sum of a softmax, read by the subtraction and the division of the same rows - is part of that fusion:
+  // XLA's SoftmaxRewriterTriton makes such a diamond one Triton fusion (triton_softmax, the compiled
+  // gpt_fp32_infer_b32's reads the scores and the mask, nothing else), so the statistics never reach
+  // memory. A norm's statistics that the backward pass also reads stay written (several fusions).
+  //
+  // Later values first, so a chain (a sum over the exp of what a max was subtracted from) fuses from its end.
+  void fuse_values_read_by_one_fusion() {
+    std::vector<uint32_t> seen(n, UINT32_MAX);
     for (uint32_t i = static_cast<uint32_t>(n); i-- > 0;) {
-      if (!written_for_readers[i] || !materialized[i]) continue;
-      stack.assign(users[i].begin(), users[i].end());
-      uint32_t fusion = UINT32_MAX;
-      size_t walked = 0;
-      bool one = true;
-      while (one && !stack.empty()) {
-        const uint32_t u = stack.back();
-        stack.pop_back();
-        if (stamp[u] == i) continue;
-        stamp[u] = i;
-        if (++walked > kMaxWalk || gemm_input[u] || is_gemm(u) || gemm_epilogue[u] ||
-            (materialized[u] && fusion != UINT32_MAX && fusion != u)) {
-          one = false;
-        } else if (materialized[u]) {
-          one = fuses(role[u]) || role[u] == Role::kReduce;
-          fusion = u;
-        } else if (fuses(role[u])) {
-          stack.insert(stack.end(), users[u].begin(), users[u].end());
-        } else {
-          one = false;
-        }
+      if (!materialized[i] || &at(i) == root) continue;
+      // (Written by a GEMM as its epilogue, or for a GEMM, by a later rule: it stays.)
+      if (gemm_epilogue[i] || gemm_input[i]) continue;
+      if (written_for_readers[i]) {
+        if (one_fusion_reading(i, seen)) materialized[i] = false;
+        continue;
       }
-      if (one && fusion != UINT32_MAX) materialized[i] = false;
+      if (role[i] != Role::kReduce || operands[i].empty() || at(i).shape.is_tuple() ||
+          transposed_fold.contains(i) || folded_dot[operands[i][0]])
+        continue;
+      const std::optional<uint32_t> f = one_fusion_reading(i, seen);
+      if (!f || !fuses(role[*f])) continue;
+      // The diamond: what is reduced is also read, beside the reduction, by the fusion.
+      const uint32_t reduced = operands[i][0];
+      const bool diamond = std::any_of(users[reduced].begin(), users[reduced].end(),
+                                       [&](uint32_t u) { return u != i && (u == *f || seen[u] == i); });
+      if (!diamond) continue;
+      materialized[i] = false;
+      normalization[*f] = true;
     }
   }
 
@@ -821,7 +854,7 @@ void Fusion::emit() {
       // XLA's and b64's +4.8%, against +1.9% and +0.5%).
       inst.opcode = HloOpcode::kCustomCall;
       inst.custom_call_target = xla_gpu_internal::kTransposeFusion;
-    } else if (fuses(role[i]) && normalizes(unique)) {
+    } else if (fuses(role[i]) && (normalization[i] || normalizes(unique))) {
       // A softmax or a two-pass norm: one fusion in XLA:GPU that reads each row whole before writing it, so
       // its result cannot take the input's memory (FusionCanShareBufferHint stops at a reduction).
       inst.opcode = HloOpcode::kCustomCall;

@@ -133,9 +133,9 @@ TEST(StepPlan, OffloadSendsTheDotsJaxMarksForTheHost) {
 }
 
 // ViT inference, written as the program JAX lowers and planned through the model of XLA:GPU: the zoo's
-// peak is the live set of XLA's compiled module at its peak (plan_hlo's no-fragmentation bound of the
-// bundled module) within 0.5%. The difference, 4.8 MB, is the softmax's row maximum and sum
-// ([256,12,197] f32 each), which the model keeps as buffers and XLA inside its Triton softmax fusion.
+// peak is that of XLA's compiled module, hole for hole: the softmax's row maximum and sum are inside its
+// Triton fusion in both (they were buffers of the model's once, 4.8 MB, and the heap packed round them
+// without XLA's 8% hole: -7.8% then).
 TEST(StepPlan, VitInferenceHoldsWhatXlaHolds) {
   auto spec = model_spec_from_json(Json::parse(
       R"({"model": "vit", "d_model": 768, "heads": 12, "layers": 12, "batch": 256, "step": "infer"})"));
@@ -148,8 +148,9 @@ TEST(StepPlan, VitInferenceHoldsWhatXlaHolds) {
   ASSERT_TRUE(compiled.ok());
   auto xla = plan_hlo(*compiled);
   ASSERT_TRUE(xla.ok());
-  EXPECT_NEAR(static_cast<double>(plan->peak_bytes), static_cast<double>(xla->lower_bound_bytes),
-              0.005 * static_cast<double>(xla->lower_bound_bytes));
+  EXPECT_NEAR(static_cast<double>(plan->peak_bytes), static_cast<double>(xla->peak_bytes),
+              0.005 * static_cast<double>(xla->peak_bytes));
+  EXPECT_GT(xla->peak_bytes, xla->lower_bound_bytes + xla->peak_bytes / 20) << "XLA's heap leaves a hole";
 }
 
 // The zoo's program takes the arguments JAX passed: the entry parameters of its module are, shape for

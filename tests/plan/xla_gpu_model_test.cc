@@ -604,10 +604,12 @@ ENTRY main.1 {
   ASSERT_TRUE(modeled.ok()) << modeled.error().message();
   ASSERT_NE(find(*modeled, "cat"), nullptr) << "the concatenate is a buffer";
   EXPECT_EQ(find(*modeled, "x"), nullptr) << "the position embedding's add is recomputed from it";
-  const HloInstruction* sum = find(*modeled, "sum");
-  ASSERT_NE(sum, nullptr);
-  EXPECT_NE(std::find(sum->operands.begin(), sum->operands.end(), "cat"), sum->operands.end());
-  EXPECT_EQ(std::find(sum->operands.begin(), sum->operands.end(), "emb"), sum->operands.end())
+  // The norm is one fusion, its mean inside it (SoftmaxRewriterTriton's diamond), written for the GEMM.
+  EXPECT_EQ(find(*modeled, "sum"), nullptr) << "the mean is computed inside the norm's fusion";
+  const HloInstruction* norm = find(*modeled, "centered");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_NE(std::find(norm->operands.begin(), norm->operands.end(), "cat"), norm->operands.end());
+  EXPECT_EQ(std::find(norm->operands.begin(), norm->operands.end(), "emb"), norm->operands.end())
       << "the norm reads the concatenate, not the patch GEMM's result";
   // A plain reduction of a concatenate (no diamond) takes it in, as XLA's input fusions do.
   const HloModule plain = lowered(R"(HloModule jit_step
@@ -890,6 +892,61 @@ ENTRY main.1 {
   for (const HloInstruction& x : listed.entry()->instructions)
     if (x.name == "a" || x.name == "b") gemms.push_back(x.name);
   EXPECT_EQ(gemms, (std::vector<std::string>{"a", "b"}));
+}
+
+// A softmax's row maximum and sum are read only by the subtraction and the division of the same fusion,
+// which also reads the scores they reduce: XLA's SoftmaxRewriterTriton makes the diamond one Triton fusion
+// (the compiled gpt_fp32_infer_b32's triton_softmax reads the scores and nothing else), so neither
+// statistic is a buffer, and the probabilities never take the scores' memory (a row is read whole before it
+// is written). When the backward pass also reads the maximum (two fusions), it is written.
+TEST(XlaGpuModel, ASoftmaxsStatisticsAreInsideItsFusion) {
+  auto modeled_with = [](const char* root) {
+    const std::string t = fmt::format(R"(HloModule jit_step
+
+max.1 {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}}
+
+add.1 {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+
+ENTRY main.1 {{
+  q = f32[64,256,64]{{2,1,0}} parameter(0)
+  k = f32[64,64,256]{{2,1,0}} parameter(1)
+  v = f32[64,256,64]{{2,1,0}} parameter(2)
+  s = f32[64,256,256]{{2,1,0}} dot(q, k), lhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, rhs_batch_dims={{0}}, rhs_contracting_dims={{1}}
+  ninf = f32[] constant(-inf)
+  mx = f32[64,256]{{1,0}} reduce(s, ninf), dimensions={{2}}, to_apply=max.1
+  mxb = f32[64,256,256]{{2,1,0}} broadcast(mx), dimensions={{0,1}}
+  d = f32[64,256,256]{{2,1,0}} subtract(s, mxb)
+  e = f32[64,256,256]{{2,1,0}} exponential(d)
+  zero = f32[] constant(0)
+  sm = f32[64,256]{{1,0}} reduce(e, zero), dimensions={{2}}, to_apply=add.1
+  smb = f32[64,256,256]{{2,1,0}} broadcast(sm), dimensions={{0,1}}
+  p = f32[64,256,256]{{2,1,0}} divide(e, smb)
+  o = f32[64,256,64]{{2,1,0}} dot(p, v), lhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, rhs_batch_dims={{0}}, rhs_contracting_dims={{1}}
+  ROOT r = {}
+}})",
+                                      root);
+    auto modeled = model_xla_gpu(lowered(t.c_str()));
+    EXPECT_TRUE(modeled.ok()) << modeled.error().message();
+    return std::move(*modeled);
+  };
+  const HloModule fused = modeled_with("(f32[64,256,64]{2,1,0}) tuple(o)");
+  EXPECT_EQ(find(fused, "mx"), nullptr);
+  EXPECT_EQ(find(fused, "sm"), nullptr);
+  const HloInstruction* probs = find(fused, "p");
+  ASSERT_NE(probs, nullptr);
+  EXPECT_EQ(probs->operands, (std::vector<std::string>{"s"}));
+  EXPECT_EQ(probs->custom_call_target, "__memfit$normalization") << "not written over the scores";
+  const HloModule kept = modeled_with("(f32[64,256,64]{2,1,0}, f32[64,256]{1,0}) tuple(o, mx)");
+  EXPECT_NE(find(kept, "mx"), nullptr) << "the program returns the maximum: it is a buffer";
+  EXPECT_EQ(find(kept, "sm"), nullptr);
 }
 
 }  // namespace
