@@ -396,7 +396,8 @@ void fold_transposes(HloComputation& comp) {
 // transient: ViT's 768x2304 weight gradient (108 tiles: XLA split 2, this 1) and its 64x768 head gradient
 // (XLA 8, this 4).
 constexpr uint64_t kGemmCores = 132;
-constexpr uint64_t kGemmTileElements = 128 * 128;
+constexpr uint64_t kGemmTileRows = 128;
+constexpr uint64_t kGemmTileElements = kGemmTileRows * kGemmTileRows;
 constexpr uint64_t kMaxSplitK = 16;
 constexpr uint64_t kMinContractionPerSplit = 128;
 
@@ -413,7 +414,17 @@ uint64_t split_k_of(const HloInstruction& dot, const Shape& lhs, const Shape& rh
   const double k2 = static_cast<double>(elements(lhs)) * static_cast<double>(elements(rhs)) /
                     (static_cast<double>(out) * static_cast<double>(batch));
   const auto contraction = static_cast<uint64_t>(std::llround(std::sqrt(k2)));
-  const uint64_t tiles = (out + kGemmTileElements - 1) / kGemmTileElements;
+  // The rows of the product (M: lhs's elements over batch and contraction): fewer than 128 rows are one
+  // tile of rows (XLA's Triton configurations for a small M have block_m 16 to 64), by 128 columns, so a
+  // long thin product - a decode step's 8 rows by a 32000-word vocabulary, 250 tiles - already fills the
+  // GPU and is not split (the compiled gpt_fp32_decode_b8 writes its logits whole), while its 8 x 3072
+  // projection (24 tiles) is split 4, as XLA split it.
+  uint64_t tiles = (out + kGemmTileElements - 1) / kGemmTileElements;
+  if (contraction > 0) {
+    const uint64_t rows = elements(lhs) / (batch * contraction);
+    if (rows > 0 && rows < kGemmTileRows)
+      tiles = batch * ((out / (batch * rows) + kGemmTileRows - 1) / kGemmTileRows);
+  }
   const double want = static_cast<double>(kGemmCores) / static_cast<double>(tiles);
   uint64_t split = 1;
   while (split < kMaxSplitK && static_cast<double>(split * 2) <= want * std::sqrt(2.0) &&

@@ -424,6 +424,28 @@ ENTRY main.1 {
   EXPECT_TRUE(planned);
 }
 
+// A product of a few rows is one tile of rows by 128 columns (XLA's Triton configurations for a small M):
+// a decode step's 8 rows by a 32000-word vocabulary is 250 tiles and fills the GPU unsplit, as the compiled
+// gpt_fp32_decode_b8 writes its logits; its 8 x 3072 projection, 24 tiles, is split 4, as XLA split it.
+TEST(XlaGpuModel, AFewRowsByManyColumnsFillTheGpuUnsplit) {
+  const HloModule m = lowered(R"(HloModule jit_step
+
+ENTRY main.1 {
+  x = f32[8,1024]{1,0} parameter(0)
+  head = f32[1024,32000]{1,0} parameter(1)
+  wqkv = f32[1024,3072]{1,0} parameter(2)
+  logits = f32[8,32000]{1,0} dot(x, head), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  qkv = f32[8,3072]{1,0} dot(x, wqkv), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = (f32[8,32000]{1,0}, f32[8,3072]{1,0}) tuple(logits, qkv)
+})");
+  auto modeled = model_xla_gpu(m);
+  ASSERT_TRUE(modeled.ok()) << modeled.error().message();
+  EXPECT_EQ(find(*modeled, "logits.split_k"), nullptr);
+  const HloInstruction* qkv = find(*modeled, "qkv.split_k");
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_EQ(qkv->shape.to_string(), "f32[4,8,3072]");
+}
+
 // Donated arguments with no output named (buffer_donor=, JAX's jax.buffer_donor) are paired as XLA's
 // OptimizeInputOutputBufferAlias pairs them: largest first, equal sizes, one memory space at a time, never an
 // argument or output already aliased. Parameter 0's update aliases it; parameter 1 finds no output of its
