@@ -118,11 +118,14 @@ std::optional<std::vector<std::vector<uint32_t>>> buffers_read(const HloComputat
 // A queued entry whose priority rose (another reader of its operand ran) keeps its old place until it is
 // popped. XLA re-queues such entries, but only the users of the operand instructions the scheduled one read
 // (CreateSchedule's adjust_ready_queue), and its fused graph reads most buffers through bitcasts, so many
-// stay where they were. Re-queuing every one here (tried 2026-12-03) put 21 of 27 within 5%, not 22:
-// gpt_fp32_donate_scan_remat_full fell from -1.7% to -16%, and over XLA's own compiled graph of
-// mlp_fp32_donate_remat_full it found 369 MB of temp where XLA's schedule holds 537 MB - which the order
-// kept here reproduces to the byte. The cost: with cuDNN attention, full remat and long sequences (48
-// layers of 4096 tokens) a recomputed GELU output can wait behind the whole backward pass.
+// stay where they were. Re-queuing every one here (tried 2026-12-03, before buffers were counted through
+// forwards) put 21 of 27 within 5%, not 22: gpt_fp32_donate_scan_remat_full fell from -1.7% to -16%. The
+// cost: with cuDNN attention, full remat and long sequences (48 layers of 4096 tokens) a recomputed GELU
+// output can wait behind the whole backward pass. A buffer is in use by every reader of its points-to set
+// (buffers_read): over the lowered mlp_fp32_donate_remat_full this gives XLA's temp to 7 KB (counted by
+// operand, +12.5%); over XLA's compiled graph of it (barriers already gone) it orders a schedule of 336 MB
+// where XLA compiled one of 537 MB - that graph is not the one XLA scheduled, and which of XLA's schedulers
+// made the compiled order is not known for this program.
 // `runs_after`: pairs (a, b) of instruction indices, b to run after a (no data flows: nothing is freed).
 void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, uint32_t>>& runs_after) {
   const size_t n = comp.instructions.size();
@@ -151,10 +154,13 @@ void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, u
     reads = std::move(*r);
     for (const std::vector<uint32_t>& rs : reads)
       for (uint32_t b : rs) ++unscheduled_users[b];
-    if (const HloInstruction* out = comp.root()) {
+    if (const HloInstruction* out = comp.root()) {  // what the root points at is live out
       const auto root_at = static_cast<uint32_t>(out - comp.instructions.data());
-      for (uint32_t b : reads[root_at]) ++unscheduled_users[b];
-      if (role_of(out->opcode) != Role::kForward) ++unscheduled_users[root_at];
+      if (role_of(out->opcode) == Role::kForward) {
+        for (uint32_t b : reads[root_at]) ++unscheduled_users[b];
+      } else {
+        ++unscheduled_users[root_at];
+      }
     }
   } else {
     reads = operands;
