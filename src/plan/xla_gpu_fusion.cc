@@ -90,7 +90,8 @@ struct Fusion {
   std::vector<bool> gemm_input, gemm_epilogue;
   std::vector<int8_t> gemm_fusible;  // fusible_into_gemm's answers: -1 unknown, 0 no, 1 yes
   // Expensive values written only because several ops read them (materialize_by_role), to be fused after
-  // all if those ops end up in one fusion (fuse_values_read_by_one_fusion).
+  // all if those ops end up in one fusion (fuse_values_read_by_one_fusion); not one a GEMM writes as its
+  // epilogue (decide_gemm_epilogues clears it: StableHLO's scale of the scores by sqrt(64) is one).
   std::vector<bool> written_for_readers;
   // A softmax's or a norm's fusion with its reductions fused in (fuse_values_read_by_one_fusion).
   std::vector<bool> normalization;
@@ -567,6 +568,7 @@ struct Fusion {
       }
       materialized[last] = true;
       gemm_epilogue[last] = true;
+      written_for_readers[last] = false;  // the GEMM writes it now, whoever reads it
     }
   }
 
@@ -620,8 +622,6 @@ struct Fusion {
     std::vector<uint32_t> seen(n, UINT32_MAX);
     for (uint32_t i = static_cast<uint32_t>(n); i-- > 0;) {
       if (!materialized[i] || &at(i) == root) continue;
-      // (Written by a GEMM as its epilogue, or for a GEMM, by a later rule: it stays.)
-      if (gemm_epilogue[i] || gemm_input[i]) continue;
       if (written_for_readers[i]) {
         if (one_fusion_reading(i, seen)) materialized[i] = false;
         continue;
