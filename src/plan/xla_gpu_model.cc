@@ -415,10 +415,13 @@ uint64_t split_k_of(const HloInstruction& dot, const Shape& lhs, const Shape& rh
                     (static_cast<double>(out) * static_cast<double>(batch));
   const auto contraction = static_cast<uint64_t>(std::llround(std::sqrt(k2)));
   // The rows of the product (M: lhs's elements over batch and contraction): fewer than 128 rows are one
-  // tile of rows (XLA's Triton configurations for a small M have block_m 16 to 64), by 128 columns, so a
-  // long thin product - a decode step's 8 rows by a 32000-word vocabulary, 250 tiles - already fills the
-  // GPU and is not split (the compiled gpt_fp32_decode_b8 writes its logits whole), while its 8 x 3072
-  // projection (24 tiles) is split 4, as XLA split it.
+  // tile of rows, by 128 columns. The autotuner clamps each configuration's block_m to a limit from the
+  // product's rows (GetLimits) and raises it to 64 on Hopper (wgmma; GenerateTritonConfigs in
+  // xla/service/gpu/autotuning/gemm_fusion_autotuner.cc), so a product of up to 64 rows is one row of
+  // tiles whatever the configuration (65-127 rows: one with block_m 128, two with 64 - one here). A long thin
+  // product - a decode step's 8 rows by a 32000-word vocabulary, 250 tiles - already fills the GPU and is
+  // not split (the compiled gpt_fp32_decode_b8 writes its logits whole), while its 8 x 3072 projection (24
+  // tiles) is split 4, as XLA split it.
   uint64_t tiles = (out + kGemmTileElements - 1) / kGemmTileElements;
   if (contraction > 0) {
     const uint64_t rows = elements(lhs) / (batch * contraction);
