@@ -321,31 +321,61 @@ bool Builder::can_share(uint32_t operand_value, uint32_t c, uint32_t i,
     if (next == nullptr) break;
     non_bitcast_root = next;
   }
+  // The reduction emitter computes its reduction before it writes any other output, so a path through
+  // the reduction does not stop the sharing ("allow multiple output users, if they end in reductions").
+  // The hero is the reduce a root reads through bitcasts and unary elementwise ops (FindNonTrivialHero,
+  // approximated); the emitter is taken to be the reduction emitter for every kInput fusion with one.
+  const HloInstruction* hero = nullptr;
+  if (user.fusion_kind == "kInput") {
+    const HloInstruction* root = body.root();
+    std::vector<const HloInstruction*> roots{root};
+    if (root->opcode == HloOpcode::kTuple) {
+      roots.clear();
+      for (const std::string& o : root->operands) roots.push_back(lookup(f, o));
+    }
+    for (const HloInstruction* r : roots) {
+      while (
+          r != nullptr && r->operands.size() == 1 &&
+          (r->opcode == HloOpcode::kBitcast || (is_elementwise(r->opcode) && r->opcode != HloOpcode::kCopy)))
+        r = lookup(f, r->operands[0]);
+      if (r != nullptr && r->opcode == HloOpcode::kReduce) {
+        hero = r;
+        break;
+      }
+    }
+  }
+  // Every op on a path from the parameter, the output's other users included, must read it in the order
+  // the output is written: elementwise (no copy), a bitcast, the result tuple, the hero, or the first
+  // operand of a dynamic-update-slice (elementwise on it). Reaching another output through the tuple is
+  // fine when this output is elementwise (the dump of mlp_fp32 shows Adam's multi-output update fusion
+  // writing a parameter's new value over the gradient it reads). Not modeled: XLA's exception for a
+  // dynamic-slice of the very slice a dynamic-update-slice root writes (refused here).
   const auto& users = users_of(f);
   std::vector<const HloInstruction*> queue{param};
   std::unordered_set<const HloInstruction*> visited{param};
   bool found = false;
   for (size_t q = 0; q < queue.size(); ++q) {
     const HloInstruction* x = queue[q];
-    if (x == output) {
-      found = true;
-      continue;
-    }
+    if (x == output) found = true;  // its other users are walked too
+    if (x == hero) continue;
     auto it = users.find(x->name);
     if (it == users.end()) continue;
     for (uint32_t ui : it->second) {
       const HloInstruction* u = &body.instructions[ui];
-      if (visited.contains(u)) continue;
-      // Reaching the result tuple through another output is fine: the dump of mlp_fp32 shows Adam's
-      // multi-output update fusion writing a parameter's new value over the gradient it reads.
-      if (u == body.root() && u->opcode == HloOpcode::kTuple) continue;
-      const bool dus_in_place = u == non_bitcast_root && u->opcode == HloOpcode::kDynamicUpdateSlice &&
-                                !u->operands.empty() && u->operands[0] == x->name;
-      if (!dus_in_place && u->opcode != HloOpcode::kBitcast &&
-          !(is_elementwise(u->opcode) && u->opcode != HloOpcode::kCopy))
-        return false;
-      visited.insert(u);
-      queue.push_back(u);
+      if (visited.insert(u).second) queue.push_back(u);
+      const bool dus_on_first =
+          u->opcode == HloOpcode::kDynamicUpdateSlice && !u->operands.empty() && u->operands[0] == x->name;
+      const bool in_order = (is_elementwise(u->opcode) && u->opcode != HloOpcode::kCopy) || dus_on_first ||
+                            u->opcode == HloOpcode::kBitcast || u->opcode == HloOpcode::kTuple || u == hero;
+      if (!in_order) return false;
+    }
+  }
+  // A multi-output fusion whose output is not elementwise (a dynamic-update-slice) may write it in
+  // another order than its other outputs read the parameter: no sharing if another output was reached.
+  if (body.root()->opcode == HloOpcode::kTuple && !is_elementwise(non_bitcast_root->opcode)) {
+    for (const std::string& o : body.root()->operands) {
+      const HloInstruction* other = lookup(f, o);
+      if (other != output && visited.contains(other)) return false;
     }
   }
   return found;
