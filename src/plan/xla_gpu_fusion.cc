@@ -501,11 +501,19 @@ struct Fusion {
     for (uint32_t i = 0; i < n; ++i) {
       if (!is_gemm(i)) continue;
       // A convolution is a cuDNN call (gpu/transforms/conv_rewriter.cc), not a Triton GEMM fusion: it reads
-      // its operands from buffers, so whatever computes them is a fusion of its own.
+      // its operands from buffers, so whatever computes them is a fusion of its own - written once for all
+      // its readers: priority fusion fuses a producer into all of its readers or none
+      // (CanFuseWithAllNonBitcastUsers, priority_fusion.cc), and a cuDNN call fuses nothing. (A Triton
+      // GEMM's operand is different: GemmFusion, which runs first, copies cheap producers into the GEMM's
+      // fusion, and the other readers recompute them.)
       const bool cudnn = at(i).opcode == HloOpcode::kConvolution;
       for (uint32_t o : operands[i]) {
+        if (cudnn) {
+          materialized[o] = true;
+          continue;
+        }
         stop_at_unworthy(o);
-        if (!materialized[o] && !gemm_input[o] && (cudnn || !fusible_into_gemm(o, 0))) write_for_gemm(o);
+        if (!materialized[o] && !gemm_input[o] && !fusible_into_gemm(o, 0)) write_for_gemm(o);
       }
     }
   }

@@ -84,6 +84,9 @@ Role role_of(HloOpcode op) {
     case HloOpcode::kTan:
     case HloOpcode::kAtan2:
     case HloOpcode::kErf:
+    // A reduce-window (a pool, or its gradient) is loop-fusible as a producer (IsUniversallyLoopFusible,
+    // xla/service/gpu/gpu_fusible.cc) and reads a window per element: costly to recompute in each reader.
+    case HloOpcode::kReduceWindow:
       return Role::kExpensive;
     // Library calls.
     case HloOpcode::kDot:
@@ -92,7 +95,6 @@ Role role_of(HloOpcode op) {
     // A reduction fuses the elementwise ops that produce its input (an input fusion,
     // xla/service/gpu/transforms/priority_fusion.cc): its operands need no buffers of their own.
     case HloOpcode::kReduce:
-    case HloOpcode::kReduceWindow:
       return Role::kReduce;
     // Fusion roots and ops that always write their own buffer.
     case HloOpcode::kSelectAndScatter:

@@ -124,6 +124,54 @@ ENTRY main.1 {{
   EXPECT_EQ(find(*modeled, "relu1")->operands, (std::vector<std::string>{"z1", "x2"}));
 }
 
+// A convolution's backward pass: the average pool's gradient (a reduce-window over the padded upstream
+// gradient) masked by relu's derivative is read by two cuDNN calls (the input's and the filter's gradient)
+// and the bias gradient's reduction. A reduce-window is loop-fusible (IsUniversallyLoopFusible,
+// xla/service/gpu/gpu_fusible.cc), so it is computed inside the masking fusion, not written; and priority
+// fusion fuses a producer into all of its readers or none (CanFuseWithAllNonBitcastUsers): a cuDNN call
+// fuses nothing, so the masked gradient is written once and all three read it - the compiled
+// flax_cnn_adamw_b32's input_reduce_select_fusion. (Its lowered temp was +4.6% of XLA's with the window sum
+// written and the mask written for each call apart; -1.6% with both rules.)
+TEST(XlaGpuModel, AConvolutionsOperandIsWrittenOnceForAllItsReaders) {
+  const HloModule modeled = model_of(R"(HloModule jit_step
+
+region_sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main.1 {
+  up = f32[8,8,8,16]{3,2,1,0} parameter(0)
+  pre = f32[8,16,16,16]{3,2,1,0} parameter(1)
+  x = f32[8,16,16,16]{3,2,1,0} parameter(2)
+  w = f32[3,3,16,16]{3,2,1,0} parameter(3)
+  zero = f32[] constant(0)
+  padded = f32[8,17,17,16]{3,2,1,0} pad(up, zero), padding=0_0x1_1_1x1_1_1x0_0
+  pooled = f32[8,16,16,16]{3,2,1,0} reduce-window(padded, zero), window={size=1x2x2x1}, to_apply=region_sum
+  zeros = f32[8,16,16,16]{3,2,1,0} broadcast(zero), dimensions={}
+  mask = pred[8,16,16,16]{3,2,1,0} compare(pre, zeros), direction=GT
+  dy = f32[8,16,16,16]{3,2,1,0} select(mask, pooled, zeros)
+  dx = f32[8,16,16,16]{3,2,1,0} convolution(dy, w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01oi->b01f
+  dw = f32[3,3,16,16]{3,2,1,0} convolution(x, dy), window={size=16x16 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf
+  db = f32[16]{0} reduce(dy, zero), dimensions={0,1,2}, to_apply=region_sum
+  ROOT t = (f32[8,16,16,16]{3,2,1,0}, f32[3,3,16,16]{3,2,1,0}, f32[16]{0}) tuple(dx, dw, db)
+})");
+  EXPECT_EQ(find(modeled, "pooled"), nullptr) << "the window sum is computed where it is read";
+  const HloInstruction* dy = find(modeled, "dy");
+  ASSERT_NE(dy, nullptr) << "what the cuDNN calls read is written";
+  EXPECT_EQ(dy->operands, (std::vector<std::string>{"pre", "up"}));
+  size_t written_for_a_call = 0;
+  for (const HloInstruction& i : modeled.entry()->instructions)
+    written_for_a_call += i.name.starts_with("dy.");
+  EXPECT_EQ(written_for_a_call, 0u) << "one buffer for all three readers, not one per call";
+  for (const char* reader : {"dx", "dw", "db"}) {
+    const HloInstruction* r = find(modeled, reader);
+    ASSERT_NE(r, nullptr) << reader;
+    EXPECT_NE(std::find(r->operands.begin(), r->operands.end(), "dy"), r->operands.end()) << reader;
+  }
+}
+
 // A donated weight's new value is written over it (input_output_alias), so every reader of the old value
 // must run first: XLA's copy insertion gives the readers a copy, which stays only where one of them runs
 // after the update (copy_insertion.cc). `dx` reads the old weight and nothing orders it against the update:

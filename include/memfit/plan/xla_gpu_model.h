@@ -17,7 +17,9 @@
 //     convert - folded into the GEMM's output, triton_tiling_propagation.cc; not a residual sum, nor a
 //     transpose moving a batched product's batch; a convolution's bias and then a relu no one else reads,
 //     cudnn_fused_conv_rewriter.cc), reductions, scatters, sorts, custom calls, collectives, loops and calls;
-//     a convolution (a cuDNN call) takes no producer into its operands;
+//     a convolution (a cuDNN call) takes no producer into its operands, and what it reads is written once
+//     for all its readers (priority fusion fuses a producer into all of its readers or none); a
+//     reduce-window (a pool, its gradient) is loop-fusible, an expensive producer (gpu_fusible.cc);
 //   - a GEMM takes in only the producers XLA's GemmFusion finds worth it (triton_tiling_propagation.cc):
 //     never a narrowing cast - a weight's bf16 copy in mixed precision is a buffer of its own, read by the
 //     forward and the backward GEMMs - nor a reshape merging dimensions a transpose separated; a value it
