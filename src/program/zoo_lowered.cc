@@ -20,6 +20,8 @@ std::string_view primitive_of(std::string_view opcode) {
       {"convert", "convert_element_type"},
       {"power", "pow"},
       {"broadcast", "broadcast_in_dim"},
+      {"convolution", "conv_general_dilated"},
+      {"reduce-window", "reduce_window_sum"},
       {"opt-barrier", "optimization_barrier"}};
   for (const auto& [hlo, jax] : kNames)
     if (hlo == opcode) return jax;
@@ -169,6 +171,23 @@ LoweredEmitter::V LoweredEmitter::reduce(const char* combiner, const V& x,
   i.called.push_back(region(combiner));
   if (std::string_view(combiner) == "maximum") i.op_name = fmt::format("{}/reduce_max", op_name_);
   return push(std::move(i));
+}
+
+LoweredEmitter::V LoweredEmitter::convolution(const V& x, const V& kernel,
+                                              const std::vector<uint64_t>& dims) {
+  return push(make(array(x.shape.type, dims), "convolution", {x.name, kernel.name}));
+}
+
+LoweredEmitter::V LoweredEmitter::reduce_window_sum(const V& x, const std::vector<uint64_t>& dims) {
+  const V init = scalar(x.shape.type);
+  HloInstruction i = make(array(x.shape.type, dims), "reduce-window", {x.name, init.name});
+  i.called.push_back(region("add"));
+  return push(std::move(i));
+}
+
+LoweredEmitter::V LoweredEmitter::pad(const V& x, const std::vector<uint64_t>& dims) {
+  const V zero = scalar(x.shape.type);
+  return push(make(array(x.shape.type, dims), "pad", {x.name, zero.name}));
 }
 
 LoweredEmitter::V LoweredEmitter::reduce_sum(const V& x, const std::vector<int64_t>& reduced) {
@@ -429,6 +448,48 @@ Gelu write_gelu(LoweredEmitter& e, const LoweredEmitter::V& z) {
   g.half = e.binary("multiply", e.binary("add", g.tanh, splat()), splat());
   g.out = e.binary("multiply", z, g.half);
   return g;
+}
+
+LoweredEmitter::V write_cross_entropy(LoweredEmitter& e, const LoweredEmitter::V& logits,
+                                      const LoweredEmitter::V& labels, LoweredEmitter::V& dlogits) {
+  using V = LoweredEmitter::V;
+  auto with = [&](const char* opcode, const V& x, const V& v, const std::vector<int64_t>& kept) {
+    return e.binary(opcode, x, e.broadcast(v, x.shape.dims, kept));
+  };
+  const std::vector<uint64_t>& dims = logits.shape.dims;
+  const size_t last = dims.size() - 1;
+  const std::vector<uint64_t> rows(dims.begin(), dims.end() - 1);
+  std::vector<uint64_t> kept = rows;
+  kept.push_back(1);
+  std::vector<uint64_t> index_dims = kept;
+  index_dims.push_back(1);
+  std::vector<int64_t> row_dims, all;  // the rows' dimensions; every dimension of the picked entries
+  for (size_t k = 0; k < dims.size(); ++k) {
+    if (k < last) row_dims.push_back(static_cast<int64_t>(k));
+    all.push_back(static_cast<int64_t>(k));
+  }
+  const std::vector<int64_t> last_dim = {static_cast<int64_t>(last)};
+  const V mx = e.binary("maximum", e.reduce_max(logits, last_dim), e.splat(PrimitiveType::kF32, rows));
+  const V shifted = with("subtract", logits, e.reshape(e.reshape(mx, kept), rows), row_dims);
+  const V ex = e.unary("exponential", shifted);
+  const V sum = e.reshape(e.reduce_sum(ex, last_dim), kept);
+  const V logp = with("subtract", shifted, e.reshape(e.unary("log", sum), rows), row_dims);
+  // jnp's index: a negative label wraps
+  const V label = e.reshape(labels, kept);
+  const V wrapped = e.select(e.compare(label, e.splat(PrimitiveType::kS32, kept)),
+                             e.binary("add", label, e.splat(PrimitiveType::kS32, kept)), label);
+  const V index = e.reshape(wrapped, index_dims);
+  const V picked = e.gather(logp, index, kept);
+  e.set_category("outputs");  // the loss: one of the step's results
+  const V loss =
+      e.unary("negate", e.binary("divide", e.reduce_sum(picked, all), e.scalar(PrimitiveType::kF32)));
+  e.set_category("temporaries");
+  e.set_op_name("jit(step)/transpose(jvp())");
+  const V dlogp = e.scatter(e.splat(PrimitiveType::kF32, dims), index, e.splat(PrimitiveType::kF32, kept));
+  const V r1 = e.reshape(e.reduce_sum(e.unary("negate", dlogp), last_dim), kept);
+  const V r2 = e.reduce_sum(e.binary("divide", r1, sum), last_dim);
+  dlogits = e.binary("add", dlogp, e.binary("multiply", e.broadcast(r2, dims, row_dims), ex));
+  return loss;
 }
 
 LoweredEmitter::V write_gelu_transpose(LoweredEmitter& e, const Gelu& g, const LoweredEmitter::V& d) {

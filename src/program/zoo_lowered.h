@@ -78,6 +78,15 @@ class LoweredEmitter {
   V concatenate(const std::vector<V>& values, size_t dim);
   // dot_general: `batch_dims` leading dimensions of both operands are batch dimensions.
   V dot(const V& a, const V& b, const std::vector<uint64_t>& dims, PrimitiveType type, size_t batch_dims = 0);
+  // lax.conv_general_dilated as flax's Conv writes it (NHWC, HWIO): a convolution of `x` by `kernel`
+  // shaped `dims`; its transposes are convolutions too (the input's gradient by the flipped kernel, the
+  // kernel's by the input and the output's gradient).
+  V convolution(const V& x, const V& kernel, const std::vector<uint64_t>& dims);
+  // lax.reduce_window's sum, shaped `dims` (avg_pool's sum over each window, or its transpose over the
+  // padded gradient).
+  V reduce_window_sum(const V& x, const std::vector<uint64_t>& dims);
+  // lax.pad with zeros, shaped `dims`.
+  V pad(const V& x, const std::vector<uint64_t>& dims);
   // A sum over `reduced`; the result keeps the other dimensions in order.
   V reduce_sum(const V& x, const std::vector<int64_t>& reduced);
   V reduce_max(const V& x, const std::vector<int64_t>& reduced);
@@ -193,6 +202,13 @@ void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<Lo
                   const std::vector<LoweredEmitter::V>& grads, const OptimizerState* state,
                   const std::vector<LoweredEmitter::V>& extra);
 
+// -mean(take_along_axis(log_softmax(logits), labels[..., None])) over the last axis, op for op as JAX's
+// log_softmax and take_along_axis and their transposes write it (the label's entry gathered, its cotangent
+// scattered into zeros, the log_softmax transpose over the saved exp and row sums); the logits' cotangent
+// into `dlogits`. The loss is categorized as an output, the rest as temporaries.
+LoweredEmitter::V write_cross_entropy(LoweredEmitter& e, const LoweredEmitter::V& logits,
+                                      const LoweredEmitter::V& labels, LoweredEmitter::V& dlogits);
+
 // Gradient accumulation as reference_programs.py writes it: jax.lax.scan over each of `batch`'s arrays
 // (the batch their leading dimension) reshaped into `microbatches`, carrying an f32 sum per parameter and
 // the loss's sum (and the batches and parameters the body reads), then each divided by the count. `step`
@@ -219,5 +235,8 @@ void build_transformer_lowered(const ModelSpec& spec, HloModule& module, StepArg
 // XLA:CPU, host offload) are still written as XLA's fused program (zoo_mlp.cc).
 bool mlp_lowers(const ModelSpec& spec);
 void build_mlp_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
+// The flax conv net on one GPU, as JAX lowers it (zoo_flax_cnn_lowered.cc).
+bool flax_cnn_lowers(const ModelSpec& spec);
+void build_flax_cnn_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 
 }  // namespace memfit::zoo

@@ -333,46 +333,8 @@ class TransformerStep {
     return loss;
   }
 
-  // -mean(take_along_axis(log_softmax(logits), labels[..., None])) over the last axis, op for op as JAX's
-  // log_softmax and take_along_axis and their transposes write it (the label's entry gathered, its
-  // cotangent scattered into zeros, the log_softmax transpose over the saved exp and row sums); the
-  // logits' cotangent into `dlogits`.
   V cross_entropy(const V& logits, const V& labels, V& dlogits) {
-    const std::vector<uint64_t>& dims = logits.shape.dims;
-    const size_t last = dims.size() - 1;
-    const std::vector<uint64_t> rows(dims.begin(), dims.end() - 1);
-    std::vector<uint64_t> kept = rows;
-    kept.push_back(1);
-    std::vector<uint64_t> index_dims = kept;
-    index_dims.push_back(1);
-    std::vector<int64_t> row_dims, all;  // the rows' dimensions; every dimension of the picked entries
-    for (size_t k = 0; k < dims.size(); ++k) {
-      if (k < last) row_dims.push_back(static_cast<int64_t>(k));
-      all.push_back(static_cast<int64_t>(k));
-    }
-    const std::vector<int64_t> last_dim = {static_cast<int64_t>(last)};
-    const V mx = e_.binary("maximum", e_.reduce_max(logits, last_dim), e_.splat(PrimitiveType::kF32, rows));
-    const V shifted = with("subtract", logits, e_.reshape(e_.reshape(mx, kept), rows), row_dims);
-    const V ex = e_.unary("exponential", shifted);
-    const V sum = e_.reshape(e_.reduce_sum(ex, last_dim), kept);
-    const V logp = with("subtract", shifted, e_.reshape(e_.unary("log", sum), rows), row_dims);
-    // jnp's index: a negative label wraps
-    const V label = e_.reshape(labels, kept);
-    const V wrapped = e_.select(e_.compare(label, e_.splat(PrimitiveType::kS32, kept)),
-                                e_.binary("add", label, e_.splat(PrimitiveType::kS32, kept)), label);
-    const V index = e_.reshape(wrapped, index_dims);
-    const V picked = e_.gather(logp, index, kept);
-    e_.set_category("outputs");  // the loss: one of the step's results
-    const V loss =
-        e_.unary("negate", e_.binary("divide", e_.reduce_sum(picked, all), e_.scalar(PrimitiveType::kF32)));
-    e_.set_category("temporaries");
-    e_.set_op_name("jit(step)/transpose(jvp())");
-    const V dlogp =
-        e_.scatter(e_.splat(PrimitiveType::kF32, dims), index, e_.splat(PrimitiveType::kF32, kept));
-    const V r1 = e_.reshape(e_.reduce_sum(e_.unary("negate", dlogp), last_dim), kept);
-    const V r2 = e_.reduce_sum(e_.binary("divide", r1, sum), last_dim);
-    dlogits = e_.binary("add", dlogp, e_.binary("multiply", e_.broadcast(r2, dims, row_dims), ex));
-    return loss;
+    return write_cross_entropy(e_, logits, labels, dlogits);
   }
 
   // The gradient of a [D] parameter broadcast over [B,S,D]: the sum over the batch and the tokens, through

@@ -198,9 +198,11 @@ TEST(StepPlan, TakesTheArgumentsJaxPassed) {
 // the plans of both through the model of XLA:GPU, with argument and alias bytes equal and temp and peak
 // within 0.5%. Returns how many programs were compared.
 int expect_zoo_writes_jaxs_program(const std::string& prefix, const std::function<bool(const Json&)>& also,
-                                   uint64_t min_bytes = 1u << 20) {
+                                   uint64_t min_bytes = 1u << 20,
+                                   const std::vector<std::string>& lists = {"programs.json",
+                                                                            "lowered_programs.json"}) {
   int compared = 0;
-  for (const char* list : {"programs.json", "lowered_programs.json"}) {
+  for (const std::string& list : lists) {
     auto text = read_file(std::string(MEMFIT_TEST_DATA_DIR) + "/xla/" + list);
     EXPECT_TRUE(text.ok());
     if (!text.ok()) return compared;
@@ -276,6 +278,17 @@ TEST(StepPlan, TheZoosTransformersAreTheProgramsJaxLowers) {
   // (gpt_mixed_donate_cudnn).
   auto gpt_training = [&](const Json& c) { return !infer(c); };
   EXPECT_EQ(expect_zoo_writes_jaxs_program("gpt_", gpt_training, 128u << 10), 11);
+}
+
+// The flax conv net (optax.adamw, donated) as the captured flax_cnn_adamw_b32's lowered program has it: each
+// convolution's bias and relu with its derivative's compare in the forward pass, the pools' window sums, the
+// head, the loss, every transpose (the input's gradient by the flipped kernel, the kernel's a convolution of
+// the input by the output's gradient, the pools' window sums over the padded gradient) and the update -
+// down to 128 KiB.
+TEST(StepPlan, TheZoosConvNetIsTheProgramJaxLowers) {
+  EXPECT_EQ(expect_zoo_writes_jaxs_program("flax_cnn_", [](const Json&) { return true; }, 128u << 10,
+                                           {"captured_programs.json"}),
+            1);
 }
 
 // The peak's parts of a model of billions of parameters: the new values split between parameters and adam's

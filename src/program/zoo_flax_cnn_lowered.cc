@@ -1,0 +1,202 @@
+// The flax conv net written as JAX lowers its step (reference_programs.py's flax_cnn; the captured
+// flax_cnn_adamw_b32.lowered.hlo.txt is what this follows, op for op where memory is concerned): per width
+// two flax.linen Conv 3x3 (SAME padding, a bias), each followed by relu, a 2x2 average pool, then the mean
+// over the image and a dense head; softmax cross-entropy; optax.adamw. The backward pass as JAX's
+// transpose rules write it - relu's derivative a select on the compare the forward pass made, each
+// convolution's input gradient a convolution by the flipped kernel and its kernel gradient a convolution
+// of its input by the output's gradient, the pool's transpose a reduce-window over the padded gradient -
+// planned through the model of XLA:GPU like any user's lowered program (what XLA fuses around the cuDNN
+// calls is the model's to say, not this file's).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "memfit/program/model_zoo.h"
+#include "zoo_lowered.h"
+
+namespace memfit::zoo {
+namespace {
+
+using V = LoweredEmitter::V;
+
+class CnnStep {
+ public:
+  CnnStep(const ModelSpec& s, HloModule& m) : s_(s), e_(m) {
+    convs_ = 2 * s.widths.size();
+    train_ = s.step != StepKind::kInfer;
+  }
+
+  void build(StepArguments& args) {
+    declare(args);
+    const V logits = forward();
+    if (!train_) {
+      e_.root_array(logits);
+      e_.finish();
+      return;
+    }
+    V dlogits;
+    const V loss = write_cross_entropy(e_, logits, labels_, dlogits);
+    std::vector<V> grads(params_.size());
+    backward(dlogits, grads);
+    write_update(e_, s_, params_, grads, &state_, {loss});
+    e_.finish();
+  }
+
+ private:
+  // What each convolution reads and writes, kept for the backward pass.
+  struct Conv {
+    V in, z, mask, out;  // out: relu(z)
+    uint64_t side = 0, in_channels = 0, out_channels = 0;
+  };
+
+  // flax.linen's names ('Conv_3' 'kernel', 'Dense_0' 'bias'), flattened by jax in sorted key order (so
+  // 'Conv_10' before 'Conv_2', 'bias' before 'kernel'); then optax.adamw's state; then the batch.
+  void declare(StepArguments& args) {
+    struct Named {
+      std::string name;
+      std::vector<uint64_t> dims;
+      size_t layer;  // which convolution, or convs_ for the head
+      bool kernel;
+    };
+    std::vector<Named> named;
+    uint64_t in = s_.channels;
+    for (size_t k = 0; k < convs_; ++k) {
+      const uint64_t out = s_.widths[k / 2];
+      named.push_back({fmt::format("params['Conv_{}']['bias']", k), {out}, k, false});
+      named.push_back({fmt::format("params['Conv_{}']['kernel']", k), {3, 3, in, out}, k, true});
+      in = out;
+    }
+    named.push_back({"params['Dense_0']['bias']", {s_.classes}, convs_, false});
+    named.push_back({"params['Dense_0']['kernel']", {in, s_.classes}, convs_, true});
+    std::sort(named.begin(), named.end(), [](const Named& a, const Named& b) { return a.name < b.name; });
+    kernel_of_.assign(convs_ + 1, 0);
+    bias_of_.assign(convs_ + 1, 0);
+    std::vector<std::string> names;
+    for (size_t i = 0; i < named.size(); ++i) {
+      params_.push_back(model_parameter(e_, LoweredEmitter::array(kF32, named[i].dims), named[i].name, args));
+      names.push_back(named[i].name);
+      (named[i].kernel ? kernel_of_ : bias_of_)[named[i].layer] = i;
+    }
+    if (train_ && keeps_optimizer_state(s_)) state_ = declare_optimizer_state(e_, s_, params_, names, args);
+    image_ = e_.parameter(LoweredEmitter::array(kF32, {s_.batch, s_.image, s_.image, s_.channels}),
+                          "batch[0]", "activations");
+    args.batch_bytes += image_.shape.own_bytes();
+    if (train_) {  // inference never reads the labels: jax.jit drops them from the program
+      labels_ =
+          e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {s_.batch}), "batch[1]", "activations");
+      args.batch_bytes += labels_.shape.own_bytes();
+    }
+  }
+
+  // jnp's broadcasting of a [n] vector over the last dimension of `dims`: to rank, then to the batch.
+  V broadcast_last(const V& v, const std::vector<uint64_t>& dims) {
+    const uint64_t n = v.shape.dims[0];
+    std::vector<uint64_t> ranked(dims.size() - 1, 1);
+    ranked.push_back(n);
+    std::vector<int64_t> all;
+    for (size_t d = 0; d < ranked.size(); ++d) all.push_back(static_cast<int64_t>(d));
+    const V r = e_.broadcast(e_.reshape(v, ranked), ranked, all);
+    return e_.broadcast(e_.reshape(r, {n}), dims, {static_cast<int64_t>(dims.size() - 1)});
+  }
+  V zeros(const V& like) { return e_.splat(like.shape.type, like.shape.dims); }
+
+  V forward() {
+    e_.set_category("activations");
+    e_.set_op_name("jit(step)/jvp(CNN)");
+    V a = image_;
+    uint64_t side = s_.image, in = s_.channels;
+    convs_kept_.assign(convs_, Conv{});
+    for (size_t k = 0; k < convs_; ++k) {
+      Conv& c = convs_kept_[k];
+      c.in = a;
+      c.side = side;
+      c.in_channels = in;
+      c.out_channels = s_.widths[k / 2];
+      const std::vector<uint64_t> dims = {s_.batch, side, side, c.out_channels};
+      const V conv = e_.convolution(a, params_[kernel_of_[k]], dims);
+      c.z = e_.binary("add", conv, broadcast_last(params_[bias_of_[k]], dims));
+      // jax.nn.relu: its derivative's compare is made in the forward pass (the jvp), read by the backward.
+      if (train_) c.mask = e_.compare(c.z, zeros(c.z));
+      c.out = e_.binary("maximum", c.z, zeros(c.z));
+      a = c.out;
+      in = c.out_channels;
+      if (k % 2 == 1) {  // nn.avg_pool(x, (2, 2), strides=(2, 2)): a window sum, divided by 4
+        side /= 2;
+        const V sum = e_.reduce_window_sum(a, {s_.batch, side, side, in});
+        a = e_.binary("divide", sum, zeros(sum));
+      }
+    }
+    pool_side_ = side;
+    // x.mean(axis=(1, 2)), then the dense head.
+    pooled_ = e_.binary("divide", e_.reduce_sum(a, {1, 2}), e_.splat(kF32, {s_.batch, in}));
+    const std::vector<uint64_t> logit_dims = {s_.batch, s_.classes};
+    e_.set_op_name("jit(step)/jvp(CNN)/Dense_0");
+    const V product = e_.dot(pooled_, params_[kernel_of_[convs_]], logit_dims, kF32);
+    return e_.binary("add", product, broadcast_last(params_[bias_of_[convs_]], logit_dims));
+  }
+
+  // The transpose of a 2x2 average pool of stride 2: the cotangent divided by 4, padded (a zero between
+  // and around its entries) and summed over 2x2 windows of stride 1, shaped as the pool's input.
+  V pool_transpose(const V& d) {
+    const std::vector<uint64_t>& dims = d.shape.dims;
+    const V quarter = e_.binary("divide", d, zeros(d));
+    const V padded = e_.pad(quarter, {dims[0], 2 * dims[1] + 1, 2 * dims[2] + 1, dims[3]});
+    return e_.reduce_window_sum(padded, {dims[0], 2 * dims[1], 2 * dims[2], dims[3]});
+  }
+
+  void backward(const V& dlogits, std::vector<V>& grads) {
+    e_.set_category("gradients");
+    e_.set_op_name("jit(step)/transpose(jvp(CNN))/Dense_0");
+    const Conv& last = convs_kept_.back();
+    grads[kernel_of_[convs_]] =
+        e_.transpose(e_.dot(dlogits, pooled_, {s_.classes, last.out_channels}, kF32), {1, 0});
+    grads[bias_of_[convs_]] = e_.reduce_sum(dlogits, {0});
+    e_.set_category("temporaries");
+    const V dpooled = e_.dot(dlogits, params_[kernel_of_[convs_]], {s_.batch, last.out_channels}, kF32);
+    // The mean's transpose: divided by the pixel count and broadcast over the last pool's output.
+    e_.set_op_name("jit(step)/transpose(jvp(CNN))");
+    const V dmean = e_.binary("divide", dpooled, zeros(dpooled));
+    V d = e_.broadcast(dmean, {s_.batch, pool_side_, pool_side_, last.out_channels}, {0, 3});
+    for (size_t k = convs_; k-- > 0;) {
+      const Conv& c = convs_kept_[k];
+      e_.set_category("temporaries");
+      e_.set_op_name(fmt::format("jit(step)/transpose(jvp(CNN))/Conv_{}", k));
+      const V upstream = k % 2 == 1 ? pool_transpose(d) : d;
+      const V dz = e_.select(c.mask, upstream, zeros(upstream));
+      e_.set_category("gradients");
+      grads[kernel_of_[k]] = e_.convolution(c.in, dz, {3, 3, c.in_channels, c.out_channels});
+      grads[bias_of_[k]] = e_.reduce_sum(dz, {0, 1, 2});
+      if (k == 0) break;  // the image is not differentiated
+      e_.set_category("temporaries");
+      const V flipped = e_.unary("reverse", params_[kernel_of_[k]]);
+      d = e_.convolution(dz, flipped, {s_.batch, c.side, c.side, c.in_channels});
+    }
+  }
+
+  static constexpr PrimitiveType kF32 = PrimitiveType::kF32;
+  const ModelSpec& s_;
+  LoweredEmitter e_;
+  size_t convs_ = 0;
+  bool train_ = true;
+  std::vector<V> params_;  // jax's order
+  std::vector<size_t> kernel_of_, bias_of_;
+  OptimizerState state_;
+  V image_, labels_, pooled_;
+  uint64_t pool_side_ = 0;
+  std::vector<Conv> convs_kept_;
+};
+
+}  // namespace
+
+bool flax_cnn_lowers(const ModelSpec& s) {
+  return s.model == ModelFamily::kFlaxCnn && s.backend == Backend::kGpu && s.devices() == 1 &&
+         s.sharding == ShardingKind::kReplicated;
+}
+
+void build_flax_cnn_lowered(const ModelSpec& s, HloModule& module, StepArguments& args) {
+  CnnStep(s, module).build(args);
+}
+
+}  // namespace memfit::zoo
