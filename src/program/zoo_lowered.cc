@@ -452,8 +452,8 @@ Gelu write_gelu(LoweredEmitter& e, const LoweredEmitter::V& z) {
 
 LoweredEmitter::V write_cross_entropy(LoweredEmitter& e, const LoweredEmitter::V& logits,
                                       const LoweredEmitter::V& labels, LoweredEmitter::V& dlogits) {
-  using V = LoweredEmitter::V;
-  auto with = [&](const char* opcode, const V& x, const V& v, const std::vector<int64_t>& kept) {
+  auto with = [&](const char* opcode, const LoweredEmitter::V& x, const LoweredEmitter::V& v,
+                  const std::vector<int64_t>& kept) {
     return e.binary(opcode, x, e.broadcast(v, x.shape.dims, kept));
   };
   const std::vector<uint64_t>& dims = logits.shape.dims;
@@ -469,25 +469,28 @@ LoweredEmitter::V write_cross_entropy(LoweredEmitter& e, const LoweredEmitter::V
     all.push_back(static_cast<int64_t>(k));
   }
   const std::vector<int64_t> last_dim = {static_cast<int64_t>(last)};
-  const V mx = e.binary("maximum", e.reduce_max(logits, last_dim), e.splat(PrimitiveType::kF32, rows));
-  const V shifted = with("subtract", logits, e.reshape(e.reshape(mx, kept), rows), row_dims);
-  const V ex = e.unary("exponential", shifted);
-  const V sum = e.reshape(e.reduce_sum(ex, last_dim), kept);
-  const V logp = with("subtract", shifted, e.reshape(e.unary("log", sum), rows), row_dims);
+  const LoweredEmitter::V mx =
+      e.binary("maximum", e.reduce_max(logits, last_dim), e.splat(PrimitiveType::kF32, rows));
+  const LoweredEmitter::V shifted = with("subtract", logits, e.reshape(e.reshape(mx, kept), rows), row_dims);
+  const LoweredEmitter::V ex = e.unary("exponential", shifted);
+  const LoweredEmitter::V sum = e.reshape(e.reduce_sum(ex, last_dim), kept);
+  const LoweredEmitter::V logp = with("subtract", shifted, e.reshape(e.unary("log", sum), rows), row_dims);
   // jnp's index: a negative label wraps
-  const V label = e.reshape(labels, kept);
-  const V wrapped = e.select(e.compare(label, e.splat(PrimitiveType::kS32, kept)),
-                             e.binary("add", label, e.splat(PrimitiveType::kS32, kept)), label);
-  const V index = e.reshape(wrapped, index_dims);
-  const V picked = e.gather(logp, index, kept);
+  const LoweredEmitter::V label = e.reshape(labels, kept);
+  const LoweredEmitter::V wrapped =
+      e.select(e.compare(label, e.splat(PrimitiveType::kS32, kept)),
+               e.binary("add", label, e.splat(PrimitiveType::kS32, kept)), label);
+  const LoweredEmitter::V index = e.reshape(wrapped, index_dims);
+  const LoweredEmitter::V picked = e.gather(logp, index, kept);
   e.set_category("outputs");  // the loss: one of the step's results
-  const V loss =
+  const LoweredEmitter::V loss =
       e.unary("negate", e.binary("divide", e.reduce_sum(picked, all), e.scalar(PrimitiveType::kF32)));
   e.set_category("temporaries");
   e.set_op_name("jit(step)/transpose(jvp())");
-  const V dlogp = e.scatter(e.splat(PrimitiveType::kF32, dims), index, e.splat(PrimitiveType::kF32, kept));
-  const V r1 = e.reshape(e.reduce_sum(e.unary("negate", dlogp), last_dim), kept);
-  const V r2 = e.reduce_sum(e.binary("divide", r1, sum), last_dim);
+  const LoweredEmitter::V dlogp =
+      e.scatter(e.splat(PrimitiveType::kF32, dims), index, e.splat(PrimitiveType::kF32, kept));
+  const LoweredEmitter::V r1 = e.reshape(e.reduce_sum(e.unary("negate", dlogp), last_dim), kept);
+  const LoweredEmitter::V r2 = e.reduce_sum(e.binary("divide", r1, sum), last_dim);
   dlogits = e.binary("add", dlogp, e.binary("multiply", e.broadcast(r2, dims, row_dims), ex));
   return loss;
 }
