@@ -372,10 +372,10 @@ class TransformerStep {
 
   // Zeros of `dims` in the entry, one broadcast per shape as JAX's lowering shares them (copy insertion
   // then gives each loop element that needs one a copy of its own).
-  V zeros(const std::vector<uint64_t>& dims) {
+  V zeros(const std::vector<uint64_t>& dims, PrimitiveType type = PrimitiveType::kF32) {
     for (const auto& [d, v] : zeros_)
-      if (d == dims) return v;
-    zeros_.emplace_back(dims, e_.splat(PrimitiveType::kF32, dims));
+      if (d == dims && v.shape.type == type) return v;
+    zeros_.emplace_back(dims, e_.splat(type, dims));
     return zeros_.back().second;
   }
 
@@ -383,61 +383,64 @@ class TransformerStep {
   // them (the shared gpt_fp32_donate_scan's forward loop): per layer norm 2 d, (inv / var_eps) * -0.5, inv,
   // x - mean, the scale reshaped [1,1,D], the normalized value and the output; the attention's k^T, q, exp,
   // row sums, 1 / sum^2, v, probabilities and merged heads; the MLP's 3 z^2, tanh', 0.5 (1 + tanh), z and
-  // the GELU's output. The coefficients are computed here, in the forward pass, as JAX's jvp does.
+  // the GELU's output. The coefficients are computed here, in the forward pass, as JAX's jvp does. In mixed
+  // precision each weight's bf16 copy is stacked too, just before what its GEMM reads (the norms' outputs,
+  // the merged heads, the GELU's output: the captured gpt_mixed_donate_scan's forward loop), and the
+  // backward GEMMs read the copies, not the parameters cast again.
   std::vector<V> scan_residuals(BlockSaved& k, const LayerParams& p) {
     const uint64_t d = s_.d_model;
-    auto norm = [&](Norm& n, const V& gamma) {
+    const bool casts = pdt_ != cdt_;
+    std::vector<V> r;
+    auto norm = [&](Norm& n, const V& gamma, const V& weight) {
       n.d2 = e_.binary("multiply", n.d, e_.splat(n.d.shape.type, n.d.shape.dims));
       n.k = e_.binary("multiply", e_.binary("divide", n.inv, n.var_eps),
                       e_.splat(n.inv.shape.type, n.inv.shape.dims));
-      return std::vector<V>{n.d2, n.k, n.inv, n.xm, e_.reshape(gamma, {1, 1, d}), n.normalized, n.y};
+      for (const V& v : {n.d2, n.k, n.inv, n.xm, e_.reshape(gamma, {1, 1, d}), n.normalized}) r.push_back(v);
+      if (casts) r.push_back(weight);
+      r.push_back(n.y);
     };
-    std::vector<V> r = norm(k.ln1, p.ln1_g);
+    norm(k.ln1, p.ln1_g, k.wqkv);
     k.inv_sum_sq = e_.binary("divide", e_.splat(k.sum.shape.type, k.sum.shape.dims),
                              e_.binary("multiply", k.sum, k.sum));
-    for (const V& v : {k.kt, k.q, k.ex, k.sum, k.inv_sum_sq, k.v, k.probs, k.merged}) r.push_back(v);
-    for (const V& v : norm(k.ln2, p.ln2_g)) r.push_back(v);
+    for (const V& v : {k.kt, k.q, k.ex, k.sum, k.inv_sum_sq, k.v, k.probs}) r.push_back(v);
+    if (casts) r.push_back(k.wo);
+    r.push_back(k.merged);
+    norm(k.ln2, p.ln2_g, k.w1);
     Gelu& g = k.gelu;
     auto splat = [&] { return e_.splat(g.z.shape.type, g.z.shape.dims); };
     g.cube_slope = e_.binary("multiply", e_.binary("multiply", g.z, g.z), splat());
     g.dtanh =
         e_.binary("multiply", e_.binary("add", g.tanh, splat()), e_.binary("subtract", splat(), g.tanh));
-    for (const V& v : {g.cube_slope, g.dtanh, g.half, g.z, g.out}) r.push_back(v);
+    for (const V& v : {g.cube_slope, g.dtanh, g.half, g.z}) r.push_back(v);
+    if (casts) r.push_back(k.w2);
+    r.push_back(g.out);
     return r;
   }
   // The inverse of scan_residuals: a block's saved values from one layer's slice of each stack (and the
   // weights `p` holds, sliced from theirs).
   BlockSaved saved_from(const std::vector<V>& r, LayerParams& p) {
     const uint64_t d = s_.d_model;
+    const bool casts = pdt_ != cdt_;
     BlockSaved k;
-    auto norm = [&](Norm& n, V& gamma, size_t at) {
-      n.d2 = r[at];
-      n.k = r[at + 1];
-      n.inv = r[at + 2];
-      n.xm = r[at + 3];
-      gamma = e_.reshape(r[at + 4], {d});
-      n.normalized = r[at + 5];
-      n.y = r[at + 6];
+    size_t at = 0;
+    auto norm = [&](Norm& n, V& gamma, V& weight, const V& param) {
+      n.d2 = r[at++];
+      n.k = r[at++];
+      n.inv = r[at++];
+      n.xm = r[at++];
+      gamma = e_.reshape(r[at++], {d});
+      n.normalized = r[at++];
+      weight = casts ? r[at++] : cast(param, cdt_);
+      n.y = r[at++];
     };
-    norm(k.ln1, p.ln1_g, 0);
-    k.kt = r[7];
-    k.q = r[8];
-    k.ex = r[9];
-    k.sum = r[10];
-    k.inv_sum_sq = r[11];
-    k.v = r[12];
-    k.probs = r[13];
-    k.merged = r[14];
-    norm(k.ln2, p.ln2_g, 15);
-    k.gelu.cube_slope = r[22];
-    k.gelu.dtanh = r[23];
-    k.gelu.half = r[24];
-    k.gelu.z = r[25];
-    k.gelu.out = r[26];
-    k.wqkv = cast(p.wqkv, cdt_);
-    k.wo = cast(p.wo, cdt_);
-    k.w1 = cast(p.w1, cdt_);
-    k.w2 = cast(p.w2, cdt_);
+    norm(k.ln1, p.ln1_g, k.wqkv, p.wqkv);
+    for (V* v : {&k.kt, &k.q, &k.ex, &k.sum, &k.inv_sum_sq, &k.v, &k.probs}) *v = r[at++];
+    k.wo = casts ? r[at++] : cast(p.wo, cdt_);
+    k.merged = r[at++];
+    norm(k.ln2, p.ln2_g, k.w1, p.w1);
+    for (V* v : {&k.gelu.cube_slope, &k.gelu.dtanh, &k.gelu.half, &k.gelu.z}) *v = r[at++];
+    k.w2 = casts ? r[at++] : cast(p.w2, cdt_);
+    k.gelu.out = r[at++];
     return k;
   }
 
@@ -448,7 +451,7 @@ class TransformerStep {
   V forward_scan(const V& x, std::vector<V>& stacks) {
     LayerParams& stacked = blocks_[0];
     std::vector<V> carried = {e_.scalar(PrimitiveType::kS32), x};
-    for (const std::vector<uint64_t>& dims : residual_dims()) carried.push_back(zeros(dims));
+    for (const auto& [dims, type] : residual_shapes()) carried.push_back(zeros(dims, type));
     const size_t params_at = carried.size();
     for (const V* p : stacked.in_jax_order()) carried.push_back(*p);
     V mask;
@@ -540,15 +543,19 @@ class TransformerStep {
       read.push_back(stacked_weight);
       weight_of.push_back(slot);
     };
-    residuals(0, 6);
-    weight(stacked.wqkv, &p.wqkv);
-    residuals(6, 14);
-    weight(stacked.wo, &p.wo);
-    residuals(14, 21);
-    weight(stacked.w1, &p.w1);
-    residuals(21, 26);
-    weight(stacked.w2, &p.w2);
-    residuals(26, 27);
+    if (pdt_ != cdt_) {
+      residuals(0, stacks.size());  // mixed precision: the weights' stacked bf16 copies are among them
+    } else {
+      residuals(0, 6);
+      weight(stacked.wqkv, &p.wqkv);
+      residuals(6, 14);
+      weight(stacked.wo, &p.wo);
+      residuals(14, 21);
+      weight(stacked.w1, &p.w1);
+      residuals(21, 26);
+      weight(stacked.w2, &p.w2);
+      residuals(26, 27);
+    }
     if (masked_) read.push_back(scan_mask_);
     const V dx = reversed_layer_loop(
         g, read,
@@ -596,30 +603,45 @@ class TransformerStep {
     return dx;
   }
 
-  // The shapes the forward loop stacks, [L, ...] each: scan_residuals', or under a remat policy the saved
-  // GEMM results and the blocks' inputs.
-  std::vector<std::vector<uint64_t>> residual_dims() const {
+  // The shapes the forward loop stacks, [L, ...] each, with their element types: scan_residuals' (in the
+  // compute type, the softmax's exp and row sums in f32), or under a remat policy the saved GEMM results and
+  // the blocks' inputs.
+  std::vector<std::pair<std::vector<uint64_t>, PrimitiveType>> residual_shapes() const {
     const uint64_t b = batch_, sq = seq_, d = s_.d_model, h = s_.heads, hd = d / h, L = s_.layers,
                    f = s_.ffn_width();
+    const PrimitiveType c = cdt_, f32 = PrimitiveType::kF32;
     const std::vector<uint64_t> act = {L, b, sq, d}, row = {L, b, sq, 1}, scale = {L, 1, 1, d};
+    std::vector<std::pair<std::vector<uint64_t>, PrimitiveType>> out;
     if (checkpointed(0)) {
       const std::vector<uint64_t> dot_dims[kDots] = {
           {L, b, sq, 3 * d}, {L, b, h, sq, sq}, {L, b, h, sq, hd}, act, {L, b, sq, f}};
-      std::vector<std::vector<uint64_t>> dims;
       for (size_t k = 0; k < kDots; ++k)
-        if (saves(static_cast<Dot>(k))) dims.push_back(dot_dims[k]);
-      dims.push_back(act);
-      return dims;
+        if (saves(static_cast<Dot>(k))) out.emplace_back(dot_dims[k], c);
+      out.emplace_back(act, c);
+      return out;
     }
-    const std::vector<std::vector<uint64_t>> norm = {act, row, row, act, scale, act, act};
-    std::vector<std::vector<uint64_t>> dims = norm;
+    const bool casts = pdt_ != cdt_;
+    auto norm = [&](const std::vector<uint64_t>& weight) {
+      for (const auto& x : {act, row, row, act, scale, act}) out.emplace_back(x, c);
+      if (casts) out.emplace_back(weight, c);
+      out.emplace_back(act, c);
+    };
+    norm({L, d, 3 * d});
     const std::vector<uint64_t> heads = {L, b, h, sq, hd}, probs = {L, b, h, sq, sq}, hrow = {L, b, h, sq, 1};
-    for (const auto& x :
-         {std::vector<uint64_t>{L, b, h, hd, sq}, heads, probs, hrow, hrow, heads, probs, act})
-      dims.push_back(x);
-    dims.insert(dims.end(), norm.begin(), norm.end());
-    for (int j = 0; j < 5; ++j) dims.push_back({L, b, sq, f});
-    return dims;
+    out.emplace_back(std::vector<uint64_t>{L, b, h, hd, sq}, c);
+    out.emplace_back(heads, c);
+    out.emplace_back(probs, f32);  // exp, its row sums and 1 / sum^2: the softmax runs in f32
+    out.emplace_back(hrow, f32);
+    out.emplace_back(hrow, f32);
+    out.emplace_back(heads, c);
+    out.emplace_back(probs, c);
+    if (casts) out.emplace_back(std::vector<uint64_t>{L, d, d}, c);
+    out.emplace_back(act, c);
+    norm({L, d, f});
+    for (int j = 0; j < 4; ++j) out.emplace_back(std::vector<uint64_t>{L, b, sq, f}, c);
+    if (casts) out.emplace_back(std::vector<uint64_t>{L, f, d}, c);
+    out.emplace_back(std::vector<uint64_t>{L, b, sq, f}, c);
+    return out;
   }
 
   // reference_programs.py's decode step: one new token per sequence against each layer's KV cache of `seq`
@@ -998,10 +1020,10 @@ bool transformer_lowers(const ModelSpec& spec) {
   if (!one_gpu) return false;
   if (spec.step == StepKind::kInfer)
     return spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit;
-  // Training: fp32, mixed or bf16 (a scan in fp32), any remat policy, any optimizer; gradient accumulation
-  // as a scan.
+  // Training: fp32, mixed or bf16 (scanned too), any remat policy, any optimizer; gradient accumulation as
+  // a scan.
   return (spec.model == ModelFamily::kVit || spec.model == ModelFamily::kGpt) &&
-         spec.step == StepKind::kTrain && (spec.precision == Precision::kFp32 || !spec.scan);
+         spec.step == StepKind::kTrain;
 }
 
 void build_transformer_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments) {
