@@ -90,17 +90,9 @@ class CnnStep {
     }
   }
 
-  // jnp's broadcasting of a [n] vector over the last dimension of `dims`: to rank, then to the batch.
-  V broadcast_last(const V& v, const std::vector<uint64_t>& dims) {
-    const uint64_t n = v.shape.dims[0];
-    std::vector<uint64_t> ranked(dims.size() - 1, 1);
-    ranked.push_back(n);
-    std::vector<int64_t> all;
-    for (size_t d = 0; d < ranked.size(); ++d) all.push_back(static_cast<int64_t>(d));
-    const V r = e_.broadcast(e_.reshape(v, ranked), ranked, all);
-    return e_.broadcast(e_.reshape(r, {n}), dims, {static_cast<int64_t>(dims.size() - 1)});
-  }
-  V zeros(const V& like) { return e_.splat(like.shape.type, like.shape.dims); }
+  // A scalar constant broadcast like `like` (0 for relu and its mask, 4 for a pool, the pixel count for the
+  // mean): the emitter writes constants by shape, not value.
+  V splat(const V& like) { return e_.splat(like.shape.type, like.shape.dims); }
 
   V forward() {
     e_.set_category("activations");
@@ -116,16 +108,16 @@ class CnnStep {
       c.out_channels = s_.widths[k / 2];
       const std::vector<uint64_t> dims = {s_.batch, side, side, c.out_channels};
       const V conv = e_.convolution(a, params_[kernel_of_[k]], dims);
-      c.z = e_.binary("add", conv, broadcast_last(params_[bias_of_[k]], dims));
+      c.z = e_.binary("add", conv, write_vector_broadcast(e_, params_[bias_of_[k]], dims));
       // jax.nn.relu: its derivative's compare is made in the forward pass (the jvp), read by the backward.
-      if (train_) c.mask = e_.compare(c.z, zeros(c.z));
-      c.out = e_.binary("maximum", c.z, zeros(c.z));
+      if (train_) c.mask = e_.compare(c.z, splat(c.z));
+      c.out = e_.binary("maximum", c.z, splat(c.z));
       a = c.out;
       in = c.out_channels;
       if (k % 2 == 1) {  // nn.avg_pool(x, (2, 2), strides=(2, 2)): a window sum, divided by 4
         side /= 2;
         const V sum = e_.reduce_window_sum(a, {s_.batch, side, side, in});
-        a = e_.binary("divide", sum, zeros(sum));
+        a = e_.binary("divide", sum, splat(sum));
       }
     }
     pool_side_ = side;
@@ -134,14 +126,14 @@ class CnnStep {
     const std::vector<uint64_t> logit_dims = {s_.batch, s_.classes};
     e_.set_op_name("jit(step)/jvp(CNN)/Dense_0");
     const V product = e_.dot(pooled_, params_[kernel_of_[convs_]], logit_dims, kF32);
-    return e_.binary("add", product, broadcast_last(params_[bias_of_[convs_]], logit_dims));
+    return e_.binary("add", product, write_vector_broadcast(e_, params_[bias_of_[convs_]], logit_dims));
   }
 
   // The transpose of a 2x2 average pool of stride 2: the cotangent divided by 4, padded (a zero between
   // and around its entries) and summed over 2x2 windows of stride 1, shaped as the pool's input.
   V pool_transpose(const V& d) {
     const std::vector<uint64_t>& dims = d.shape.dims;
-    const V quarter = e_.binary("divide", d, zeros(d));
+    const V quarter = e_.binary("divide", d, splat(d));
     const V padded = e_.pad(quarter, {dims[0], 2 * dims[1] + 1, 2 * dims[2] + 1, dims[3]});
     return e_.reduce_window_sum(padded, {dims[0], 2 * dims[1], 2 * dims[2], dims[3]});
   }
@@ -157,14 +149,14 @@ class CnnStep {
     const V dpooled = e_.dot(dlogits, params_[kernel_of_[convs_]], {s_.batch, last.out_channels}, kF32);
     // The mean's transpose: divided by the pixel count and broadcast over the last pool's output.
     e_.set_op_name("jit(step)/transpose(jvp(CNN))");
-    const V dmean = e_.binary("divide", dpooled, zeros(dpooled));
+    const V dmean = e_.binary("divide", dpooled, splat(dpooled));
     V d = e_.broadcast(dmean, {s_.batch, pool_side_, pool_side_, last.out_channels}, {0, 3});
     for (size_t k = convs_; k-- > 0;) {
       const Conv& c = convs_kept_[k];
       e_.set_category("temporaries");
       e_.set_op_name(fmt::format("jit(step)/transpose(jvp(CNN))/Conv_{}", k));
       const V upstream = k % 2 == 1 ? pool_transpose(d) : d;
-      const V dz = e_.select(c.mask, upstream, zeros(upstream));
+      const V dz = e_.select(c.mask, upstream, splat(upstream));
       e_.set_category("gradients");
       grads[kernel_of_[k]] = e_.convolution(c.in, dz, {3, 3, c.in_channels, c.out_channels});
       grads[bias_of_[k]] = e_.reduce_sum(dz, {0, 1, 2});

@@ -438,6 +438,24 @@ OptimizerState declare_optimizer_state(LoweredEmitter& e, const ModelSpec& spec,
   return state;
 }
 
+LoweredEmitter::V write_vector_broadcast(LoweredEmitter& e, const LoweredEmitter::V& v,
+                                         const std::vector<uint64_t>& dims) {
+  const uint64_t n = v.shape.dims[0];
+  std::vector<uint64_t> ranked(dims.size() - 1, 1);
+  ranked.push_back(n);
+  std::vector<int64_t> all;
+  for (size_t d = 0; d < ranked.size(); ++d) all.push_back(static_cast<int64_t>(d));
+  const LoweredEmitter::V r = e.broadcast(e.reshape(v, ranked), ranked, all);
+  std::vector<uint64_t> kept_dims;
+  std::vector<int64_t> kept;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (d + 1 < dims.size() && dims[d] != 1) continue;  // broadcast over: not in the reshaped vector
+    kept_dims.push_back(dims[d]);
+    kept.push_back(static_cast<int64_t>(d));
+  }
+  return e.broadcast(e.reshape(r, kept_dims), dims, kept);
+}
+
 Gelu write_gelu(LoweredEmitter& e, const LoweredEmitter::V& z) {
   auto splat = [&] { return e.splat(z.shape.type, z.shape.dims); };
   Gelu g;

@@ -154,6 +154,12 @@ LoweredEmitter::V model_parameter(LoweredEmitter& e, const Shape& shape, const s
 LoweredEmitter::V optimizer_parameter(LoweredEmitter& e, const Shape& shape, const std::string& name,
                                       StepArguments& args);
 
+// jnp's broadcasting of a [n] vector (a bias) against an array shaped `dims` whose last dimension is n, as
+// JAX lowers it: reshaped to rank ([1, ..., 1, n]), broadcast, reshaped to the dimensions the result keeps
+// (n, and any of size 1 in `dims` too), then broadcast to `dims`.
+LoweredEmitter::V write_vector_broadcast(LoweredEmitter& e, const LoweredEmitter::V& v,
+                                         const std::vector<uint64_t>& dims);
+
 // jax.nn.gelu (approximate=True), x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))), as JAX lowers
 // it, with the values its transpose reads.
 struct Gelu {

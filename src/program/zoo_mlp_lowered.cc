@@ -219,18 +219,7 @@ class MlpStep {
   // The bias and the GELU over the GEMM's result `h`.
   void activate(Layer& g, const V& h, const V& b, const std::vector<uint64_t>& dims, bool gelu) {
     const V bc = pdt_ == cdt_ ? b : e_.convert(b, cdt_);
-    const uint64_t f = dims.back();
-    // jnp's broadcasting of the bias: to rank, then to the batch.
-    const std::vector<uint64_t> ones(dims.size() - 1, 1);
-    std::vector<uint64_t> ranked = ones;
-    ranked.push_back(f);
-    std::vector<int64_t> all;
-    for (size_t d = 0; d < ranked.size(); ++d) all.push_back(static_cast<int64_t>(d));
-    const V b1 = e_.broadcast(e_.reshape(bc, ranked), ranked, all);
-    std::vector<uint64_t> tail(dims.begin() + 1, dims.end());
-    std::vector<int64_t> kept;
-    for (size_t d = 1; d < dims.size(); ++d) kept.push_back(static_cast<int64_t>(d));
-    const V bias = e_.broadcast(e_.reshape(b1, tail), dims, kept);
+    const V bias = write_vector_broadcast(e_, bc, dims);
     g.act.z = e_.binary("add", h, bias);
     g.out = g.act.z;
     if (!gelu) return;
