@@ -30,6 +30,12 @@ HloModule model_of(const std::string& text) {
   return m.ok() ? std::move(*m) : HloModule{};
 }
 
+// Whether the plan holds a buffer `name` of `bytes`.
+bool holds(const HloPlan& plan, std::string_view name, uint64_t bytes) {
+  return std::any_of(plan.buffers.begin(), plan.buffers.end(),
+                     [&](const PlannedBuffer& b) { return b.name == name && b.bytes == bytes; });
+}
+
 const HloInstruction* find(const HloModule& m, std::string_view name) {
   if (m.entry() == nullptr) return nullptr;
   for (const HloInstruction& i : m.entry()->instructions)
@@ -63,9 +69,7 @@ ENTRY main.1 {
   // The bf16 copy lives from the forward GEMM to the backward one: 8 MiB in the plan's temp.
   auto plan = plan_hlo(m);
   ASSERT_TRUE(plan.ok());
-  bool planned = false;
-  for (const PlannedBuffer& b : plan->buffers) planned = planned || (b.name == "w16" && b.bytes == 8u << 20);
-  EXPECT_TRUE(planned);
+  EXPECT_TRUE(holds(*plan, "w16", 8u << 20));
 }
 
 // Convolutions are cuDNN calls: they read their operands from buffers (no producer fuses into them, unlike a
@@ -239,10 +243,7 @@ ENTRY main.1 {{
   const std::string t = text(true);
   auto plan = plan_hlo(lowered(t.c_str()));
   ASSERT_TRUE(plan.ok()) << plan.error().message();
-  bool copied = false;
-  for (const PlannedBuffer& b : plan->buffers)
-    copied = copied || (b.name == "w.donated-copy" && b.bytes == 1u << 20);
-  EXPECT_TRUE(copied) << "the plan holds the copy";
+  EXPECT_TRUE(holds(*plan, "w.donated-copy", 1u << 20)) << "the plan holds the copy";
 }
 
 // XLA's ListScheduler counts no memory for parameters and constants (IgnoreInstruction): the last reader of
@@ -474,10 +475,7 @@ ENTRY main.1 {
   // The partials of z live until dz: 4 MiB of them in the plan's temp.
   auto plan = plan_hlo(m);
   ASSERT_TRUE(plan.ok()) << plan.error().message();
-  bool planned = false;
-  for (const PlannedBuffer& b : plan->buffers)
-    planned = planned || (b.name == "z.split_k" && b.bytes == 4u << 20);
-  EXPECT_TRUE(planned);
+  EXPECT_TRUE(holds(*plan, "z.split_k", 4u << 20));
 }
 
 // A product of a few rows is one tile of rows by 128 columns (XLA's Triton configurations for a small M):
