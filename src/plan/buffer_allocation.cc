@@ -323,27 +323,8 @@ bool Builder::can_share(uint32_t operand_value, uint32_t c, uint32_t i,
   }
   // The reduction emitter computes its reduction before it writes any other output, so a path through
   // the reduction does not stop the sharing ("allow multiple output users, if they end in reductions").
-  // The hero is the reduce a root reads through bitcasts and unary elementwise ops (FindNonTrivialHero,
-  // approximated); the emitter is taken to be the reduction emitter for every kInput fusion with one.
-  const HloInstruction* hero = nullptr;
-  if (user.fusion_kind == "kInput") {
-    const HloInstruction* root = body.root();
-    std::vector<const HloInstruction*> roots{root};
-    if (root->opcode == HloOpcode::kTuple) {
-      roots.clear();
-      for (const std::string& o : root->operands) roots.push_back(lookup(f, o));
-    }
-    for (const HloInstruction* r : roots) {
-      while (
-          r != nullptr && r->operands.size() == 1 &&
-          (r->opcode == HloOpcode::kBitcast || (is_elementwise(r->opcode) && r->opcode != HloOpcode::kCopy)))
-        r = lookup(f, r->operands[0]);
-      if (r != nullptr && r->opcode == HloOpcode::kReduce) {
-        hero = r;
-        break;
-      }
-    }
-  }
+  // The emitter is taken to be the reduction emitter for every kInput fusion with a hero.
+  const HloInstruction* hero = user.fusion_kind == "kInput" ? reduction_hero_of(f) : nullptr;
   // Every op on a path from the parameter, the output's other users included, must read it in the order
   // the output is written: elementwise (no copy), a bitcast, the result tuple, the hero, or the first
   // operand of a dynamic-update-slice (elementwise on it). Reaching another output through the tuple is
@@ -407,6 +388,27 @@ bool Builder::fused_uses_elementwise(const HloInstruction& fusion, size_t k) {
     }
   }
   return true;
+}
+
+// The hero is the reduce a root reads through bitcasts and unary elementwise ops (XLA's FindNonTrivialHero,
+// approximated), the first root's that has one.
+const HloInstruction* Builder::reduction_hero_of(uint32_t c) {
+  if (heroes_built_[c]) return heroes_[c];
+  heroes_built_[c] = true;
+  const HloInstruction* root = m_.computations[c].root();
+  if (root == nullptr) return nullptr;
+  std::vector<const HloInstruction*> roots{root};
+  if (root->opcode == HloOpcode::kTuple) {
+    roots.clear();
+    for (const std::string& o : root->operands) roots.push_back(lookup(c, o));
+  }
+  for (const HloInstruction* r : roots) {
+    while (r != nullptr && r->operands.size() == 1 &&
+           (r->opcode == HloOpcode::kBitcast || (is_elementwise(r->opcode) && r->opcode != HloOpcode::kCopy)))
+      r = lookup(c, r->operands[0]);
+    if (r != nullptr && r->opcode == HloOpcode::kReduce) return heroes_[c] = r;
+  }
+  return nullptr;
 }
 
 const std::unordered_map<std::string_view, std::vector<uint32_t>>& Builder::users_of(uint32_t c) {

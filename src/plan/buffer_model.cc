@@ -50,6 +50,8 @@ Expected<BufferModel> Builder::build() {
   in_progress_.assign(nc, false);
   users_.resize(nc);
   users_built_.assign(nc, false);
+  heroes_.assign(nc, nullptr);
+  heroes_built_.assign(nc, false);
   const HloComputation* entry = m_.entry();
   if (entry == nullptr) return invalid_argument("the module has no ENTRY computation");
   entry_ = static_cast<uint32_t>(entry - m_.computations.data());

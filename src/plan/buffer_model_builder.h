@@ -164,6 +164,8 @@ class Builder {
   bool fused_uses_elementwise(const HloInstruction& fusion, size_t k);
 
   const std::unordered_map<std::string_view, std::vector<uint32_t>>& users_of(uint32_t c);
+  // The reduction a fused computation's roots lead to, its reduction emitter's hero (or null); found once.
+  const HloInstruction* reduction_hero_of(uint32_t c);
 
   // Node range [begin, end) of element `k` of tuple shape `tuple` (one of the module's, so its address is
   // stable) whose own node is `base` (shapes are walked in pre-order), each tuple's element offsets summed
@@ -199,6 +201,8 @@ class Builder {
   std::vector<bool> in_progress_;  // on the call stack now: a call to it is recursion
   std::vector<std::unordered_map<std::string_view, std::vector<uint32_t>>> users_;
   std::vector<bool> users_built_;
+  std::vector<const HloInstruction*> heroes_;
+  std::vector<bool> heroes_built_;
   std::unordered_map<const Shape*, std::vector<size_t>> element_starts_;  // element_range's offsets
   std::vector<const Shape*> shape_of_;
   std::vector<uint32_t> parent_;
