@@ -104,7 +104,7 @@ struct Fusion {
     MEMFIT_RETURN_IF_ERROR(index_edges());
     mark_cheap_divisions();
     materialize_by_role();
-    decide_shared_cheap_values();
+    decide_shared_values();
     write_concatenated_norm_inputs();
     fold_batch_sums();
     decide_gemm_operands();
@@ -252,18 +252,18 @@ struct Fusion {
           for (uint32_t u : users[i]) needed = needed || needs_buffers(role[u]);
           if (role[i] == Role::kConstant)
             needed = needed || inst.shape.is_tuple() || elements(inst.shape) > 1;
-          // An expensive value read by several fusions is computed once, into a buffer - unless its readers
-          // are a reduction and what divides or shifts by that reduction: a softmax (exp, its sum, the
-          // division) or a norm is one fusion in XLA:GPU (SoftmaxRewriterTriton), and the exp never reaches
-          // memory. XLA's priority fusion weighs memory traffic (gpu_performance_model): an expensive op
-          // computed from narrower buffers than its result - exp over bf16 scores widened to f32 - is
-          // recomputed in each consumer rather than written out wide.
-          if (!needed && role[i] == Role::kExpensive && several_readers(i) && !normalization_diamond(i) &&
-              read_bytes(i, 0) >= inst.shape.own_bytes()) {
+          // An expensive elementwise value several fusions read is priority fusion's to decide, as XLA's is
+          // (priority_fusion.cc weighs run times, not IsExpensive): with the time its recomputation costs
+          // (decide_shared_values) - a tanh is written once recomputing it outweighs a launch, an exp is
+          // memory-bound and recomputed. A softmax's or a norm's diamond (exp, its sum, the division) is
+          // one fusion in XLA:GPU (SoftmaxRewriterTriton) and never a candidate. A reduce-window, which
+          // reads a window per element, is written when its reads outweigh its result.
+          if (!needed && role[i] == Role::kExpensive && inst.opcode == HloOpcode::kReduceWindow &&
+              several_readers(i) && read_bytes(i, 0) >= inst.shape.own_bytes()) {
             needed = true;
             written_for_readers[i] = true;
           }
-          // (A cheap value several fusions read is decided next, by priority fusion.)
+          // (A cheap or expensive elementwise value several fusions read is decided next.)
           materialized[i] = needed;
           break;
         }
@@ -271,19 +271,24 @@ struct Fusion {
     }
   }
 
-  // The cheap values several fusions read and no reader needs written (a tuple, a loop: materialized by
-  // now), through XLA's priority fusion. A split GEMM's sum is recomputed by each reader, as XLA's compiled
-  // programs do.
-  void decide_shared_cheap_values() {
+  // The elementwise values several fusions read and no reader needs written (a tuple, a loop: materialized
+  // by now), through XLA's priority fusion. A split GEMM's sum is recomputed by each reader, as XLA's
+  // compiled programs do. An expensive value priority fusion writes is written for its readers: fused after
+  // all if they end up in one fusion (fuse_values_read_by_one_fusion).
+  void decide_shared_values() {
     std::vector<bool> candidate(n, false);
     for (uint32_t v = 0; v < n; ++v) {
       const HloInstruction& inst = at(v);
-      if (role[v] != Role::kCheap || materialized[v] || inst.opcode == HloOpcode::kSlice ||
+      const bool elementwise =
+          role[v] == Role::kCheap || (role[v] == Role::kExpensive && inst.opcode != HloOpcode::kReduceWindow);
+      if (!elementwise || materialized[v] || inst.opcode == HloOpcode::kSlice ||
           inst.opcode == HloOpcode::kDynamicSlice || inst.custom_call_target == kSplitKReduce)
         continue;
       candidate[v] = several_readers(v) && !normalization_diamond(v);
     }
     prioritize_shared_values({comp, role, operands, users}, candidate, materialized);
+    for (uint32_t v = 0; v < n; ++v)
+      if (candidate[v] && materialized[v] && role[v] == Role::kExpensive) written_for_readers[v] = true;
   }
 
   // A norm or softmax is one Triton fusion (SoftmaxRewriterTriton), and what it takes into itself must be

@@ -32,6 +32,51 @@ constexpr uint8_t kMaxRequeues = 8;
 // Where the count stops: a value this many fusions read is written whatever its size.
 constexpr uint64_t kMaxFusions = 64;
 
+// Compute, in the same bytes-of-memory-time unit as the rest: an H100 issues 132 SMs x 128 FP32 lanes x 2
+// (FMA) x 1.98 GHz = 66.9 flops per ns (CalculateEffectiveFlopsPerNs, gpu_performance_model_base.cc) while
+// it moves 3,350 bytes per ns - so one flop takes the time of 0.05 bytes.
+constexpr double kBytesPerFlop = 3350.0 / 66908.0;
+// What a kernel's compute and memory time overlap by (kMemoryComputeParallelism,
+// gpu_performance_model_base.h: CombineComputeAndMemoryAccessTime takes compute + memory - 0.95 x the
+// smaller).
+constexpr double kMemoryComputeParallelism = 0.95;
+
+// The flops XLA's cost model counts per element of an expensive elementwise op: the clock cycles the
+// H100's profile gives it (sm_90 in xla/service/gpu/model/hlo_op_profiles_data.h, read by
+// GpuHloCostAnalysis). F16 has its own row; BF16 is taken as F32 (XLA computes it in F32 after float
+// normalization - an approximation: the profile has no BF16 row) and F64 as its row. Cheap ops (3 to 7
+// cycles) are left at 0: their time hides under their memory traffic.
+double flops_per_element(HloOpcode op, PrimitiveType type) {
+  struct Cycles {
+    HloOpcode op;
+    double f16, f32, f64;
+  };
+  static constexpr Cycles kCycles[] = {
+      {HloOpcode::kTanh, 502, 467, 431},
+      {HloOpcode::kExponential, 102, 79, 376},
+      {HloOpcode::kExponentialMinusOne, 217, 190, 712},
+      {HloOpcode::kLog, 182, 166, 815},
+      {HloOpcode::kLogPlusOne, 245, 229, 1259},
+      {HloOpcode::kRsqrt, 95, 75, 277},
+      {HloOpcode::kSqrt, 95, 75, 332},
+      {HloOpcode::kCbrt, 201, 178, 586},
+      {HloOpcode::kSine, 993, 958, 554},
+      {HloOpcode::kCosine, 997, 978, 558},
+      {HloOpcode::kAtan2, 451, 431, 930},
+      {HloOpcode::kDivide, 43, 19, 526},
+      {HloOpcode::kPower, 526, 510, 2205},
+  };
+  for (const Cycles& c : kCycles) {
+    if (c.op != op) continue;
+    if (type == PrimitiveType::kF16) return c.f16;
+    if (type == PrimitiveType::kF64) return c.f64;
+    return c.f32;
+  }
+  // Not profiled (logistic, erf, tan, remainder): XLA expands them into several profiled ops before
+  // fusion; taken as a tanh.
+  return 467;
+}
+
 }  // namespace
 
 // Each candidate is fused into all of its consumers or written once, the most profitable first
@@ -95,6 +140,7 @@ void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& can
     };
     const uint32_t id = stamp_next++;
     const uint64_t v_bytes = comp.instructions[v].shape.own_bytes();
+    const bool expensive = role[v] == Role::kExpensive;
     for (uint32_t k = 0; k < distinct.size(); ++k) {
       std::vector<std::pair<uint32_t, int>> queue{{distinct[k], 0}};
       for (size_t q = 0; q < queue.size(); ++q) {
@@ -111,7 +157,14 @@ void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& can
         // A reduction and what it feeds - a norm's mean divided by its width, written or not - are
         // inside the diamond: the walk goes on through them.
         const bool reduced = comp.instructions[x].shape.own_bytes() * kStatisticsRatio <= v_bytes;
-        const bool passable = role[x] == Role::kReduce || (fuses(role[x]) && (!buffer(x) || reduced));
+        bool passable = role[x] == Role::kReduce || (fuses(role[x]) && (!buffer(x) || reduced));
+        // For an expensive value, whose count of fusions decides whether its compute is repeated, a
+        // fused value several ops read is no meeting point: it is recomputed in each of them, separate
+        // fusions (a GELU output read by the next layer's GEMM and by the backward pass does not join
+        // the tanh's forward and backward readers).
+        if (expensive && x != distinct[k] && !reduced && role[x] != Role::kReduce)
+          passable = passable && std::all_of(users[x].begin(), users[x].end(),
+                                             [&](uint32_t w) { return w == users[x][0]; });
         if (!passable || hops >= kConeHops) continue;
         for (uint32_t w : users[x]) {
           if (queue.size() >= kConeNodes) break;
@@ -126,11 +179,28 @@ void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& can
       if (find(k) == k) total += members[k] > 1 ? 1 : weight(distinct[k]);
     return std::min<uint64_t>(total, kMaxFusions);
   };
+  // An expensive op's compute, as bytes of memory time (0 for a cheap one).
+  auto compute_of = [&](uint32_t v) {
+    if (role[v] != Role::kExpensive) return 0.0;
+    const HloInstruction& x = comp.instructions[v];
+    return static_cast<double>(elements(x.shape)) * flops_per_element(x.opcode, x.shape.type) * kBytesPerFlop;
+  };
+  auto combined = [](double compute, double memory) {
+    return compute + memory - kMemoryComputeParallelism * std::min(compute, memory);
+  };
+  // Unfused: one launch more, the producer's kernel (compute C over its read R and write O), and each of
+  // the nc consumer fusions reads O beside writing its own result (taken as O: an elementwise reader).
+  // Fused: each consumer computes C itself over R and its own write. Without compute the profit is
+  // O (nc + 1) - R (nc - 1) + launch: a memory-bound producer is fused unless its reads outweigh its
+  // writes; a compute-bound one (a tanh takes 467 cycles an element) is written once it is large enough
+  // that recomputing it costs more than a launch - the GELU of a 128 x 1024 MLP layer is recomputed by its
+  // forward and backward readers (mlp_mean_grads_b128's compiled module), a transformer's is written.
   auto profit = [&](uint32_t v) {
     ++work;
     const double nc = static_cast<double>(fusions_of(v, 0, fusions_of));
     const double out = static_cast<double>(comp.instructions[v].shape.own_bytes());
-    return out * (nc + 1) - static_cast<double>(read_of(v)) * (nc - 1) + kLaunchOverheadBytes;
+    const double kernel = combined(compute_of(v), static_cast<double>(read_of(v)) + out);
+    return kLaunchOverheadBytes + 2 * nc * out - (nc - 1) * kernel;
   };
   std::vector<std::pair<double, uint32_t>> heap;
   for (uint32_t v = 0; v < n; ++v)

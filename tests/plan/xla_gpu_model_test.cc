@@ -870,8 +870,8 @@ ENTRY main.1 {{
 
 // XLA's algebraic simplifier rewrites a floating-point division by a constant as a multiplication by its
 // inverse (HandleDivide, "A / Const => A * (1 / Const)"): cheap, so a mean's division by the batch size is
-// recomputed by each reader. A division by a computed value stays expensive: with two readers it is written
-// once.
+// recomputed by each reader. A division by a computed value stays a division, which priority fusion weighs
+// by its cost: 19 cycles an element in f32, memory-bound, so with two readers it too is recomputed.
 TEST(XlaGpuModel, ADivisionByAConstantIsAMultiplyFusedIntoEachReader) {
   const HloModule m = lowered(R"(HloModule jit_step
 
@@ -894,7 +894,38 @@ ENTRY main.1 {
   ASSERT_TRUE(modeled.ok()) << modeled.error().message();
   EXPECT_EQ(find(*modeled, "mean"), nullptr) << "g * (1/64), recomputed by m2 and v2";
   EXPECT_EQ(find(*modeled, "m2")->operands, (std::vector<std::string>{"m", "g"}));
-  EXPECT_NE(find(*modeled, "by_v"), nullptr) << "a division by a computed value, read twice, is written once";
+  EXPECT_EQ(find(*modeled, "by_v"), nullptr) << "a division by a computed value is recomputed by a and b";
+}
+
+// Whether an expensive value two fusions read is written is priority fusion's decision, by XLA's
+// performance model: recomputed, each reader repeats its compute (a tanh costs 467 cycles an element on
+// an H100, hlo_op_profiles_data.h) but one launch (1 us) and a write and two reads are saved. A small
+// tanh is recomputed (the GELU of a 128-row MLP layer, as the compiled mlp_mean_grads_b128 recomputes it
+// in its forward and backward fusions); a large one is written once; an exp (79 cycles) is memory-bound
+// and recomputed at any size.
+TEST(XlaGpuModel, AnExpensiveValuesComputeDecidesWhetherTwoReadersRecomputeIt) {
+  auto modeled_with = [](const char* op, uint64_t rows) {
+    const std::string t = fmt::format(R"(HloModule jit_step
+
+ENTRY main.1 {{
+  x = f32[{1},1024]{{1,0}} parameter(0)
+  y = f32[{1},1024]{{1,0}} parameter(1)
+  z = f32[{1},1024]{{1,0}} parameter(2)
+  h = f32[{1},1024]{{1,0}} add(x, y)
+  t = f32[{1},1024]{{1,0}} {0}(h)
+  a = f32[{1},1024]{{1,0}} multiply(t, z)
+  b = f32[{1},1024]{{1,0}} subtract(z, t)
+  ROOT r = (f32[{1},1024]{{1,0}}, f32[{1},1024]{{1,0}}) tuple(a, b)
+}})",
+                                      op, rows);
+    return model_of(t);
+  };
+  EXPECT_EQ(find(modeled_with("tanh", 128), "t"), nullptr) << "128 x 1024: the launch saved outweighs it";
+  EXPECT_NE(find(modeled_with("tanh", 4096), "t"), nullptr) << "4096 x 1024: computed once, written";
+  EXPECT_EQ(find(modeled_with("exponential", 4096), "t"), nullptr) << "an exp is memory-bound";
+  const HloModule small = modeled_with("tanh", 128);
+  EXPECT_EQ(find(small, "a")->operands, (std::vector<std::string>{"z", "x", "y"}))
+      << "each reader computes the tanh from what it is computed from";
 }
 
 // An expensive value several ops read is written once only when those ops end up in several fusions: the
