@@ -159,12 +159,19 @@ void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& can
         const bool reduced = comp.instructions[x].shape.own_bytes() * kStatisticsRatio <= v_bytes;
         bool passable = role[x] == Role::kReduce || (fuses(role[x]) && (!buffer(x) || reduced));
         // For an expensive value, whose count of fusions decides whether its compute is repeated, a
-        // fused value several ops read is no meeting point: it is recomputed in each of them, separate
-        // fusions (a GELU output read by the next layer's GEMM and by the backward pass does not join
-        // the tanh's forward and backward readers).
-        if (expensive && x != distinct[k] && !reduced && role[x] != Role::kReduce)
-          passable = passable && std::all_of(users[x].begin(), users[x].end(),
-                                             [&](uint32_t w) { return w == users[x][0]; });
+        // fused value several ops read joins its readers only if they are fused ops themselves, which
+        // may still end in one fusion (a GELU derivative's terms, summed into one gradient); read by a
+        // buffer - a GEMM, a value written for one - it is recomputed in separate fusions, no meeting
+        // point (a GELU output read by the next layer's GEMM and by the backward pass does not join the
+        // tanh's forward and backward readers).
+        if (expensive && x != distinct[k] && !reduced && role[x] != Role::kReduce) {
+          bool one_reader = true, fused_readers = true;
+          for (uint32_t w : users[x]) {
+            one_reader = one_reader && w == users[x][0];
+            fused_readers = fused_readers && fuses(role[w]) && !buffer(w);
+          }
+          passable = passable && (one_reader || fused_readers);
+        }
         if (!passable || hops >= kConeHops) continue;
         for (uint32_t w : users[x]) {
           if (queue.size() >= kConeNodes) break;

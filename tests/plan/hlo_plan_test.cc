@@ -229,6 +229,13 @@ void expect_lowered_plans(const std::string& suffix, const std::string& source,
                 static_cast<unsigned long long>(plan->peak_bytes), 100 * peak_error);
     if (held.contains(name)) {
       EXPECT_LE(std::abs(peak_error), 0.05) << "peak " << plan->peak_bytes;
+      // XLA's temp too, but for cuDNN attention's (-5.3%: its peak is held, -4.0%). mlp_mean_grads_b128
+      // came within it (+12.0% -> +4.0%) when GEMM operands were decided before priority fusion and a
+      // small tanh was recomputed by its readers, as XLA's performance model weighs it.
+      if (name != "gpt_mixed_donate_cudnn") {
+        EXPECT_LE(std::abs(relative(static_cast<double>(plan->temp_bytes), xla_temp)), 0.05)
+            << "temp " << plan->temp_bytes;
+      }
     }
     // The range XLA's choice of schedule spans: the program's own order is the most XLA's memory scheduler
     // keeps, and XLA's temp lies under it - where memfit's prediction misses by XLA's ordering too. Where the

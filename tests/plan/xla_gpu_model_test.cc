@@ -963,6 +963,38 @@ ENTRY main.1 {{
   EXPECT_NE(find(two, "t"), nullptr) << "g and u are two fusions: the tanh is computed once, for both";
 }
 
+// GemmFusion runs before priority fusion: a GELU output the GEMMs cannot take in (it reads the
+// pre-activation and the tanh's term, twice what it writes) is their operand, a fusion of its own, by the
+// time priority fusion weighs the tanh - which two fusions then read, the GELU output's and the backward
+// pass's, and which both recompute (128 x 1024: the launch saved outweighs the compute). Weighed before
+// the GEMMs' operands are known, the GELU output would seem recomputed by each of its three GEMMs, the
+// tanh with it in four fusions, and the tanh would be written.
+TEST(XlaGpuModel, AGemmsOperandIsAFusionOfItsOwnWhenPriorityFusionCountsItsReaders) {
+  const HloModule m = model_of(R"(HloModule jit_step
+
+ENTRY main.1 {
+  x = f32[128,1024]{1,0} parameter(0)
+  y = f32[128,1024]{1,0} parameter(1)
+  w = f32[1024,1024]{1,0} parameter(2)
+  dy = f32[128,1024]{1,0} parameter(3)
+  v = f32[1024,1024]{1,0} parameter(4)
+  h = f32[128,1024]{1,0} add(x, y)
+  t = f32[128,1024]{1,0} tanh(h)
+  one = f32[] constant(1)
+  ones = f32[128,1024]{1,0} broadcast(one), dimensions={}
+  a = f32[128,1024]{1,0} add(t, ones)
+  g = f32[128,1024]{1,0} multiply(h, a)
+  o = f32[128,1024]{1,0} dot(g, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  o2 = f32[128,1024]{1,0} dot(g, v), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  gw = f32[1024,1024]{1,0} dot(g, dy), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  s = f32[128,1024]{1,0} subtract(ones, t)
+  d = f32[128,1024]{1,0} multiply(dy, s)
+  ROOT r = (f32[128,1024]{1,0}, f32[128,1024]{1,0}, f32[1024,1024]{1,0}, f32[128,1024]{1,0}) tuple(o, o2, gw, d)
+})");
+  EXPECT_NE(find(m, "g"), nullptr) << "the GELU output, read by three GEMMs, is written once";
+  EXPECT_EQ(find(m, "t"), nullptr) << "the tanh is recomputed by g's fusion and d's";
+}
+
 // XLA's ListScheduler counts a buffer in use by every instruction whose operand points at it
 // (TuplePointsToAnalysis), through tuples, optimization barriers and get-tuple-elements: a value a
 // rematerialization's barrier passes on is freed by the last reader behind the barrier, not by the tuple.
