@@ -296,10 +296,11 @@ Status validate_model_spec(const ModelSpec& s) {
                       s.axis_size("model")));
   }
   if (s.remat == RematPolicy::kOffloadDotsNoBatch) {
-    // As reference_programs.py uses it: a transformer's blocks, unrolled, trained on a GPU (host memory
-    // spaces are XLA:GPU's; a scan's stacked residuals are not offloaded the same way).
-    if (s.model == ModelFamily::kMlp)
-      return invalid_argument("remat offload_dots_no_batch is built for transformers");
+    // As reference_programs.py uses it: a transformer's blocks or an MLP's hidden layers, unrolled, trained
+    // on a GPU (host memory spaces are XLA:GPU's; a scan's stacked residuals are not offloaded the same
+    // way). An MLP's is written as JAX lowers it, on one GPU.
+    if (s.model == ModelFamily::kMlp && (s.devices() != 1 || s.sharding != ShardingKind::kReplicated))
+      return invalid_argument("remat offload_dots_no_batch: an MLP's is built on one GPU");
     if (s.scan) return invalid_argument("remat offload_dots_no_batch is built without scan");
     if (s.backend == Backend::kCpu)
       return invalid_argument("remat offload_dots_no_batch needs a GPU (backend gpu)");

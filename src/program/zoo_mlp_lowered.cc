@@ -17,6 +17,7 @@ using V = LoweredEmitter::V;
 // approximate=True) values; the last layer has no GELU, its `act.z` is its output.
 struct Layer {
   V in, wc, h;  // h: the GEMM's result, what a dots policy saves
+  V host;       // h put in pinned host memory, where an offloading policy saves it
   Gelu act;
   V out;
 };
@@ -67,6 +68,10 @@ class MlpStep {
     for (size_t l = 0; l < n; ++l) {
       layers[l] = layer(x, w[l], b[l], act(batch, sizes_[l + 1]), l + 1 < n);
       layers[l].in = x;
+      // offload_dot_with_no_batch_dims("device", "pinned_host"): the saved GEMM result is put in host
+      // memory as soon as it is computed (a device_put JAX writes as an annotate_device_placement call);
+      // the forward pass reads the device's value.
+      if (offloads() && l + 1 < n && checkpointed(l)) layers[l].host = e_.place(layers[l].h, "pinned_host");
       x = layers[l].out;
     }
     return layers;
@@ -100,16 +105,18 @@ class MlpStep {
       V wc = saved[l].wc;
       if (l + 1 < n) {
         if (checkpointed(l)) {
-          // jax.checkpoint: what the policy saved (dots_saveable and dots_with_no_batch_dims_saveable
-          // both keep an MLP's GEMM results: they have no batch dimensions), the layer's input, weights
-          // and the incoming cotangent go through a barrier; the rest of the layer runs again from them.
+          // jax.checkpoint: what the policy saved (dots_saveable, dots_with_no_batch_dims_saveable and
+          // offload_dot_with_no_batch_dims all keep an MLP's GEMM results: they have no batch dimensions;
+          // the last from host memory), the layer's input, weights and the incoming cotangent go through a
+          // barrier; the rest of the layer runs again from them.
           const bool saves_dot = s_.remat != RematPolicy::kFull;
           std::vector<V> through = {in, w[l], b[l], d};
-          if (saves_dot) through.insert(through.begin(), saved[l].h);
+          if (saves_dot) through.insert(through.begin(), offloads() ? saved[l].host : saved[l].h);
           std::vector<V> kept = e_.barrier(through);
           V h;
           if (saves_dot) {
             h = kept.front();
+            if (offloads()) h = e_.place(h, "device");  // back from the host where it is read
             kept.erase(kept.begin());
           }
           in = kept[0];
@@ -189,6 +196,7 @@ class MlpStep {
       args.batch_bytes += y_.shape.own_bytes();
     }
   }
+  bool offloads() const { return s_.remat == RematPolicy::kOffloadDotsNoBatch; }
   // Whether hidden layer l runs under jax.checkpoint (reference_programs.py's rlayer; spec.remat_layers
   // narrows it to some layers).
   bool checkpointed(size_t l) const {
@@ -281,7 +289,6 @@ class MlpStep {
 bool mlp_lowers(const ModelSpec& s) {
   return s.model == ModelFamily::kMlp && s.backend == Backend::kGpu && s.devices() == 1 &&
          s.sharding == ShardingKind::kReplicated && (s.accum == 1 || s.step == StepKind::kTrain) &&
-         s.remat != RematPolicy::kOffloadDotsNoBatch &&
          (s.step == StepKind::kTrain || s.step == StepKind::kInfer || s.step == StepKind::kVmapGrads);
 }
 

@@ -202,8 +202,10 @@ run("wrap: flax_cnn image 1e8", ["plan", "--model", "flax_cnn", "--image", "1000
 run("range: flax_cnn widths not numbers", ["plan", "--model", "flax_cnn", "--widths", "64,x"], 2,
     stderr_has="widths")
 run("range: flax_cnn widths empty", ["plan", "--model", "flax_cnn", "--widths", ""], 2, stderr_has="widths")
-run("range: offload on the mlp", ["plan", "--model", "mlp", "--remat", "offload_dots_no_batch"], 2,
-    stderr_has="offload")
+run("range: offload on a sharded mlp", ["plan", "--model", "mlp", "--remat", "offload_dots_no_batch",
+    "--sharding", "fsdp", "--mesh", "data=2"], 2, stderr_has="one GPU")
+run("exit: offload on the mlp", ["plan", "--model", "mlp", "--remat", "offload_dots_no_batch", "--json"], 0,
+    json_check=lambda j: None if j.get("host_peak_bytes", 0) > 0 else "no host memory")
 run("exit: fit with offload as the step's policy", ["fit", "--model", "gpt", "--layers", "2", "--remat",
     "offload_dots_no_batch", "--capacity", "80GiB", "--json"], 0,
     json_check=lambda j: None if any(c["step"] == "shapes" for c in j["tried"]) else "no change tried")

@@ -968,6 +968,42 @@ TEST(ModelZoo, FitSpeaksOfServingForAnInferenceStep) {
   EXPECT_TRUE(mixed);
 }
 
+// reference_programs.py's MLP under offload_dot_with_no_batch_dims: each checkpointed hidden layer's GEMM
+// result (no batch dimensions) is put in pinned host memory as it is computed and brought back to the
+// device for the layer's recomputation - the lowered program JAX writes, one annotate_device_placement call
+// each way per layer. The device holds no more than under remat dots_no_batch (XLA:GPU copies each to the
+// host only just before the backward pass reads it: the device keeps them until then), the host one layer's
+// result at a time, and every saved result crosses the host link. Over several devices it is refused, with
+// the reason.
+TEST(ModelZoo, AnMlpOffloadsItsSavedGemmResultsToTheHost) {
+  const std::string base = R"({"model": "mlp", "din": 256, "width": 1024, "depth": 4, "dout": 256,
+                               "batch": 512, "donate": true, "remat": ")";
+  auto spec = model_spec_from_json(Json::parse(base + R"(offload_dots_no_batch"})"));
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  auto built = build_step_module(*spec);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  EXPECT_FALSE(built->is_scheduled);  // the lowered program JAX traces
+  size_t to_host = 0, to_device = 0;
+  for (const HloComputation& c : built->computations)
+    for (const HloInstruction& x : c.instructions) {
+      to_host += x.buffer_placement == "pinned_host";
+      to_device += x.buffer_placement == "device";
+    }
+  EXPECT_EQ(to_host, 4u) << "the four hidden layers' GEMM results";
+  EXPECT_EQ(to_device, 4u);
+  const StepPlan offload = plan(base + R"(offload_dots_no_batch"})");
+  const StepPlan dots = plan(base + R"(dots_no_batch"})");
+  const uint64_t layer_bytes = 512 * 1024 * 4;
+  EXPECT_EQ(offload.offloaded_bytes, 4 * layer_bytes);
+  EXPECT_EQ(offload.host_peak_bytes, layer_bytes);
+  EXPECT_LE(offload.peak_bytes, dots.peak_bytes);
+  EXPECT_EQ(dots.host_peak_bytes, 0u);
+  auto sharded = model_spec_from_json(Json::parse(
+      base + R"(offload_dots_no_batch", "sharding": "fsdp", "mesh": [2], "mesh_axes": ["data"]})"));
+  ASSERT_FALSE(sharded.ok());
+  EXPECT_NE(sharded.error().message().find("one GPU"), std::string::npos) << sharded.error().message();
+}
+
 // The location step: offloading the saved activations is tried, with what it moves over PCIe, and - since
 // XLA:GPU copies each to the host only just before the backward pass reads it - it is reported as only
 // moving memory to the host and not offered, though it "fits" wherever remat dots_no_batch does.
