@@ -102,6 +102,7 @@ struct Fusion {
 
   Status run() {
     MEMFIT_RETURN_IF_ERROR(index_edges());
+    fold_scalar_constants();
     mark_cheap_divisions();
     materialize_by_role();
     // What each GEMM takes in is decided before the values several fusions read, as XLA:GPU runs
@@ -175,6 +176,20 @@ struct Fusion {
       x = operands[x][0];
     }
     return false;
+  }
+
+  // XLA's constant folding (HloConstantFolding, xla/hlo/transforms/simplifiers/hlo_constant_folding.cc, run
+  // before fusion) evaluates an op whose operands are all constants: a scalar computed from constants -
+  // StableHLO's 1 / N of a mean's gradient, which JAX's HLO text already holds as one constant - is a
+  // constant, folded into its readers (a GEMM fusion takes it in). Operands come before their readers.
+  void fold_scalar_constants() {
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!fuses(role[i]) || elements(at(i).shape) > 1 || at(i).shape.is_tuple() || operands[i].empty())
+        continue;
+      if (std::all_of(operands[i].begin(), operands[i].end(),
+                      [&](uint32_t o) { return role[o] == Role::kConstant; }))
+        role[i] = Role::kConstant;
+    }
   }
 
   // XLA's algebraic simplifier turns a floating-point division by a constant (or a broadcast of one) into a
@@ -491,9 +506,11 @@ struct Fusion {
 
   bool fusible_into_gemm(uint32_t v, int depth) {
     if (gemm_fusible[v] >= 0) return gemm_fusible[v] == 1;
-    // A GEMM fusion takes in elementwise ops, not a sum over another GEMM's partials.
-    bool ok = role[v] == Role::kCheap && at(v).custom_call_target != kSplitKReduce && !merges_transposed(v) &&
-              depth < kMaxPrologueDepth;
+    // A GEMM fusion takes in elementwise ops and scalar constants (a division by a constant, which XLA's
+    // simplifier makes a multiply), not a sum over another GEMM's partials.
+    const bool scalar_constant = role[v] == Role::kConstant && elements(at(v).shape) <= 1;
+    bool ok = (role[v] == Role::kCheap || scalar_constant) && at(v).custom_call_target != kSplitKReduce &&
+              !merges_transposed(v) && depth < kMaxPrologueDepth;
     for (uint32_t o : operands[v]) {
       if (!ok) break;
       stop_at_unworthy(o);

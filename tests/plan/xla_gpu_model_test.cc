@@ -996,6 +996,60 @@ ENTRY main.1 {
   EXPECT_EQ(find(m, "t"), nullptr) << "the tanh is recomputed by g's fusion and d's";
 }
 
+// A GEMM fusion takes in a division by a scalar constant (a multiply by its inverse, XLA's simplifier):
+// attention's masked score gradient divided by sqrt(d) and read by the two GEMMs of the backward pass is
+// written once, as the jnp.where select before the division - the compiled gpt_fp32_donate_scan's
+// loop_select_fusion - not once more divided (the lowered mlp_fp32_donate's temp +1.0% -> -0.0% of XLA's).
+TEST(XlaGpuModel, AGemmTakesInADivisionByAConstant) {
+  const HloModule m = model_of(R"(HloModule jit_step
+
+ENTRY main.1 {
+  mask = pred[8,16,256,256]{3,2,1,0} parameter(0)
+  a = f32[8,16,256,256]{3,2,1,0} parameter(1)
+  b = f32[8,16,256,256]{3,2,1,0} parameter(2)
+  k = f32[8,16,256,64]{3,2,1,0} parameter(3)
+  q = f32[8,16,256,64]{3,2,1,0} parameter(4)
+  g = f32[8,16,256,256]{3,2,1,0} multiply(a, b)
+  zero = f32[] constant(0)
+  zeros = f32[8,16,256,256]{3,2,1,0} broadcast(zero), dimensions={}
+  w = f32[8,16,256,256]{3,2,1,0} select(mask, g, zeros)
+  eight = f32[] constant(8)
+  eights = f32[8,16,256,256]{3,2,1,0} broadcast(eight), dimensions={}
+  scaled = f32[8,16,256,256]{3,2,1,0} divide(w, eights)
+  dk = f32[8,16,256,64]{3,2,1,0} dot(scaled, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}
+  dq = f32[8,16,256,64]{3,2,1,0} dot(scaled, q), lhs_batch_dims={0,1}, lhs_contracting_dims={2}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}
+  ROOT t = (f32[8,16,256,64]{3,2,1,0}, f32[8,16,256,64]{3,2,1,0}) tuple(dk, dq)
+})");
+  EXPECT_EQ(find(m, "scaled"), nullptr) << "each GEMM divides as it reads";
+  EXPECT_NE(find(m, "w"), nullptr) << "the select they read, written once";
+}
+
+// XLA folds an op over constants into a constant before fusion (HloConstantFolding): StableHLO writes a
+// mean's gradient scale as 1 / N of two constants, where JAX's HLO text holds the quotient - either way the
+// scaled cotangent is taken into the two GEMMs that read it, not written for each (the StableHLO of
+// mlp_fp32_donate planned two such copies: +1.0% of XLA's temp, now -0.0%, as its HLO text).
+TEST(XlaGpuModel, AScalarComputedFromConstantsIsAConstant) {
+  const HloModule m = model_of(R"(HloModule jit_step
+
+ENTRY main.1 {
+  d = f32[2048,1024]{1,0} parameter(0)
+  w = f32[4096,1024]{1,0} parameter(1)
+  h = f32[2048,4096]{1,0} parameter(2)
+  one = f32[] constant(1)
+  n = f32[] constant(2097152)
+  inv = f32[] divide(one, n)
+  invs = f32[2048,1024]{1,0} broadcast(inv), dimensions={}
+  g = f32[2048,1024]{1,0} multiply(invs, d)
+  dw = f32[1024,4096]{1,0} dot(g, h), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  dh = f32[2048,4096]{1,0} dot(g, w), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  ROOT t = (f32[1024,4096]{1,0}, f32[2048,4096]{1,0}) tuple(dw, dh)
+})");
+  for (const HloComputation& c : m.computations)
+    for (const HloInstruction& x : c.instructions)
+      EXPECT_EQ(x.name.find("g.for."), std::string::npos) << x.name << ": a copy of g written for one GEMM";
+  EXPECT_EQ(find(m, "g"), nullptr);
+}
+
 // XLA's ListScheduler counts a buffer in use by every instruction whose operand points at it
 // (TuplePointsToAnalysis), through tuples, optimization barriers and get-tuple-elements: a value a
 // rematerialization's barrier passes on is freed by the last reader behind the barrier, not by the tuple.
