@@ -43,9 +43,9 @@ constexpr double kMemoryComputeParallelism = 0.95;
 
 // The flops XLA's cost model counts per element of an expensive elementwise op: the clock cycles the
 // H100's profile gives it (sm_90 in xla/service/gpu/model/hlo_op_profiles_data.h, read by
-// GpuHloCostAnalysis). F16 has its own row; BF16 is taken as F32 (XLA computes it in F32 after float
-// normalization - an approximation: the profile has no BF16 row) and F64 as its row. Cheap ops (3 to 7
-// cycles) are left at 0: their time hides under their memory traffic.
+// GpuHloCostAnalysis). F16 and F64 have rows of their own; every other type is taken as F32 (BF16 is
+// computed in F32 after float normalization; integers are an approximation: their rows are not copied).
+// Cheap ops (3 to 7 cycles) are left at 0: their time hides under their memory traffic.
 double flops_per_element(HloOpcode op, PrimitiveType type) {
   struct Cycles {
     HloOpcode op;
@@ -74,7 +74,7 @@ double flops_per_element(HloOpcode op, PrimitiveType type) {
   }
   // Not profiled (logistic, erf, tan, remainder): XLA expands them into several profiled ops before
   // fusion; taken as a tanh.
-  return 467;
+  return flops_per_element(HloOpcode::kTanh, type);
 }
 
 }  // namespace

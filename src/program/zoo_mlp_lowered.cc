@@ -71,7 +71,7 @@ class MlpStep {
       // offload_dot_with_no_batch_dims("device", "pinned_host"): the saved GEMM result is put in host
       // memory as soon as it is computed (a device_put JAX writes as an annotate_device_placement call);
       // the forward pass reads the device's value.
-      if (offloads() && l + 1 < n && checkpointed(l)) layers[l].host = e_.place(layers[l].h, "pinned_host");
+      if (offloads() && checkpointed(l)) layers[l].host = e_.place(layers[l].h, "pinned_host");
       x = layers[l].out;
     }
     return layers;

@@ -196,7 +196,7 @@ namespace {
 // Both forms of the program before optimization: HLO text and StableHLO (JAX's default).
 void expect_lowered_plans(const std::string& suffix, const std::string& source,
                           const std::set<std::string>& held, const std::string& list = "programs.json",
-                          int expected = 7) {
+                          int expected = 7, const std::set<std::string>& temp_not_held = {}) {
   const Json programs = program_list(list);
   std::printf("%-28s %15s %15s %9s %15s %15s %9s\n", source.c_str(), "xla temp", "predicted", "error",
               "measured peak", "predicted", "error");
@@ -229,10 +229,8 @@ void expect_lowered_plans(const std::string& suffix, const std::string& source,
                 static_cast<unsigned long long>(plan->peak_bytes), 100 * peak_error);
     if (held.contains(name)) {
       EXPECT_LE(std::abs(peak_error), 0.05) << "peak " << plan->peak_bytes;
-      // XLA's temp too, but for cuDNN attention's (-5.3%: its peak is held, -4.0%). mlp_mean_grads_b128
-      // came within it (+12.0% -> +4.0%) when GEMM operands were decided before priority fusion and a
-      // small tanh was recomputed by its readers, as XLA's performance model weighs it.
-      if (name != "gpt_mixed_donate_cudnn") {
+      // XLA's temp too, where the caller does not say it is missed.
+      if (!temp_not_held.contains(name)) {
         EXPECT_LE(std::abs(relative(static_cast<double>(plan->temp_bytes), xla_temp)), 0.05)
             << "temp " << plan->temp_bytes;
       }
@@ -286,6 +284,10 @@ TEST(HloPlan, LoweredHloProgramsPlannedThroughTheGpuModel) {
 // too small to fill the GPU were split along their contraction (their f32 partials saved for the backward
 // pass): mlp_mean_grads_b128 -17.1% -> +2.2%; per-example gradients (vmap) -21.5% -> -7.7%, then -5.7% ->
 // +0.7% when their Adam updates were written apart as XLA writes them (PerExampleGradients... below).
+// Their temp is held within 5% of XLA's too, but for cuDNN attention's (-5.3%: XLA keeps a norm's
+// normalized rows beside its output; the peak is held, -4.0%). mlp_mean_grads_b128 came within it (+12.0% ->
+// +4.0%) when a small tanh was recomputed by its readers, as XLA's performance model weighs it.
+const std::set<std::string> kTempMisses = {"gpt_mixed_donate_cudnn"};
 TEST(HloPlan, MoreLoweredProgramsPlannedThroughTheGpuModel) {
   expect_lowered_plans(
       ".lowered.hlo.txt.gz", "lowered HLO",
@@ -293,14 +295,14 @@ TEST(HloPlan, MoreLoweredProgramsPlannedThroughTheGpuModel) {
        "gpt_fp32_donate_remat_dots", "flax_encoder_adafactor_b32", "vit_b16_fp32_donate", "mlp_mixed_donate",
        "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32", "mlp_mean_grads_b128", "mlp_vmap_grads_b128",
        "mlp_fp32_donate_accum4", "gpt_fp32_donate_scan_remat_full"},
-      "lowered_programs.json", 15);
+      "lowered_programs.json", 15, kTempMisses);
   expect_lowered_plans(
       ".stablehlo.mlir.gz", "StableHLO",
       {"gpt_mixed_donate", "gpt_bf16_donate", "gpt_fp32_infer_b32", "gpt_fp32_donate_remat_full",
        "gpt_fp32_donate_remat_dots", "flax_encoder_adafactor_b32", "vit_b16_fp32_donate", "mlp_mixed_donate",
        "gpt_mixed_donate_cudnn", "gpt_fp32_donate_accum4_b32", "mlp_mean_grads_b128", "mlp_vmap_grads_b128",
        "mlp_fp32_donate_accum4", "gpt_fp32_donate_scan_remat_full"},
-      "lowered_programs.json", 15);
+      "lowered_programs.json", 15, kTempMisses);
 }
 
 // Programs captured on the H200 after the model was built (captured_programs.json, gpu/xla_probe.sh): the
