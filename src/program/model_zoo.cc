@@ -35,13 +35,16 @@ Expected<HloModule> build_step_module(const ModelSpec& spec, StepArguments* argu
   module.name = "jit_step";
   module.is_scheduled = true;
   module.platform = spec.backend == Backend::kCpu ? HloPlatform::kCpu : HloPlatform::kGpu;
-  if (zoo::mlp_lowers(spec) || zoo::transformer_lowers(spec) || zoo::flax_cnn_lowers(spec)) {
+  if (zoo::mlp_lowers(spec) || zoo::transformer_lowers(spec) || zoo::flax_cnn_lowers(spec) ||
+      zoo::flax_encoder_lowers(spec)) {
     // The program JAX traces, planned through the model of XLA:GPU (plan/xla_gpu_model.h).
     StepArguments args;
     if (spec.model == ModelFamily::kMlp)
       zoo::build_mlp_lowered(spec, module, args);
     else if (spec.model == ModelFamily::kFlaxCnn)
       zoo::build_flax_cnn_lowered(spec, module, args);
+    else if (spec.model == ModelFamily::kFlaxEncoder)
+      zoo::build_flax_encoder_lowered(spec, module, args);
     else
       zoo::build_transformer_lowered(spec, module, args);
     if (arguments != nullptr) *arguments = args;

@@ -132,6 +132,14 @@ LoweredEmitter::V LoweredEmitter::dot(const V& a, const V& b, const std::vector<
   return push(std::move(i));
 }
 
+LoweredEmitter::V LoweredEmitter::batched_dot(const V& a, const V& b, const std::vector<uint64_t>& dims,
+                                              PrimitiveType type,
+                                              const std::vector<int64_t>& lhs_batch_dims) {
+  HloInstruction i = make(array(type, dims), "dot", {a.name, b.name});
+  i.lhs_batch_dims = lhs_batch_dims;
+  return push(std::move(i));
+}
+
 const std::string& LoweredEmitter::region(const char* opcode) {
   for (const auto& [op, name] : regions_)
     if (op == opcode) return name;

@@ -78,6 +78,10 @@ class LoweredEmitter {
   V concatenate(const std::vector<V>& values, size_t dim);
   // dot_general: `batch_dims` leading dimensions of both operands are batch dimensions.
   V dot(const V& a, const V& b, const std::vector<uint64_t>& dims, PrimitiveType type, size_t batch_dims = 0);
+  // dot_general whose batch dimensions are `lhs_batch_dims` of the left operand, wherever they lie (flax's
+  // attention: the heads of [B,S,H,hd]); the result starts with them.
+  V batched_dot(const V& a, const V& b, const std::vector<uint64_t>& dims, PrimitiveType type,
+                const std::vector<int64_t>& lhs_batch_dims);
   // lax.conv_general_dilated as flax's Conv writes it (NHWC, HWIO): a convolution of `x` by `kernel`
   // shaped `dims`; its transposes are convolutions too (the input's gradient by the flipped kernel, the
   // kernel's by the input and the output's gradient).
@@ -244,5 +248,11 @@ void build_mlp_lowered(const ModelSpec& spec, HloModule& module, StepArguments& 
 // The flax conv net on one GPU, as JAX lowers it (zoo_flax_cnn_lowered.cc).
 bool flax_cnn_lowers(const ModelSpec& spec);
 void build_flax_cnn_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
+
+// The flax encoder's training step on one GPU in fp32 without remat, as JAX lowers it
+// (zoo_flax_encoder_lowered.cc); its other options are still written as XLA's fused program
+// (zoo_flax_encoder.cc).
+bool flax_encoder_lowers(const ModelSpec& spec);
+void build_flax_encoder_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 
 }  // namespace memfit::zoo

@@ -301,6 +301,16 @@ TEST(StepPlan, TheZoosConvNetIsTheProgramJaxLowers) {
             1);
 }
 
+// The flax encoder (optax.adafactor, donated) as the shared flax_encoder_adafactor_b32's lowered program has
+// it: flax's LayerNorm (the mean and the mean of squares), MultiHeadDotProductAttention's [B,S,H,hd]
+// projections with their biases and the scores' batch dimensions among the operands', the untied head,
+// optax's integer-label cross-entropy, every transpose and the factored update - down to 128 KiB.
+TEST(StepPlan, TheZoosFlaxEncoderIsTheProgramJaxLowers) {
+  EXPECT_EQ(expect_zoo_writes_jaxs_program(
+                "flax_encoder_", [](const Json&) { return true; }, 128u << 10),
+            1);
+}
+
 // The peak's parts of a model of billions of parameters: the new values split between parameters and adam's
 // moments in proportion (1 : 2), not wrapped - their product (14 GB x 10 GB) is beyond 64 bits.
 TEST(StepPlan, TheBreakdownOfABillionParameterStepDoesNotWrap) {

@@ -1,0 +1,386 @@
+// The flax encoder written as JAX lowers its step (reference_programs.py's flax_encoder; the shared
+// flax_encoder_adafactor_b32.lowered.hlo.txt is what this follows, op for op where memory is concerned):
+// flax.linen's Embed (jnp.take: the rows gathered, out-of-range tokens filled), per layer a LayerNorm as
+// flax computes it (the mean and the mean of squares, var = max(E[x^2] - E[x]^2, 0)), flax's
+// MultiHeadDotProductAttention (DenseGeneral query/key/value projections to [B,S,H,hd] with biases, the
+// query divided by sqrt(hd), bidirectional scores [B,H,S,S] and softmax, the values' product [B,H,hd,S]
+// transposed back, the output projection from [B,S,H,hd]), a second LayerNorm and the tanh GELU MLP of two
+// Dense layers; the final LayerNorm and an untied Dense head with a bias; optax's
+// softmax_cross_entropy_with_integer_labels (the log-sum-exp, the label's logit taken along the axis);
+// the transposes JAX's rules write (every kernel's gradient a product transposed into the kernel's layout);
+// the optimizer's update (optax.adafactor as the reference trains it). Planned through the model of XLA:GPU
+// like any user's lowered program.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "memfit/program/model_zoo.h"
+#include "zoo_lowered.h"
+
+namespace memfit::zoo {
+namespace {
+
+using V = LoweredEmitter::V;
+
+// What a flax LayerNorm's transpose reads of its forward pass.
+struct FlaxNorm {
+  V x, mean, xm, spread, var_eps, inv, scaled;  // spread: E[x^2] - E[x]^2 before the max with 0
+  V scale, bias;                                // the parameters
+};
+
+// The values a layer's backward pass reads.
+struct EncoderLayer {
+  size_t first_param = 0;  // where its sixteen parameters start in params_ (jax's order, below)
+  V x_in, h, q, qs, k, v, ex, sum, probs, merged, x_mid, h2;
+  FlaxNorm ln0, ln1;
+  Gelu gelu;
+};
+
+// A layer's parameters in jax's order (flax's module names sorted, 'bias' before 'kernel').
+enum LayerParam : size_t {
+  kOutBias,     // Dense_0: the MLP's second layer (flax names modules in the order they are made:
+  kOutKernel,   //          nn.Dense(D) is made before the nn.Dense(4D) it wraps)
+  kInBias,      // Dense_1: the MLP's first layer
+  kInKernel,    //
+  kLn0Bias,     // LayerNorm_0: before attention
+  kLn0Scale,    //
+  kLn1Bias,     // LayerNorm_1: before the MLP
+  kLn1Scale,    //
+  kKeyBias,     // MultiHeadDotProductAttention_0's key, out, query, value
+  kKeyKernel,   //
+  kProjBias,    //
+  kProjKernel,  //
+  kQueryBias,   //
+  kQueryKernel,
+  kValueBias,
+  kValueKernel,
+  kLayerParams
+};
+
+class EncoderStep {
+ public:
+  EncoderStep(const ModelSpec& s, HloModule& m) : s_(s), e_(m) {}
+
+  void build(StepArguments& args) {
+    e_.reserve((s_.layers + 2) * 1000);
+    declare(args);
+    e_.set_category("activations");
+    e_.set_op_name("jit(step)/jvp(Encoder)");
+    V x = embed();
+    layers_.resize(s_.layers);
+    for (uint64_t l = 0; l < s_.layers; ++l) x = layer(x, l);
+    const V y = layer_norm(x, params_[kLnfScale], params_[kLnfBias], lnf_);
+    const uint64_t B = s_.batch, S = s_.seq, D = s_.d_model, vocab = s_.vocab;
+    const V logits = e_.binary("add", e_.dot(y, params_[kHeadKernel], {B, S, vocab}, kF32),
+                               write_vector_broadcast(e_, params_[kHeadBias], {B, S, vocab}));
+    V dlogits;
+    const V loss = cross_entropy(logits, dlogits);
+    grads_.assign(params_.size(), V{});
+    e_.set_category("gradients");
+    e_.set_op_name("jit(step)/transpose(jvp(Encoder))/Dense_0");
+    grads_[kHeadBias] = e_.reduce_sum(dlogits, {0, 1});
+    grads_[kHeadKernel] = e_.transpose(e_.dot(dlogits, y, {vocab, D}, kF32), {1, 0});
+    e_.set_category("temporaries");
+    const V dy = e_.dot(dlogits, params_[kHeadKernel], {B, S, D}, kF32);
+    V g = norm_transpose(lnf_, dy, nullptr, kLnfScale, kLnfBias);
+    for (uint64_t l = s_.layers; l-- > 0;) g = layer_transpose(layers_[l], g);
+    // The lookup's transpose: a scatter-add of the cotangent into zeros of the table's shape.
+    e_.set_category("gradients");
+    e_.set_op_name("jit(step)/transpose(jvp(Encoder))/Embed_0");
+    grads_[kEmbedding] = e_.scatter(e_.splat(kF32, params_[kEmbedding].shape.dims), token_rows_, g);
+    std::vector<V> jax_grads;  // in the arguments' order, as the update and the optimizer's state take them
+    for (size_t slot : order_) jax_grads.push_back(grads_[slot]);
+    write_update(e_, s_, jax_params_, jax_grads, keeps_optimizer_state(s_) ? &state_ : nullptr, {loss});
+    e_.finish();
+  }
+
+ private:
+  // The top-level parameters' places in jax's order: 'Dense_0' (the head), 'Embed_0', 'LayerNorm_0' (the
+  // final norm: 'LayerNorm_0' sorts before 'Layer_0'), then the layers.
+  enum TopParam : size_t { kHeadBias, kHeadKernel, kEmbedding, kLnfBias, kLnfScale, kTopParams };
+
+  void declare(StepArguments& args) {
+    const uint64_t D = s_.d_model, F = s_.ffn_width(), H = s_.heads, hd = D / H;
+    struct Named {
+      std::string name;
+      std::vector<uint64_t> dims;
+      size_t slot;  // TopParam, or kTopParams + layer * kLayerParams + LayerParam
+    };
+    std::vector<Named> named = {{"params['Dense_0']['bias']", {s_.vocab}, kHeadBias},
+                                {"params['Dense_0']['kernel']", {D, s_.vocab}, kHeadKernel},
+                                {"params['Embed_0']['embedding']", {s_.vocab, D}, kEmbedding},
+                                {"params['LayerNorm_0']['bias']", {D}, kLnfBias},
+                                {"params['LayerNorm_0']['scale']", {D}, kLnfScale}};
+    const char* attention = "['MultiHeadDotProductAttention_0']";
+    for (uint64_t l = 0; l < s_.layers; ++l) {
+      const std::string layer = fmt::format("params['Layer_{}']", l);
+      auto add = [&](const std::string& key, std::vector<uint64_t> dims, LayerParam p) {
+        named.push_back({layer + key, std::move(dims), kTopParams + l * kLayerParams + p});
+      };
+      add("['Dense_0']['bias']", {D}, kOutBias);
+      add("['Dense_0']['kernel']", {F, D}, kOutKernel);
+      add("['Dense_1']['bias']", {F}, kInBias);
+      add("['Dense_1']['kernel']", {D, F}, kInKernel);
+      add("['LayerNorm_0']['bias']", {D}, kLn0Bias);
+      add("['LayerNorm_0']['scale']", {D}, kLn0Scale);
+      add("['LayerNorm_1']['bias']", {D}, kLn1Bias);
+      add("['LayerNorm_1']['scale']", {D}, kLn1Scale);
+      add(fmt::format("{}['key']['bias']", attention), {H, hd}, kKeyBias);
+      add(fmt::format("{}['key']['kernel']", attention), {D, H, hd}, kKeyKernel);
+      add(fmt::format("{}['out']['bias']", attention), {D}, kProjBias);
+      add(fmt::format("{}['out']['kernel']", attention), {H, hd, D}, kProjKernel);
+      add(fmt::format("{}['query']['bias']", attention), {H, hd}, kQueryBias);
+      add(fmt::format("{}['query']['kernel']", attention), {D, H, hd}, kQueryKernel);
+      add(fmt::format("{}['value']['bias']", attention), {H, hd}, kValueBias);
+      add(fmt::format("{}['value']['kernel']", attention), {D, H, hd}, kValueKernel);
+    }
+    // jax flattens a dict in its keys' sorted order ('Layer_10' before 'Layer_2'): the parameters' argument
+    // numbers are that order's, and the slots say where each is read.
+    std::sort(named.begin(), named.end(), [](const Named& a, const Named& b) { return a.name < b.name; });
+    std::vector<V> by_slot(named.size());
+    std::vector<std::string> names;
+    std::vector<V> in_order;
+    for (const Named& n : named) {
+      in_order.push_back(model_parameter(e_, LoweredEmitter::array(kF32, n.dims), n.name, args));
+      names.push_back(n.name);
+      by_slot[n.slot] = in_order.back();
+    }
+    // params_ is kept in slot order (what the writer reads); the update and the optimizer's state take the
+    // parameters in jax's order, so the slots are mapped back after the backward pass (order_).
+    params_ = by_slot;
+    order_.clear();
+    for (const Named& n : named) order_.push_back(n.slot);
+    jax_params_ = in_order;
+    jax_names_ = names;
+    if (keeps_optimizer_state(s_)) state_ = declare_optimizer_state(e_, s_, jax_params_, jax_names_, args);
+    tokens_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {s_.batch, s_.seq}), "batch[0]",
+                           "activations");
+    labels_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {s_.batch, s_.seq}), "batch[1]",
+                           "activations");
+    args.batch_bytes += tokens_.shape.own_bytes() + labels_.shape.own_bytes();
+  }
+
+  const V& p(const EncoderLayer& layer, LayerParam k) const { return params_[layer.first_param + k]; }
+
+  // nn.Embed: jnp.take(embedding, tokens, axis=0) in its default fill mode - a negative token wraps, the rows
+  // gathered, and a row whose token is out of range filled with NaN (a select over the gathered rows).
+  V embed() {
+    const std::vector<uint64_t> bs = {s_.batch, s_.seq};
+    const V negative = e_.compare(tokens_, e_.splat(PrimitiveType::kS32, bs));
+    const V wrapped =
+        e_.select(negative, e_.binary("add", tokens_, e_.splat(PrimitiveType::kS32, bs)), tokens_);
+    token_rows_ = e_.reshape(wrapped, {s_.batch, s_.seq, 1});
+    const V in_range = e_.compare(wrapped, e_.splat(PrimitiveType::kS32, bs));
+    const V rows = e_.gather(params_[kEmbedding], token_rows_);
+    const std::vector<uint64_t>& dims = rows.shape.dims;
+    return e_.select(e_.broadcast(in_range, dims, {0, 1}), rows, e_.splat(kF32, dims));
+  }
+
+  // flax.linen.LayerNorm over the last axis: mean = E[x], var = max(E[x^2] - mean^2, 0),
+  // y = (x - mean) * (rsqrt(var + eps) * scale) + bias.
+  V layer_norm(const V& x, const V& scale, const V& bias, FlaxNorm& n) {
+    const std::vector<uint64_t>& dims = x.shape.dims;
+    const std::vector<uint64_t> rows = {dims[0], dims[1]}, kept = {dims[0], dims[1], 1};
+    n.x = x;
+    n.scale = scale;
+    n.bias = bias;
+    n.mean = e_.binary("divide", e_.reduce_sum(x, {2}), e_.splat(kF32, rows));
+    n.xm = e_.binary("subtract", x, e_.broadcast(n.mean, dims, {0, 1}));
+    const V mean_sq =
+        e_.binary("divide", e_.reduce_sum(e_.binary("multiply", x, x), {2}), e_.splat(kF32, rows));
+    n.spread = e_.binary("subtract", mean_sq, e_.binary("multiply", n.mean, n.mean));
+    const V var = e_.binary("maximum", n.spread, e_.splat(kF32, rows));
+    n.var_eps = e_.binary("add", e_.reshape(var, kept), e_.splat(kF32, kept));
+    n.inv = e_.unary("rsqrt", n.var_eps);
+    n.scaled = e_.binary("multiply", e_.broadcast(e_.reshape(n.inv, rows), dims, {0, 1}),
+                         write_vector_broadcast(e_, scale, dims));
+    return e_.binary("add", e_.binary("multiply", n.xm, n.scaled), write_vector_broadcast(e_, bias, dims));
+  }
+
+  // The transpose of layer_norm: `dy` (the output's cotangent) back to the input, added to `r` (the residual
+  // stream's cotangent) when there is one, as JAX's rules write it - through the centred copy, the mean's
+  // broadcast, the rsqrt and var's max and square; the scale's and bias's gradients into their slots.
+  V norm_transpose(const FlaxNorm& n, const V& dy, const V* r, size_t scale_slot, size_t bias_slot) {
+    const std::vector<uint64_t>& dims = dy.shape.dims;
+    const std::vector<uint64_t> rows = {dims[0], dims[1]}, kept = {dims[0], dims[1], 1};
+    const V through_scaled = e_.binary("multiply", dy, n.scaled);
+    const V centred_sum = e_.reduce_sum(
+        e_.reshape(e_.reduce_sum(e_.unary("negate", through_scaled), {2}), kept), {2});  // the mean's part
+    const V xm_dy = e_.binary("multiply", n.xm, dy);
+    const V scale_sum = e_.reshape(
+        e_.reduce_sum(e_.binary("multiply", xm_dy, write_vector_broadcast(e_, n.scale, dims)), {2}), kept);
+    const V slope = e_.binary("multiply", e_.binary("divide", n.inv, n.var_eps), e_.splat(kF32, kept));
+    const V dvar = e_.reduce_sum(e_.binary("multiply", scale_sum, slope), {2});
+    // max(spread, 0)'s derivative: 1 above 0, a half at 0.
+    const V above = e_.compare(n.spread, e_.splat(kF32, rows));
+    const V at = e_.compare(n.spread, e_.splat(kF32, rows));
+    const V step =
+        e_.select(above, e_.splat(kF32, rows), e_.select(at, e_.splat(kF32, rows), e_.splat(kF32, rows)));
+    const V dspread = e_.binary("multiply", dvar, step);
+    const V dmean = e_.binary("add", centred_sum,
+                              e_.binary("multiply", e_.unary("negate", dspread),
+                                        e_.binary("multiply", n.mean, e_.splat(kF32, rows))));
+    V dx = r != nullptr ? e_.binary("add", *r, through_scaled) : through_scaled;
+    dx = e_.binary("add", dx, e_.broadcast(e_.binary("divide", dmean, e_.splat(kF32, rows)), dims, {0, 1}));
+    const V dsquare = e_.broadcast(e_.binary("divide", dspread, e_.splat(kF32, rows)), dims, {0, 1});
+    dx = e_.binary("add", dx,
+                   e_.binary("multiply", dsquare, e_.binary("multiply", n.x, e_.splat(kF32, dims))));
+    e_.set_category("gradients");
+    grads_[bias_slot] = e_.reduce_sum(dy, {0, 1});
+    grads_[scale_slot] = e_.reduce_sum(
+        e_.binary("multiply", e_.broadcast(e_.reshape(n.inv, rows), dims, {0, 1}), xm_dy), {0, 1});
+    e_.set_category("temporaries");
+    return dx;
+  }
+
+  // nn.DenseGeneral to [B,S,H,hd]: the product by a [D,H,hd] kernel and the [H,hd] bias.
+  V head_projection(const V& h, const V& kernel, const V& bias) {
+    const std::vector<uint64_t> dims = {s_.batch, s_.seq, s_.heads, s_.d_model / s_.heads};
+    return e_.binary("add", e_.dot(h, kernel, dims, kF32), e_.broadcast(bias, dims, {2, 3}));
+  }
+
+  V layer(const V& x, uint64_t l) {
+    EncoderLayer& k = layers_[l];
+    k.first_param = kTopParams + l * kLayerParams;
+    e_.set_op_name(fmt::format("jit(step)/jvp(Encoder)/Layer_{}", l));
+    const uint64_t B = s_.batch, S = s_.seq, D = s_.d_model, H = s_.heads, hd = D / H, F = s_.ffn_width();
+    k.x_in = x;
+    k.h = layer_norm(x, p(k, kLn0Scale), p(k, kLn0Bias), k.ln0);
+    k.q = head_projection(k.h, p(k, kQueryKernel), p(k, kQueryBias));
+    k.qs = e_.binary("divide", k.q, e_.splat(kF32, k.q.shape.dims));  // query / sqrt(depth)
+    k.k = head_projection(k.h, p(k, kKeyKernel), p(k, kKeyBias));
+    k.v = head_projection(k.h, p(k, kValueKernel), p(k, kValueBias));
+    // einsum('...qhd,...khd->...hqk'): batch dimensions B and H of both, the scores [B,H,S,S]
+    const std::vector<uint64_t> scores_dims = {B, H, S, S}, rows = {B, H, S};
+    const V scores = e_.batched_dot(k.qs, k.k, scores_dims, kF32, {0, 2});
+    const V mx = e_.binary("maximum", e_.reduce_max(scores, {3}), e_.splat(kF32, rows));
+    k.ex = e_.unary("exponential", e_.binary("subtract", scores, e_.broadcast(mx, scores_dims, {0, 1, 2})));
+    k.sum = e_.reshape(e_.reduce_sum(k.ex, {3}), {B, H, S, 1});
+    k.probs = e_.binary("divide", k.ex, e_.broadcast(e_.reshape(k.sum, rows), scores_dims, {0, 1, 2}));
+    // einsum('...hqk,...khd->...qhd') as JAX writes it: the values' product [B,H,hd,S], transposed
+    k.merged = e_.transpose(e_.batched_dot(k.v, k.probs, {B, H, hd, S}, kF32, {0, 2}), {0, 3, 1, 2});
+    const V attended = e_.binary("add", e_.dot(k.merged, p(k, kProjKernel), {B, S, D}, kF32),
+                                 write_vector_broadcast(e_, p(k, kProjBias), {B, S, D}));
+    k.x_mid = e_.binary("add", x, attended);
+    k.h2 = layer_norm(k.x_mid, p(k, kLn1Scale), p(k, kLn1Bias), k.ln1);
+    const V z = e_.binary("add", e_.dot(k.h2, p(k, kInKernel), {B, S, F}, kF32),
+                          write_vector_broadcast(e_, p(k, kInBias), {B, S, F}));
+    k.gelu = write_gelu(e_, z);
+    const V out = e_.binary("add", e_.dot(k.gelu.out, p(k, kOutKernel), {B, S, D}, kF32),
+                            write_vector_broadcast(e_, p(k, kOutBias), {B, S, D}));
+    return e_.binary("add", k.x_mid, out);
+  }
+
+  // A layer's transpose from `g` (its output's cotangent) to its input's; its parameters' gradients into
+  // grads_.
+  V layer_transpose(const EncoderLayer& k, const V& g) {
+    const size_t at = k.first_param;
+    const uint64_t B = s_.batch, S = s_.seq, D = s_.d_model, H = s_.heads, hd = D / H, F = s_.ffn_width();
+    e_.set_op_name(
+        fmt::format("jit(step)/transpose(jvp(Encoder))/Layer_{}", (at - kTopParams) / kLayerParams));
+    e_.set_category("gradients");
+    grads_[at + kOutBias] = e_.reduce_sum(g, {0, 1});
+    grads_[at + kOutKernel] = e_.transpose(e_.dot(g, k.gelu.out, {D, F}, kF32), {1, 0});
+    e_.set_category("temporaries");
+    const V dz = write_gelu_transpose(e_, k.gelu, e_.dot(g, p(k, kOutKernel), {B, S, F}, kF32));
+    e_.set_category("gradients");
+    grads_[at + kInBias] = e_.reduce_sum(dz, {0, 1});
+    grads_[at + kInKernel] = e_.transpose(e_.dot(dz, k.h2, {F, D}, kF32), {1, 0});
+    e_.set_category("temporaries");
+    const V dh2 = e_.dot(dz, p(k, kInKernel), {B, S, D}, kF32);
+    const V g1 = norm_transpose(k.ln1, dh2, &g, at + kLn1Scale, at + kLn1Bias);
+    // The attention's output projection.
+    e_.set_category("gradients");
+    grads_[at + kProjBias] = e_.reduce_sum(g1, {0, 1});
+    grads_[at + kProjKernel] = e_.transpose(e_.dot(g1, k.merged, {D, H, hd}, kF32), {1, 2, 0});
+    e_.set_category("temporaries");
+    const V datt =
+        e_.transpose(e_.dot(g1, p(k, kProjKernel), {B, S, H, hd}, kF32), {0, 2, 3, 1});  // [B,H,hd,S]
+    const std::vector<uint64_t> scores_dims = {B, H, S, S}, rows = {B, H, S};
+    const V dv = e_.transpose(e_.batched_dot(datt, k.probs, {B, H, hd, S}, kF32, {0, 1}), {0, 3, 1, 2});
+    const V dprobs = e_.batched_dot(datt, k.v, scores_dims, kF32, {0, 1});
+    // The softmax's transpose through ex / sum: the quotient's two terms, the row sums' broadcast.
+    const V sum_rows = e_.broadcast(e_.reshape(k.sum, rows), scores_dims, {0, 1, 2});
+    const V through_sum = e_.binary("divide", dprobs, sum_rows);
+    const V inv_sq = e_.binary("divide", e_.splat(kF32, {B, H, S, 1}), e_.binary("multiply", k.sum, k.sum));
+    const V by_ex = e_.binary(
+        "multiply",
+        e_.binary("multiply", dprobs, e_.broadcast(e_.reshape(inv_sq, rows), scores_dims, {0, 1, 2})), k.ex);
+    const V dsum =
+        e_.reduce_sum(e_.unary("negate", e_.reshape(e_.reduce_sum(by_ex, {3}), {B, H, S, 1})), {3});
+    const V dscores = e_.binary(
+        "multiply", e_.binary("add", through_sum, e_.broadcast(dsum, scores_dims, {0, 1, 2})), k.ex);
+    const V dk = e_.transpose(e_.batched_dot(dscores, k.qs, {B, H, S, hd}, kF32, {0, 1}), {0, 2, 1, 3});
+    const V dq = e_.binary(
+        "divide", e_.transpose(e_.batched_dot(dscores, k.k, {B, H, S, hd}, kF32, {0, 1}), {0, 2, 1, 3}),
+        e_.splat(kF32, {B, S, H, hd}));
+    V dh = e_.dot(dv, p(k, kValueKernel), {B, S, D}, kF32);
+    dh = e_.binary("add", dh, e_.dot(dk, p(k, kKeyKernel), {B, S, D}, kF32));
+    dh = e_.binary("add", dh, e_.dot(dq, p(k, kQueryKernel), {B, S, D}, kF32));
+    e_.set_category("gradients");
+    for (auto [d, kernel, bias] :
+         {std::tuple{&dq, kQueryKernel, kQueryBias}, std::tuple{&dk, kKeyKernel, kKeyBias},
+          std::tuple{&dv, kValueKernel, kValueBias}}) {
+      grads_[at + bias] = e_.reduce_sum(*d, {0, 1});
+      grads_[at + kernel] = e_.transpose(e_.dot(*d, k.h, {H, hd, D}, kF32), {2, 0, 1});
+    }
+    e_.set_category("temporaries");
+    return norm_transpose(k.ln0, dh, &g1, at + kLn0Scale, at + kLn0Bias);
+  }
+
+  // optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(): the log-sum-exp over the
+  // shifted logits less the label's logit (taken along the axis); its transpose the exp scaled by the rows'
+  // 1 / sum, and the label's -1 / N scattered into zeros. The logits' cotangent into `dlogits`.
+  V cross_entropy(const V& logits, V& dlogits) {
+    e_.set_op_name("jit(step)/jvp()");
+    const std::vector<uint64_t>& dims = logits.shape.dims;
+    const std::vector<uint64_t> rows = {dims[0], dims[1]}, kept = {dims[0], dims[1], 1};
+    const V mx = e_.binary("maximum", e_.reduce_max(logits, {2}), e_.splat(kF32, rows));
+    const V shift = e_.select(e_.unary("is-finite", mx), mx, e_.splat(kF32, rows));
+    const V ex = e_.unary("exponential", e_.binary("subtract", logits, e_.broadcast(shift, dims, {0, 1})));
+    const V sum = e_.reduce_sum(ex, {2});
+    const V lse = e_.binary("add", e_.unary("log", sum), shift);
+    const V index = e_.reshape(e_.reshape(labels_, kept), {dims[0], dims[1], 1, 1});
+    const V picked = e_.reshape(e_.gather(logits, index, kept), rows);
+    e_.set_category("outputs");  // the loss: one of the step's results
+    const V loss =
+        e_.binary("divide", e_.reduce_sum(e_.binary("subtract", lse, picked), {0, 1}), e_.scalar(kF32));
+    e_.set_category("temporaries");
+    e_.set_op_name("jit(step)/transpose(jvp())");
+    const V weight = e_.binary("divide", e_.splat(kF32, rows), e_.unary("abs", sum));
+    const V through_exp = e_.binary("multiply", e_.broadcast(weight, dims, {0, 1}), ex);
+    const V label_part = e_.scatter(e_.splat(kF32, dims), index, e_.splat(kF32, kept));
+    dlogits = e_.binary("add", through_exp, label_part);
+    return loss;
+  }
+
+  static constexpr PrimitiveType kF32 = PrimitiveType::kF32;
+  const ModelSpec& s_;
+  LoweredEmitter e_;
+  std::vector<V> params_;      // by slot (TopParam, then each layer's LayerParam)
+  std::vector<size_t> order_;  // jax's order: the slot of each argument
+  std::vector<V> jax_params_;
+  std::vector<std::string> jax_names_;
+  std::vector<V> grads_;  // by slot
+  OptimizerState state_;
+  V tokens_, labels_, token_rows_;
+  std::vector<EncoderLayer> layers_;
+  FlaxNorm lnf_;
+};
+
+}  // namespace
+
+bool flax_encoder_lowers(const ModelSpec& s) {
+  return s.model == ModelFamily::kFlaxEncoder && s.backend == Backend::kGpu && s.devices() == 1 &&
+         s.sharding == ShardingKind::kReplicated && s.step == StepKind::kTrain && s.accum == 1 &&
+         s.remat == RematPolicy::kNone && s.precision == Precision::kFp32 && !s.scan;
+}
+
+void build_flax_encoder_lowered(const ModelSpec& s, HloModule& module, StepArguments& args) {
+  EncoderStep(s, module).build(args);
+}
+
+}  // namespace memfit::zoo
