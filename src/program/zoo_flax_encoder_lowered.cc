@@ -66,38 +66,86 @@ class EncoderStep {
 
   void build(StepArguments& args) {
     e_.reserve((s_.layers + 2) * 1000);
+    train_ = s_.step == StepKind::kTrain;
+    batch_ = s_.batch;
     declare(args);
+    if (!train_) {
+      // model.apply(params, tokens): the logits are the step's result.
+      e_.set_category("activations");
+      e_.set_op_name("jit(step)");
+      V y;
+      e_.root_array(forward(y));
+      e_.finish();
+      return;
+    }
+    std::vector<V> grads;
+    V loss;
+    if (s_.accum == 1) {
+      loss = value_and_grad(grads);
+    } else {
+      // Gradient accumulation as the zoo's other families write it (accumulate_gradients): the body reads
+      // its microbatch's rows and the parameters as the loop carries them.
+      const V whole_tokens = tokens_, whole_labels = labels_;
+      const std::vector<V> whole_params = params_;
+      loss = accumulate_gradients(
+          e_, s_.accum, jax_params_, {tokens_, labels_},
+          [&](const std::vector<V>& rows, const std::vector<V>& carried, std::vector<V>& g) {
+            tokens_ = rows[0];
+            labels_ = rows[1];
+            for (size_t i = 0; i < order_.size(); ++i) params_[order_[i]] = carried[i];
+            batch_ = s_.batch / s_.accum;
+            return value_and_grad(g);
+          },
+          grads);
+      tokens_ = whole_tokens;
+      labels_ = whole_labels;
+      params_ = whole_params;
+      batch_ = s_.batch;
+    }
+    write_update(e_, s_, jax_params_, grads, keeps_optimizer_state(s_) ? &state_ : nullptr, {loss});
+    e_.finish();
+  }
+
+ private:
+  // The embedding, the layers, the final norm (its output into `y`) and the head: the logits [B,S,vocab].
+  V forward(V& y) {
     e_.set_category("activations");
     e_.set_op_name("jit(step)/jvp(Encoder)");
     V x = embed();
-    layers_.resize(s_.layers);
+    layers_.assign(s_.layers, EncoderLayer{});
     for (uint64_t l = 0; l < s_.layers; ++l) x = layer(x, l);
-    const V y = layer_norm(x, params_[kLnfScale], params_[kLnfBias], lnf_);
-    const uint64_t B = s_.batch, S = s_.seq, D = s_.d_model, vocab = s_.vocab;
-    const V logits = e_.binary("add", e_.dot(y, params_[kHeadKernel], {B, S, vocab}, kF32),
-                               write_vector_broadcast(e_, params_[kHeadBias], {B, S, vocab}));
+    y = layer_norm(x, params_[kLnfScale], params_[kLnfBias], lnf_);
+    const std::vector<uint64_t> dims = {batch_, s_.seq, s_.vocab};
+    return e_.binary("add", e_.dot(y, params_[kHeadKernel], dims, kF32),
+                     write_vector_broadcast(e_, params_[kHeadBias], dims));
+  }
+
+  // jax.value_and_grad of the loss over tokens_ and labels_: the forward pass, the loss and the transposes.
+  // Returns the loss; `grads` one gradient per parameter, in the arguments' order.
+  V value_and_grad(std::vector<V>& grads) {
+    V y;
+    const V logits = forward(y);
     V dlogits;
     const V loss = cross_entropy(logits, dlogits);
+    const uint64_t D = s_.d_model;
     grads_.assign(params_.size(), V{});
     e_.set_category("gradients");
     e_.set_op_name("jit(step)/transpose(jvp(Encoder))/Dense_0");
     grads_[kHeadBias] = e_.reduce_sum(dlogits, {0, 1});
-    grads_[kHeadKernel] = e_.transpose(e_.dot(dlogits, y, {vocab, D}, kF32), {1, 0});
+    grads_[kHeadKernel] = e_.transpose(e_.dot(dlogits, y, {s_.vocab, D}, kF32), {1, 0});
     e_.set_category("temporaries");
-    const V dy = e_.dot(dlogits, params_[kHeadKernel], {B, S, D}, kF32);
+    const V dy = e_.dot(dlogits, params_[kHeadKernel], {batch_, s_.seq, D}, kF32);
     V g = norm_transpose(lnf_, dy, nullptr, kLnfScale, kLnfBias);
     for (uint64_t l = s_.layers; l-- > 0;) g = layer_transpose(layers_[l], g);
     // The lookup's transpose: a scatter-add of the cotangent into zeros of the table's shape.
     e_.set_category("gradients");
     e_.set_op_name("jit(step)/transpose(jvp(Encoder))/Embed_0");
     grads_[kEmbedding] = e_.scatter(e_.splat(kF32, params_[kEmbedding].shape.dims), token_rows_, g);
-    std::vector<V> jax_grads;  // in the arguments' order, as the update and the optimizer's state take them
-    for (size_t slot : order_) jax_grads.push_back(grads_[slot]);
-    write_update(e_, s_, jax_params_, jax_grads, keeps_optimizer_state(s_) ? &state_ : nullptr, {loss});
-    e_.finish();
+    grads.clear();
+    for (size_t slot : order_) grads.push_back(grads_[slot]);
+    return loss;
   }
 
- private:
   // The top-level parameters' places in jax's order: 'Dense_0' (the head), 'Embed_0', 'LayerNorm_0' (the
   // final norm: 'LayerNorm_0' sorts before 'Layer_0'), then the layers.
   enum TopParam : size_t { kHeadBias, kHeadKernel, kEmbedding, kLnfBias, kLnfScale, kTopParams };
@@ -155,12 +203,15 @@ class EncoderStep {
     for (const Named& n : named) order_.push_back(n.slot);
     jax_params_ = in_order;
     jax_names_ = names;
-    if (keeps_optimizer_state(s_)) state_ = declare_optimizer_state(e_, s_, jax_params_, jax_names_, args);
+    if (train_ && keeps_optimizer_state(s_))
+      state_ = declare_optimizer_state(e_, s_, jax_params_, jax_names_, args);
     tokens_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {s_.batch, s_.seq}), "batch[0]",
                            "activations");
+    args.batch_bytes += tokens_.shape.own_bytes();
+    if (!train_) return;  // inference never reads the labels: jax.jit drops them from the program
     labels_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {s_.batch, s_.seq}), "batch[1]",
                            "activations");
-    args.batch_bytes += tokens_.shape.own_bytes() + labels_.shape.own_bytes();
+    args.batch_bytes += labels_.shape.own_bytes();
   }
 
   const V& p(const EncoderLayer& layer, LayerParam k) const { return params_[layer.first_param + k]; }
@@ -168,11 +219,11 @@ class EncoderStep {
   // nn.Embed: jnp.take(embedding, tokens, axis=0) in its default fill mode - a negative token wraps, the rows
   // gathered, and a row whose token is out of range filled with NaN (a select over the gathered rows).
   V embed() {
-    const std::vector<uint64_t> bs = {s_.batch, s_.seq};
+    const std::vector<uint64_t> bs = {batch_, s_.seq};
     const V negative = e_.compare(tokens_, e_.splat(PrimitiveType::kS32, bs));
     const V wrapped =
         e_.select(negative, e_.binary("add", tokens_, e_.splat(PrimitiveType::kS32, bs)), tokens_);
-    token_rows_ = e_.reshape(wrapped, {s_.batch, s_.seq, 1});
+    token_rows_ = e_.reshape(wrapped, {batch_, s_.seq, 1});
     const V in_range = e_.compare(wrapped, e_.splat(PrimitiveType::kS32, bs));
     const V rows = e_.gather(params_[kEmbedding], token_rows_);
     const std::vector<uint64_t>& dims = rows.shape.dims;
@@ -238,7 +289,7 @@ class EncoderStep {
 
   // nn.DenseGeneral to [B,S,H,hd]: the product by a [D,H,hd] kernel and the [H,hd] bias.
   V head_projection(const V& h, const V& kernel, const V& bias) {
-    const std::vector<uint64_t> dims = {s_.batch, s_.seq, s_.heads, s_.d_model / s_.heads};
+    const std::vector<uint64_t> dims = {batch_, s_.seq, s_.heads, s_.d_model / s_.heads};
     return e_.binary("add", e_.dot(h, kernel, dims, kF32), e_.broadcast(bias, dims, {2, 3}));
   }
 
@@ -246,7 +297,7 @@ class EncoderStep {
     EncoderLayer& k = layers_[l];
     k.first_param = kTopParams + l * kLayerParams;
     e_.set_op_name(fmt::format("jit(step)/jvp(Encoder)/Layer_{}", l));
-    const uint64_t B = s_.batch, S = s_.seq, D = s_.d_model, H = s_.heads, hd = D / H, F = s_.ffn_width();
+    const uint64_t B = batch_, S = s_.seq, D = s_.d_model, H = s_.heads, hd = D / H, F = s_.ffn_width();
     k.x_in = x;
     k.h = layer_norm(x, p(k, kLn0Scale), p(k, kLn0Bias), k.ln0);
     k.q = head_projection(k.h, p(k, kQueryKernel), p(k, kQueryBias));
@@ -278,7 +329,7 @@ class EncoderStep {
   // grads_.
   V layer_transpose(const EncoderLayer& k, const V& g) {
     const size_t at = k.first_param;
-    const uint64_t B = s_.batch, S = s_.seq, D = s_.d_model, H = s_.heads, hd = D / H, F = s_.ffn_width();
+    const uint64_t B = batch_, S = s_.seq, D = s_.d_model, H = s_.heads, hd = D / H, F = s_.ffn_width();
     e_.set_op_name(
         fmt::format("jit(step)/transpose(jvp(Encoder))/Layer_{}", (at - kTopParams) / kLayerParams));
     e_.set_category("gradients");
@@ -366,6 +417,8 @@ class EncoderStep {
   std::vector<std::string> jax_names_;
   std::vector<V> grads_;  // by slot
   OptimizerState state_;
+  bool train_ = true;
+  uint64_t batch_ = 0;  // the rows the step reads: the batch, or a microbatch inside accumulation's loop
   V tokens_, labels_, token_rows_;
   std::vector<EncoderLayer> layers_;
   FlaxNorm lnf_;
@@ -375,7 +428,8 @@ class EncoderStep {
 
 bool flax_encoder_lowers(const ModelSpec& s) {
   return s.model == ModelFamily::kFlaxEncoder && s.backend == Backend::kGpu && s.devices() == 1 &&
-         s.sharding == ShardingKind::kReplicated && s.step == StepKind::kTrain && s.accum == 1 &&
+         s.sharding == ShardingKind::kReplicated &&
+         (s.step == StepKind::kTrain || (s.step == StepKind::kInfer && s.accum == 1)) &&
          s.remat == RematPolicy::kNone && s.precision == Precision::kFp32 && !s.scan;
 }
 

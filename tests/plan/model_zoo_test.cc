@@ -232,6 +232,37 @@ TEST(ModelZoo, FlaxEncoderFamilyPlans) {
   }
 }
 
+// The encoder's lowered program beyond the shared training step (TheZoosFlaxEncoderIsTheProgramJaxLowers
+// holds that one against JAX's): inference is model.apply's logits - the parameters and the tokens in, the
+// f32 logits out, no labels read - and accumulation is JAX's scan over the microbatches, whose peak lies
+// between a quarter batch's step (it adds the carried gradient sums) and the whole batch's.
+TEST(ModelZoo, TheFlaxEncoderInferenceAndAccumulationAreLowered) {
+  const std::string base =
+      R"({"model": "flax_encoder", "vocab": 8000, "d_model": 256, "heads": 4, "layers": 3,
+                               "seq": 256)";
+  auto with = [&](const std::string& extra) {
+    auto spec = model_spec_from_json(Json::parse(base + extra + "}"));
+    EXPECT_TRUE(spec.ok()) << extra;
+    auto built = build_step_module(*spec, nullptr);
+    EXPECT_TRUE(built.ok()) << extra;
+    EXPECT_FALSE(built->is_scheduled) << extra << ": the zoo wrote XLA's fused program, not the lowered one";
+    return plan(base + extra + "}");
+  };
+  const uint64_t B = 16, S = 256, V = 8000;
+  const StepPlan infer = with(R"(, "batch": 16, "step": "infer")");
+  EXPECT_EQ(infer.arguments.batch_bytes, B * S * 4);  // the tokens only
+  EXPECT_EQ(infer.hlo.argument_bytes, infer.arguments.parameter_bytes + B * S * 4);
+  EXPECT_EQ(infer.hlo.output_bytes, B * S * V * 4);
+  const StepPlan whole = with(R"(, "batch": 16)");
+  const StepPlan quarter = with(R"(, "batch": 4)");
+  const StepPlan accum = with(R"(, "batch": 16, "accum": 4)");
+  EXPECT_EQ(entry_loops(*model_spec_from_json(Json::parse(base + R"(, "batch": 16, "accum": 4})"))), 1u);
+  EXPECT_EQ(accum.hlo.argument_bytes, whole.hlo.argument_bytes);
+  EXPECT_GT(accum.peak_bytes, quarter.peak_bytes);
+  EXPECT_LT(accum.peak_bytes, whole.peak_bytes);
+  EXPECT_LT(infer.peak_bytes, whole.peak_bytes);
+}
+
 // flax_cnn as reference_programs.py builds it: optax.adamw, donated; flax's parameter count; in training each
 // convolution keeps its pre-activation (relu's derivative reads it) and the next one its input, so every
 // block's are live at once, while inference (relu fused into the call) holds one convolution's input and
