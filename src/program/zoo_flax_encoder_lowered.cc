@@ -8,11 +8,15 @@
 // Dense layers; the final LayerNorm and an untied Dense head with a bias; optax's
 // softmax_cross_entropy_with_integer_labels (the log-sum-exp, the label's logit taken along the axis);
 // the transposes JAX's rules write (every kernel's gradient a product transposed into the kernel's layout);
-// the optimizer's update (optax.adafactor as the reference trains it). Planned through the model of XLA:GPU
-// like any user's lowered program.
+// the optimizer's update (optax.adafactor as the reference trains it). Beyond the reference: inference,
+// gradient accumulation as the zoo's other families write it, and remat policies as flax's nn.remat of a
+// layer lowers (jax.checkpoint: GPT's writer, checked against JAX's programs, is the pattern). Planned
+// through the model of XLA:GPU like any user's lowered program.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -34,6 +38,7 @@ struct FlaxNorm {
 // The values a layer's backward pass reads.
 struct EncoderLayer {
   size_t first_param = 0;  // where its sixteen parameters start in params_ (jax's order, below)
+  std::vector<V> w;        // those parameters as the layer reads them (a recomputation: through the barrier)
   V x_in, h, q, qs, k, v, ex, sum, probs, merged, x_mid, h2;
   FlaxNorm ln0, ln1;
   Gelu gelu;
@@ -59,6 +64,22 @@ enum LayerParam : size_t {
   kValueKernel,
   kLayerParams
 };
+
+// The GEMMs of a layer whose results a remat policy can save (jax.checkpoint_policies): the query, key and
+// value projections, the scores and the values' product (batch dimensions: the heads), the output
+// projection and the MLP's first GEMM. The MLP's second GEMM feeds only the residual sum, whose transpose
+// reads no operand: no policy saves it.
+enum EncoderDot : size_t {
+  kQueryDot,
+  kKeyDot,
+  kValueDot,
+  kScoresDot,
+  kValuesDot,
+  kProjDot,
+  kMlpInDot,
+  kEncoderDots
+};
+using EncoderResiduals = std::array<V, kEncoderDots>;
 
 class EncoderStep {
  public:
@@ -113,8 +134,19 @@ class EncoderStep {
     e_.set_op_name("jit(step)/jvp(Encoder)");
     V x = embed();
     layers_.assign(s_.layers, EncoderLayer{});
-    for (uint64_t l = 0; l < s_.layers; ++l) x = layer(x, l);
+    inputs_.assign(s_.layers, V{});
+    residuals_.assign(s_.layers, EncoderResiduals{});
+    for (uint64_t l = 0; l < s_.layers; ++l) {
+      inputs_[l] = x;
+      EncoderLayer& k = layers_[l];
+      k.first_param = kTopParams + l * kLayerParams;
+      k.w.assign(params_.begin() + static_cast<ptrdiff_t>(k.first_param),
+                 params_.begin() + static_cast<ptrdiff_t>(k.first_param + kLayerParams));
+      x = layer(x, k, checkpointed(l) ? &residuals_[l] : nullptr);
+    }
+    e_.set_op_name("jit(step)/jvp(Encoder)/LayerNorm_0");
     y = layer_norm(x, params_[kLnfScale], params_[kLnfBias], lnf_);
+    e_.set_op_name("jit(step)/jvp(Encoder)/Dense_0");
     const std::vector<uint64_t> dims = {batch_, s_.seq, s_.vocab};
     return e_.binary("add", e_.dot(y, params_[kHeadKernel], dims, kF32),
                      write_vector_broadcast(e_, params_[kHeadBias], dims));
@@ -136,7 +168,9 @@ class EncoderStep {
     e_.set_category("temporaries");
     const V dy = e_.dot(dlogits, params_[kHeadKernel], {batch_, s_.seq, D}, kF32);
     V g = norm_transpose(lnf_, dy, nullptr, kLnfScale, kLnfBias);
-    for (uint64_t l = s_.layers; l-- > 0;) g = layer_transpose(layers_[l], g);
+    for (uint64_t l = s_.layers; l-- > 0;)
+      g = checkpointed(l) ? rematted_transpose(layers_[l], inputs_[l], residuals_[l], g)
+                          : layer_transpose(layers_[l], g);
     // The lookup's transpose: a scatter-add of the cotangent into zeros of the table's shape.
     e_.set_category("gradients");
     e_.set_op_name("jit(step)/transpose(jvp(Encoder))/Embed_0");
@@ -214,7 +248,76 @@ class EncoderStep {
     args.batch_bytes += labels_.shape.own_bytes();
   }
 
-  const V& p(const EncoderLayer& layer, LayerParam k) const { return params_[layer.first_param + k]; }
+  static const V& p(const EncoderLayer& layer, LayerParam k) { return layer.w[k]; }
+
+  // Whether layer l runs under jax.checkpoint (flax's nn.remat of the layer; spec.remat_layers names the
+  // checkpointed layers when it is not empty).
+  bool checkpointed(size_t l) const {
+    if (s_.remat == RematPolicy::kNone) return false;
+    return s_.remat_layers.empty() ||
+           std::find(s_.remat_layers.begin(), s_.remat_layers.end(), l) != s_.remat_layers.end();
+  }
+  // Whether the policy saves a GEMM's result: dots_saveable every one, dots_with_no_batch_dims_saveable
+  // (and its offloading form) those without batch dimensions, nothing_saveable none.
+  bool saves(EncoderDot d) const {
+    if (s_.remat == RematPolicy::kDots) return true;
+    if (s_.remat == RematPolicy::kDotsNoBatch || s_.remat == RematPolicy::kOffloadDotsNoBatch)
+      return d != kScoresDot && d != kValuesDot;
+    return false;
+  }
+  bool offloads() const { return s_.remat == RematPolicy::kOffloadDotsNoBatch; }
+
+  // A GEMM of a checkpointed layer's forward pass (`keep` not null) or of its recomputation (`from` not
+  // null): a saved result is read back in place of the product; a result the policy saves is marked by the
+  // reduce-precision JAX writes over a saved residual, or put in pinned host memory by an offloading policy
+  // (the forward pass reads the device's value).
+  V gemm(EncoderDot which, const std::function<V()>& product) {
+    if (from_ != nullptr && saves(which)) return (*from_)[which];
+    V r = product();
+    if (keep_ == nullptr || !saves(which)) return r;
+    if (offloads()) {
+      (*keep_)[which] = e_.place(r, "pinned_host");
+    } else {
+      r = e_.unary("reduce-precision", r);
+      (*keep_)[which] = r;
+    }
+    return r;
+  }
+
+  // A checkpointed layer's transpose, as JAX's partial evaluation of jax.checkpoint writes it: the saved
+  // GEMM results, the layer's input, the parameters its recomputation reads (all but the MLP's last bias,
+  // which nothing in it reads) and the incoming cotangent go through one optimization barrier, and the layer
+  // runs again from the barrier's outputs (the saved GEMMs read, not recomputed) for the values its
+  // transpose reads.
+  V rematted_transpose(EncoderLayer& k, const V& input, const EncoderResiduals& saved, const V& g) {
+    e_.set_op_name("jit(step)/transpose(jvp(Encoder))/checkpoint");
+    std::vector<V> through;
+    for (size_t d = 0; d < kEncoderDots; ++d)
+      if (saves(static_cast<EncoderDot>(d))) through.push_back(saved[d]);
+    through.push_back(input);
+    for (size_t w = 0; w < kLayerParams; ++w)
+      if (w != kOutBias) through.push_back(k.w[w]);
+    through.push_back(g);
+    const std::vector<V> kept = e_.barrier(through);
+    size_t at = 0;
+    EncoderResiduals from;
+    for (size_t d = 0; d < kEncoderDots; ++d) {
+      if (!saves(static_cast<EncoderDot>(d))) continue;
+      from[d] = kept[at++];
+      if (offloads()) from[d] = e_.place(from[d], "device");  // back from the host where it is read
+    }
+    const V x = kept[at++];
+    for (size_t w = 0; w < kLayerParams; ++w)
+      if (w != kOutBias) k.w[w] = kept[at++];
+    const V cotangent = kept[at++];
+    e_.set_op_name("jit(step)/transpose(jvp(Encoder))/checkpoint/rematted_computation");
+    e_.set_category("activations");
+    from_ = &from;
+    layer(x, k, nullptr);
+    from_ = nullptr;
+    e_.set_category("temporaries");
+    return layer_transpose(k, cotangent);
+  }
 
   // nn.Embed: jnp.take(embedding, tokens, axis=0) in its default fill mode - a negative token wraps, the rows
   // gathered, and a row whose token is out of range filled with NaN (a select over the gathered rows).
@@ -288,40 +391,57 @@ class EncoderStep {
   }
 
   // nn.DenseGeneral to [B,S,H,hd]: the product by a [D,H,hd] kernel and the [H,hd] bias.
-  V head_projection(const V& h, const V& kernel, const V& bias) {
+  V head_projection(EncoderDot which, const V& h, const V& kernel, const V& bias) {
     const std::vector<uint64_t> dims = {batch_, s_.seq, s_.heads, s_.d_model / s_.heads};
-    return e_.binary("add", e_.dot(h, kernel, dims, kF32), e_.broadcast(bias, dims, {2, 3}));
+    const V product = gemm(which, [&] { return e_.dot(h, kernel, dims, kF32); });
+    return e_.binary("add", product, e_.broadcast(bias, dims, {2, 3}));
   }
 
-  V layer(const V& x, uint64_t l) {
-    EncoderLayer& k = layers_[l];
-    k.first_param = kTopParams + l * kLayerParams;
-    e_.set_op_name(fmt::format("jit(step)/jvp(Encoder)/Layer_{}", l));
+  // A layer's forward pass from `x` over k.w; what its backward pass reads into `k`. `keep`: the GEMM results
+  // a remat policy saves (a checkpointed layer's forward pass).
+  V layer(const V& x, EncoderLayer& k, EncoderResiduals* keep) {
+    keep_ = keep;
+    if (from_ == nullptr)
+      e_.set_op_name(
+          fmt::format("jit(step)/jvp(Encoder)/Layer_{}", (k.first_param - kTopParams) / kLayerParams));
     const uint64_t B = batch_, S = s_.seq, D = s_.d_model, H = s_.heads, hd = D / H, F = s_.ffn_width();
     k.x_in = x;
     k.h = layer_norm(x, p(k, kLn0Scale), p(k, kLn0Bias), k.ln0);
-    k.q = head_projection(k.h, p(k, kQueryKernel), p(k, kQueryBias));
+    k.q = head_projection(kQueryDot, k.h, p(k, kQueryKernel), p(k, kQueryBias));
     k.qs = e_.binary("divide", k.q, e_.splat(kF32, k.q.shape.dims));  // query / sqrt(depth)
-    k.k = head_projection(k.h, p(k, kKeyKernel), p(k, kKeyBias));
-    k.v = head_projection(k.h, p(k, kValueKernel), p(k, kValueBias));
+    k.k = head_projection(kKeyDot, k.h, p(k, kKeyKernel), p(k, kKeyBias));
+    k.v = head_projection(kValueDot, k.h, p(k, kValueKernel), p(k, kValueBias));
     // einsum('...qhd,...khd->...hqk'): batch dimensions B and H of both, the scores [B,H,S,S]
     const std::vector<uint64_t> scores_dims = {B, H, S, S}, rows = {B, H, S};
-    const V scores = e_.batched_dot(k.qs, k.k, scores_dims, kF32, {0, 2});
+    const V scores = gemm(kScoresDot, [&] { return e_.batched_dot(k.qs, k.k, scores_dims, kF32, {0, 2}); });
     const V mx = e_.binary("maximum", e_.reduce_max(scores, {3}), e_.splat(kF32, rows));
     k.ex = e_.unary("exponential", e_.binary("subtract", scores, e_.broadcast(mx, scores_dims, {0, 1, 2})));
     k.sum = e_.reshape(e_.reduce_sum(k.ex, {3}), {B, H, S, 1});
     k.probs = e_.binary("divide", k.ex, e_.broadcast(e_.reshape(k.sum, rows), scores_dims, {0, 1, 2}));
     // einsum('...hqk,...khd->...qhd') as JAX writes it: the values' product [B,H,hd,S], transposed
-    k.merged = e_.transpose(e_.batched_dot(k.v, k.probs, {B, H, hd, S}, kF32, {0, 2}), {0, 3, 1, 2});
-    const V attended = e_.binary("add", e_.dot(k.merged, p(k, kProjKernel), {B, S, D}, kF32),
+    k.merged = e_.transpose(gemm(kValuesDot,
+                                 [&] {
+                                   return e_.batched_dot(k.v, k.probs, {B, H, hd, S}, kF32, {0, 2});
+                                 }),
+                            {0, 3, 1, 2});
+    const V attended = e_.binary("add",
+                                 gemm(kProjDot,
+                                      [&] {
+                                        return e_.dot(k.merged, p(k, kProjKernel), {B, S, D}, kF32);
+                                      }),
                                  write_vector_broadcast(e_, p(k, kProjBias), {B, S, D}));
     k.x_mid = e_.binary("add", x, attended);
     k.h2 = layer_norm(k.x_mid, p(k, kLn1Scale), p(k, kLn1Bias), k.ln1);
-    const V z = e_.binary("add", e_.dot(k.h2, p(k, kInKernel), {B, S, F}, kF32),
+    const V z = e_.binary("add",
+                          gemm(kMlpInDot,
+                               [&] {
+                                 return e_.dot(k.h2, p(k, kInKernel), {B, S, F}, kF32);
+                               }),
                           write_vector_broadcast(e_, p(k, kInBias), {B, S, F}));
     k.gelu = write_gelu(e_, z);
     const V out = e_.binary("add", e_.dot(k.gelu.out, p(k, kOutKernel), {B, S, D}, kF32),
                             write_vector_broadcast(e_, p(k, kOutBias), {B, S, D}));
+    keep_ = nullptr;
     return e_.binary("add", k.x_mid, out);
   }
 
@@ -421,6 +541,10 @@ class EncoderStep {
   uint64_t batch_ = 0;  // the rows the step reads: the batch, or a microbatch inside accumulation's loop
   V tokens_, labels_, token_rows_;
   std::vector<EncoderLayer> layers_;
+  std::vector<V> inputs_;  // each layer's input, which a checkpointed layer's backward reads
+  std::vector<EncoderResiduals> residuals_;  // what each checkpointed layer's policy saved
+  EncoderResiduals* keep_ = nullptr;         // the layer being written saves its GEMMs here (gemm)
+  const EncoderResiduals* from_ = nullptr;   // the layer being recomputed reads its saved GEMMs here
   FlaxNorm lnf_;
 };
 
@@ -430,7 +554,7 @@ bool flax_encoder_lowers(const ModelSpec& s) {
   return s.model == ModelFamily::kFlaxEncoder && s.backend == Backend::kGpu && s.devices() == 1 &&
          s.sharding == ShardingKind::kReplicated &&
          (s.step == StepKind::kTrain || (s.step == StepKind::kInfer && s.accum == 1)) &&
-         s.remat == RematPolicy::kNone && s.precision == Precision::kFp32 && !s.scan;
+         s.precision == Precision::kFp32 && !s.scan;
 }
 
 void build_flax_encoder_lowered(const ModelSpec& s, HloModule& module, StepArguments& args) {

@@ -249,9 +249,9 @@ void build_mlp_lowered(const ModelSpec& spec, HloModule& module, StepArguments& 
 bool flax_cnn_lowers(const ModelSpec& spec);
 void build_flax_cnn_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 
-// The flax encoder on one GPU in fp32 without remat (training, accumulation too, and inference), as JAX
-// lowers it (zoo_flax_encoder_lowered.cc); its other options are still written as XLA's fused program
-// (zoo_flax_encoder.cc).
+// The flax encoder on one GPU in fp32 (training under any remat policy, accumulation as a scan, inference),
+// as JAX lowers it (zoo_flax_encoder_lowered.cc); mixed and bf16 precision (which reference_programs.py
+// does not build) and several devices are still written as XLA's fused program (zoo_flax_encoder.cc).
 bool flax_encoder_lowers(const ModelSpec& spec);
 void build_flax_encoder_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 

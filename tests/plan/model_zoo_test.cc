@@ -234,18 +234,27 @@ TEST(ModelZoo, FlaxEncoderFamilyPlans) {
 
 // The encoder's lowered program beyond the shared training step (TheZoosFlaxEncoderIsTheProgramJaxLowers
 // holds that one against JAX's): inference is model.apply's logits - the parameters and the tokens in, the
-// f32 logits out, no labels read - and accumulation is JAX's scan over the microbatches, whose peak lies
-// between a quarter batch's step (it adds the carried gradient sums) and the whole batch's.
-TEST(ModelZoo, TheFlaxEncoderInferenceAndAccumulationAreLowered) {
+// f32 logits out, no labels read; accumulation is JAX's scan over the microbatches, whose peak lies between
+// a quarter batch's step (it adds the carried gradient sums) and the whole batch's; a remat policy puts each
+// checkpointed layer's recomputation behind an optimization barrier, the peaks in the seed's order (full <
+// dots_no_batch < dots < none, some layers between), and the offloading policy keeps dots_no_batch's
+// device peak while its saved GEMMs sit in pinned host memory.
+TEST(ModelZoo, TheFlaxEncodersOptionsAreLowered) {
   const std::string base =
       R"({"model": "flax_encoder", "vocab": 8000, "d_model": 256, "heads": 4, "layers": 3,
                                "seq": 256)";
-  auto with = [&](const std::string& extra) {
+  auto entry_count = [&](const std::string& extra, HloOpcode opcode) {
     auto spec = model_spec_from_json(Json::parse(base + extra + "}"));
     EXPECT_TRUE(spec.ok()) << extra;
     auto built = build_step_module(*spec, nullptr);
     EXPECT_TRUE(built.ok()) << extra;
     EXPECT_FALSE(built->is_scheduled) << extra << ": the zoo wrote XLA's fused program, not the lowered one";
+    size_t n = 0;
+    for (const HloInstruction& i : built->entry()->instructions) n += i.opcode == opcode;
+    return n;
+  };
+  auto with = [&](const std::string& extra) {
+    entry_count(extra, HloOpcode::kParameter);  // lowered
     return plan(base + extra + "}");
   };
   const uint64_t B = 16, S = 256, V = 8000;
@@ -256,11 +265,30 @@ TEST(ModelZoo, TheFlaxEncoderInferenceAndAccumulationAreLowered) {
   const StepPlan whole = with(R"(, "batch": 16)");
   const StepPlan quarter = with(R"(, "batch": 4)");
   const StepPlan accum = with(R"(, "batch": 16, "accum": 4)");
-  EXPECT_EQ(entry_loops(*model_spec_from_json(Json::parse(base + R"(, "batch": 16, "accum": 4})"))), 1u);
+  EXPECT_EQ(entry_count(R"(, "batch": 16, "accum": 4)", HloOpcode::kWhile), 1u);
   EXPECT_EQ(accum.hlo.argument_bytes, whole.hlo.argument_bytes);
   EXPECT_GT(accum.peak_bytes, quarter.peak_bytes);
   EXPECT_LT(accum.peak_bytes, whole.peak_bytes);
   EXPECT_LT(infer.peak_bytes, whole.peak_bytes);
+  // Remat: one barrier per checkpointed layer.
+  EXPECT_EQ(entry_count(R"(, "batch": 16)", HloOpcode::kOptimizationBarrier), 0u);
+  EXPECT_EQ(entry_count(R"(, "batch": 16, "remat": "full")", HloOpcode::kOptimizationBarrier), 3u);
+  EXPECT_EQ(
+      entry_count(R"(, "batch": 16, "remat": "dots", "remat_layers": [1])", HloOpcode::kOptimizationBarrier),
+      1u);
+  const StepPlan full = with(R"(, "batch": 16, "remat": "full")");
+  const StepPlan no_batch = with(R"(, "batch": 16, "remat": "dots_no_batch")");
+  const StepPlan dots = with(R"(, "batch": 16, "remat": "dots")");
+  const StepPlan some = with(R"(, "batch": 16, "remat": "full", "remat_layers": [0])");
+  EXPECT_LT(full.peak_bytes, no_batch.peak_bytes);
+  EXPECT_LT(no_batch.peak_bytes, dots.peak_bytes);
+  EXPECT_LT(dots.peak_bytes, whole.peak_bytes);
+  EXPECT_LT(full.peak_bytes, some.peak_bytes);
+  EXPECT_LT(some.peak_bytes, whole.peak_bytes);
+  const StepPlan offload = with(R"(, "batch": 16, "remat": "offload_dots_no_batch")");
+  EXPECT_EQ(offload.peak_bytes, no_batch.peak_bytes);
+  EXPECT_GT(offload.host_peak_bytes, 0u);
+  EXPECT_EQ(no_batch.host_peak_bytes, 0u);
 }
 
 // flax_cnn as reference_programs.py builds it: optax.adamw, donated; flax's parameter count; in training each
@@ -486,8 +514,8 @@ TEST(ModelZoo, TensorParallelDecodeHoldsEachDevicesShare) {
 // The largest batch (or context) that fits: the boundary between plans that fit and plans that do not,
 // checked here by planning both sides of it again.
 // d_ff sets the hidden width of every transformer block's MLP (Llama's intermediate_size), in each writer:
-// the lowered GPT and ViT, a decode split over a tensor-parallel group, the flax encoder and a scan in half
-// precision (the fused writers). The parameters change by w1, b1 and w2's share, counted by hand; d_ff = 4 x
+// the lowered GPT, ViT and flax encoder, a decode split over a tensor-parallel group, and a scan in half
+// precision (the fused writer). The parameters change by w1, b1 and w2's share, counted by hand; d_ff = 4 x
 // d_model is the default to the byte.
 TEST(ModelZoo, DffSetsTheWidthOfEveryBlocksMlp) {
   const uint64_t D = 128, L = 2, F = 3 * D;
