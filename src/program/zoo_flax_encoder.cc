@@ -18,8 +18,10 @@ class FlaxEncoder final : public LanguageModel {
     const uint64_t D = s.d_model, F = s.ffn_width(), H = s.heads, hd = D / H;
     const std::string a = kAttention;
     BlockParams b;
-    b.shapes = {{"['Dense_0']['bias']", {F}},       {"['Dense_0']['kernel']", {D, F}},
-                {"['Dense_1']['bias']", {D}},       {"['Dense_1']['kernel']", {F, D}},
+    // flax names a layer's modules in the order they are made: nn.Dense(D) (the MLP's second GEMM) is made
+    // before the nn.Dense(4D) whose output it reads, so 'Dense_0' is [F, D] and 'Dense_1' is [D, F].
+    b.shapes = {{"['Dense_0']['bias']", {D}},       {"['Dense_0']['kernel']", {F, D}},
+                {"['Dense_1']['bias']", {F}},       {"['Dense_1']['kernel']", {D, F}},
                 {"['LayerNorm_0']['bias']", {D}},   {"['LayerNorm_0']['scale']", {D}},
                 {"['LayerNorm_1']['bias']", {D}},   {"['LayerNorm_1']['scale']", {D}},
                 {a + "['key']['bias']", {H, hd}},   {a + "['key']['kernel']", {D, H, hd}},
@@ -38,10 +40,10 @@ class FlaxEncoder final : public LanguageModel {
     b.bv = a + "['value']['bias']";
     b.wo = a + "['out']['kernel']";
     b.bo = a + "['out']['bias']";
-    b.w1 = "['Dense_0']['kernel']";
-    b.b1 = "['Dense_0']['bias']";
-    b.w2 = "['Dense_1']['kernel']";
-    b.b2 = "['Dense_1']['bias']";
+    b.w1 = "['Dense_1']['kernel']";
+    b.b1 = "['Dense_1']['bias']";
+    b.w2 = "['Dense_0']['kernel']";
+    b.b2 = "['Dense_0']['bias']";
     b.transposes_attention = false;
     b.lnf_g = "['LayerNorm_0']['scale']";
     b.lnf_b = "['LayerNorm_0']['bias']";

@@ -224,21 +224,17 @@ class EncoderStep {
     std::sort(named.begin(), named.end(), [](const Named& a, const Named& b) { return a.name < b.name; });
     std::vector<V> by_slot(named.size());
     std::vector<std::string> names;
-    std::vector<V> in_order;
     for (const Named& n : named) {
-      in_order.push_back(model_parameter(e_, LoweredEmitter::array(kF32, n.dims), n.name, args));
+      jax_params_.push_back(model_parameter(e_, LoweredEmitter::array(kF32, n.dims), n.name, args));
       names.push_back(n.name);
-      by_slot[n.slot] = in_order.back();
+      by_slot[n.slot] = jax_params_.back();
     }
     // params_ is kept in slot order (what the writer reads); the update and the optimizer's state take the
     // parameters in jax's order, so the slots are mapped back after the backward pass (order_).
-    params_ = by_slot;
-    order_.clear();
+    params_ = std::move(by_slot);
     for (const Named& n : named) order_.push_back(n.slot);
-    jax_params_ = in_order;
-    jax_names_ = names;
     if (train_ && keeps_optimizer_state(s_))
-      state_ = declare_optimizer_state(e_, s_, jax_params_, jax_names_, args);
+      state_ = declare_optimizer_state(e_, s_, jax_params_, names, args);
     tokens_ = e_.parameter(LoweredEmitter::array(PrimitiveType::kS32, {s_.batch, s_.seq}), "batch[0]",
                            "activations");
     args.batch_bytes += tokens_.shape.own_bytes();
@@ -533,9 +529,8 @@ class EncoderStep {
   LoweredEmitter e_;
   std::vector<V> params_;      // by slot (TopParam, then each layer's LayerParam)
   std::vector<size_t> order_;  // jax's order: the slot of each argument
-  std::vector<V> jax_params_;
-  std::vector<std::string> jax_names_;
-  std::vector<V> grads_;  // by slot
+  std::vector<V> jax_params_;  // the same parameters in jax's order
+  std::vector<V> grads_;       // by slot
   OptimizerState state_;
   bool train_ = true;
   uint64_t batch_ = 0;  // the rows the step reads: the batch, or a microbatch inside accumulation's loop
