@@ -156,7 +156,22 @@ constexpr size_t kStackGroups = 5;
 // bf16 compute, offered alone and as part of cuDNN's attention on an fp32 step: its JAX and its cost.
 constexpr std::string_view kMixedPrecisionCode =
     "x @ W.astype(jnp.bfloat16)  # compute in bfloat16, keep fp32 parameters";
+// flax.linen's modules say it themselves: their dtype is the computation's, param_dtype the parameters'.
+constexpr std::string_view kFlaxMixedPrecisionCode =
+    "nn.Dense(features, dtype=jnp.bfloat16)  # each flax layer: compute in bfloat16, param_dtype stays fp32";
 constexpr double kMixedPrecisionCost = 0.02;
+std::string_view mixed_precision_code(const ModelSpec& spec) {
+  return spec.model == ModelFamily::kFlaxEncoder ? kFlaxMixedPrecisionCode : kMixedPrecisionCode;
+}
+
+// A remat policy as the user's code applies it: jax.checkpoint around a block, or flax's nn.remat around the
+// Layer module (the flax encoder's blocks).
+std::string remat_code(const ModelSpec& spec, std::string_view policy) {
+  if (spec.model == ModelFamily::kFlaxEncoder)
+    return fmt::format(
+        "RematLayer = nn.remat(Layer, policy=jax.checkpoint_policies.{})  # the Encoder calls it", policy);
+  return fmt::format("jax.checkpoint(block, policy=jax.checkpoint_policies.{})", policy);
+}
 
 // cuDNN's fused attention, offered alone or with bf16 compute, and stacked after bf16 compute by itself.
 constexpr std::string_view kCudnnAttentionNote =
@@ -543,9 +558,8 @@ void FitSearch::add_location() {
   s.remat_layers.clear();
   const size_t before = trials_.size();
   add("location", "offload saved activations to pinned host memory",
-      "jax.checkpoint(block, policy=jax.checkpoint_policies.offload_dot_with_no_batch_dims("
-      "'device', 'pinned_host'))",
-      0.25, "", s, memory_fraction_);
+      remat_code(spec_, "offload_dot_with_no_batch_dims('device', 'pinned_host')"), 0.25, "", s,
+      memory_fraction_);
   if (trials_.size() > before) offload_trial_ = before;
 }
 
@@ -554,7 +568,7 @@ void FitSearch::add_shapes() {
   if (spec_.precision == Precision::kFp32) {
     ModelSpec s = spec_;
     s.precision = Precision::kMixed;
-    add("shapes", "mixed precision (fp32 parameters, bf16 compute)", std::string(kMixedPrecisionCode),
+    add("shapes", "mixed precision (fp32 parameters, bf16 compute)", std::string(mixed_precision_code(spec_)),
         kMixedPrecisionCost,
         serving_ ? "faster on tensor cores; check the outputs against fp32"
                  : "faster on tensor cores; check the loss curve",
@@ -570,7 +584,7 @@ void FitSearch::add_shapes() {
     if (with_precision) s.precision = Precision::kMixed;
     const std::string note(kCudnnAttentionNote);
     add("shapes", with_precision ? "mixed precision + cuDNN fused attention" : "cuDNN fused attention",
-        with_precision ? fmt::format("{}\n{}", kMixedPrecisionCode, cudnn_attention_code(spec_))
+        with_precision ? fmt::format("{}\n{}", mixed_precision_code(spec_), cudnn_attention_code(spec_))
                        : cudnn_attention_code(spec_),
         kCudnnAttentionCost + (with_precision ? kMixedPrecisionCost : 0.0),
         with_precision ? (serving_ ? "check the outputs against fp32; " : "check the loss curve; ") + note
@@ -580,17 +594,14 @@ void FitSearch::add_shapes() {
   if (spec_.step == StepKind::kTrain) {
     const struct {
       RematPolicy policy;
-      const char* jax;
+      const char* jax_policy;
       double cost;
       const char* note;
     } remats[] = {
-        {RematPolicy::kDotsNoBatch,
-         "jax.checkpoint(block, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)", 0.2,
+        {RematPolicy::kDotsNoBatch, "dots_with_no_batch_dims_saveable", 0.2,
          "~20% more compute: attention and elementwise ops run twice"},
-        {RematPolicy::kDots, "jax.checkpoint(block, policy=jax.checkpoint_policies.dots_saveable)", 0.15,
-         "~15% more compute: elementwise ops run twice"},
-        {RematPolicy::kFull, "jax.checkpoint(block, policy=jax.checkpoint_policies.nothing_saveable)", 0.33,
-         "~33% more compute: the forward pass runs twice"},
+        {RematPolicy::kDots, "dots_saveable", 0.15, "~15% more compute: elementwise ops run twice"},
+        {RematPolicy::kFull, "nothing_saveable", 0.33, "~33% more compute: the forward pass runs twice"},
     };
     for (const auto& r : remats) {
       if (spec_.remat == r.policy && spec_.remat_layers.empty()) continue;
@@ -598,8 +609,8 @@ void FitSearch::add_shapes() {
       s.remat = r.policy;
       s.remat_layers.clear();
       const size_t before = trials_.size();
-      add("shapes", fmt::format("remat {}", to_string(r.policy)), r.jax, r.cost, r.note, s, memory_fraction_,
-          false, kStackRemat);
+      add("shapes", fmt::format("remat {}", to_string(r.policy)), remat_code(spec_, r.jax_policy), r.cost,
+          r.note, s, memory_fraction_, false, kStackRemat);
       if (r.policy == RematPolicy::kDotsNoBatch && trials_.size() > before) dots_no_batch_trial_ = before;
     }
   }

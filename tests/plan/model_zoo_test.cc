@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "memfit/core/json.h"
 #include "memfit/plan/largest_fit.h"
@@ -851,6 +852,34 @@ TEST(ModelZoo, FitRanksTheChangesThatFit) {
   }
   EXPECT_EQ(sharding_fits, 1u);
   EXPECT_EQ(fit->programs_planned, shown_programs + 1);
+}
+
+// A flax model's changes are written as flax code: remat (and offload) as nn.remat of the Layer module, bf16
+// compute as the modules' dtype; a hand-written model's as jax.checkpoint around a block and a cast.
+TEST(ModelZoo, FitWritesAFlaxModelsChangesInFlax) {
+  auto codes = [](const char* json) {
+    auto spec = model_spec_from_json(Json::parse(json));
+    EXPECT_TRUE(spec.ok());
+    auto fit = fit_step(*spec, 1ull << 30);
+    EXPECT_TRUE(fit.ok()) << fit.error().message();
+    std::map<std::string, std::string> code;  // change -> its code
+    for (const FitCandidate& c : fit->candidates) code[c.change] = c.code;
+    return code;
+  };
+  const std::string small =
+      R"("layers": 2, "d_model": 128, "heads": 4, "seq": 128, "vocab": 1000, "batch": 8})";
+  auto flax = codes((R"({"model": "flax_encoder", )" + small).c_str());
+  auto gpt = codes((R"({"model": "gpt", )" + small).c_str());
+  for (const char* change : {"remat full", "remat dots", "offload saved activations to pinned host memory"}) {
+    SCOPED_TRACE(change);
+    ASSERT_EQ(flax.count(change), 1u);
+    ASSERT_EQ(gpt.count(change), 1u);
+    EXPECT_EQ(flax[change].rfind("RematLayer = nn.remat(Layer, policy=jax.checkpoint_policies.", 0), 0u);
+    EXPECT_EQ(gpt[change].rfind("jax.checkpoint(block, policy=jax.checkpoint_policies.", 0), 0u);
+  }
+  const std::string mixed = "mixed precision (fp32 parameters, bf16 compute)";
+  EXPECT_NE(flax[mixed].find("dtype=jnp.bfloat16"), std::string::npos);
+  EXPECT_NE(gpt[mixed].find(".astype(jnp.bfloat16)"), std::string::npos);
 }
 
 // Long sequences: fit offers cuDNN's fused attention (no scores held), causal for GPT; an fp32 step takes it
