@@ -37,9 +37,10 @@ struct FlaxNorm {
 
 // The values a layer's backward pass reads.
 struct EncoderLayer {
-  size_t first_param = 0;  // where its sixteen parameters start in params_ (jax's order, below)
-  std::vector<V> w;        // those parameters as the layer reads them (a recomputation: through the barrier)
-  V x_in, h, q, qs, k, v, ex, sum, probs, merged, x_mid, h2;
+  size_t first_param =
+      0;             // where its sixteen parameters start in params_ (the slots: TopParam, then LayerParam)
+  std::vector<V> w;  // those parameters as the layer reads them (a recomputation: through the barrier)
+  V h, q, qs, k, v, ex, sum, probs, merged, x_mid, h2;
   FlaxNorm ln0, ln1;
   Gelu gelu;
 };
@@ -401,7 +402,6 @@ class EncoderStep {
       e_.set_op_name(
           fmt::format("jit(step)/jvp(Encoder)/Layer_{}", (k.first_param - kTopParams) / kLayerParams));
     const uint64_t B = batch_, S = s_.seq, D = s_.d_model, H = s_.heads, hd = D / H, F = s_.ffn_width();
-    k.x_in = x;
     k.h = layer_norm(x, p(k, kLn0Scale), p(k, kLn0Bias), k.ln0);
     k.q = head_projection(kQueryDot, k.h, p(k, kQueryKernel), p(k, kQueryBias));
     k.qs = e_.binary("divide", k.q, e_.splat(kF32, k.q.shape.dims));  // query / sqrt(depth)
