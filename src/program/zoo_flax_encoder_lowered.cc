@@ -37,9 +37,10 @@ struct FlaxNorm {
 
 // The values a layer's backward pass reads.
 struct EncoderLayer {
-  size_t first_param =
-      0;             // where its sixteen parameters start in params_ (the slots: TopParam, then LayerParam)
-  std::vector<V> w;  // those parameters as the layer reads them (a recomputation: through the barrier)
+  // Where its sixteen parameters start in params_ (the slots: TopParam, then each layer's LayerParam), and
+  // those parameters as the layer reads them (a recomputation: through the barrier).
+  size_t first_param = 0;
+  std::vector<V> w;
   V h, q, qs, k, v, ex, sum, probs, merged, x_mid, h2;
   FlaxNorm ln0, ln1;
   Gelu gelu;
