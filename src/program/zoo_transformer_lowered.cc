@@ -1010,10 +1010,9 @@ bool transformer_lowers(const ModelSpec& spec) {
       spec.backend == Backend::kGpu && spec.devices() == 1 && spec.sharding == ShardingKind::kReplicated;
   // A scan's residuals are XLA attention's (scan_residuals).
   if (spec.scan && spec.attn != AttentionKind::kXla) return false;
-  // Scanned: training, no accumulation, remat kept on the device (an offload into a scan's stacked
-  // residuals is not modeled: xla_gpu_model.h).
-  if (spec.scan &&
-      (spec.step != StepKind::kTrain || spec.remat == RematPolicy::kOffloadDotsNoBatch || spec.accum != 1))
+  // Scanned: training (with accumulation too: the layers' loops inside the microbatches' loop), remat kept
+  // on the device (an offload into a scan's stacked residuals is not modeled: xla_gpu_model.h).
+  if (spec.scan && (spec.step != StepKind::kTrain || spec.remat == RematPolicy::kOffloadDotsNoBatch))
     return false;
   // Decode over a tensor-parallel group is written per device (validate_model_spec allows no other mesh).
   if (spec.step == StepKind::kDecode) return spec.model == ModelFamily::kGpt && !spec.scan;

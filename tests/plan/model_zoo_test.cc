@@ -688,6 +688,29 @@ TEST(ModelZoo, AccumulationIsOneMicrobatchInALoop) {
   }
 }
 
+// Accumulation over a scanned model (the layers' scan inside the microbatches' scan, as JAX lowers a
+// scanned step under accumulate_gradients): written lowered, its entry one loop whose body runs the two
+// layer loops; its peak is one microbatch's scanned step plus the f32 gradient sums the outer loop carries.
+TEST(ModelZoo, AccumulationOverAScanNestsTheLoops) {
+  const std::string base =
+      R"({"model": "gpt", "d_model": 256, "heads": 4, "seq": 128, "vocab": 1000, "layers": 6,
+                               "scan": true, "donate": true)";
+  auto spec = model_spec_from_json(Json::parse(base + R"(, "batch": 32, "accum": 4})"));
+  ASSERT_TRUE(spec.ok());
+  auto module = build_step_module(*spec, nullptr);
+  ASSERT_TRUE(module.ok()) << module.error().message();
+  EXPECT_FALSE(module->is_scheduled) << "the zoo wrote XLA's fused program, not the lowered one";
+  EXPECT_EQ(entry_loops(*spec), 1u) << "the scan over microbatches";
+  size_t loops = 0;
+  for (const HloComputation& c : module->computations)
+    for (const HloInstruction& i : c.instructions) loops += i.opcode == HloOpcode::kWhile;
+  EXPECT_EQ(loops, 3u) << "the microbatches' loop, and in its body the layers' forward and backward loops";
+  const StepPlan accum = plan(base + R"(, "batch": 32, "accum": 4})");
+  const StepPlan micro = plan(base + R"(, "batch": 8})");
+  const double sums = static_cast<double>(accum.arguments.parameter_bytes);
+  EXPECT_NEAR(static_cast<double>(accum.peak_bytes - micro.peak_bytes), sums, 0.01 * sums);
+}
+
 TEST(ModelZoo, CudnnAttentionHoldsNoScores) {
   const char* gpt = R"({"model": "gpt", "layers": 2, "seq": 512, "batch": 8, "precision": "mixed")";
   const StepPlan xla = plan(std::string(gpt) + "}");
