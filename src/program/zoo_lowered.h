@@ -234,9 +234,9 @@ LoweredEmitter::V accumulate_gradients(LoweredEmitter& e, uint64_t microbatches,
                                        const MicrobatchStep& step, std::vector<LoweredEmitter::V>& grads);
 
 // The transformer configurations written as lowered programs (zoo_transformer_lowered.cc): GPT and ViT
-// inference and training on one GPU (any remat policy and optimizer; accumulation as a scan), GPT decode
-// (one GPU or tensor parallel). The rest is still written as XLA's fused program (zoo_gpt.cc, zoo_vit.cc,
-// zoo_transformer.cc).
+// inference and training on one GPU, unrolled or scanned (any remat policy and optimizer; accumulation as a
+// scan, around the layers' scans too), GPT decode (one GPU or tensor parallel). The rest is still written as
+// XLA's fused program (zoo_gpt.cc, zoo_vit.cc, zoo_transformer.cc).
 bool transformer_lowers(const ModelSpec& spec);
 void build_transformer_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 

@@ -92,7 +92,11 @@ class TransformerStep {
     }
     V x = vit_ ? patches() : embed();
     if (masked_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
-    for (const LayerParams& p : blocks_) x = block(x, p, nullptr);
+    if (s_.scan) {
+      x = inference_scan(x);
+    } else {
+      for (const LayerParams& p : blocks_) x = block(x, p, nullptr);
+    }
     x = layer_norm(x, lnf_g_, lnf_b_, nullptr);
     V logits;
     if (vit_) {
@@ -491,6 +495,30 @@ class TransformerStep {
     });
     stacks.assign(done.begin() + 2, done.begin() + static_cast<std::ptrdiff_t>(params_at));
     scan_mask_ = mask;  // the backward loop reads the entry's, as JAX passes it
+    return done[1];
+  }
+
+  // jax.lax.scan(lambda c, p: (block(c, p), None), x, params['layers']) in an inference step: a while loop
+  // slicing each stacked parameter at the counter and running the block, with nothing stacked for a
+  // backward pass. GPT's mask, a constant the body closes over, is a loop operand as it is ([S, S]: no
+  // partial evaluation hoists its broadcast out, as a training scan's does). Returns the last block's output.
+  V inference_scan(const V& x) {
+    std::vector<V> carried = {e_.scalar(PrimitiveType::kS32), x};
+    const size_t params_at = carried.size();
+    for (const V* p : blocks_[0].in_jax_order()) carried.push_back(*p);
+    const V mask = mask_;
+    if (masked_) carried.push_back(mask);
+    const std::vector<V> done = e_.loop(carried, s_.layers, [&](const std::vector<V>& c) {
+      LayerParams p;
+      size_t at = params_at;
+      for (V* slot : p.in_jax_order()) *slot = e_.index_leading(c[at++], c[0]);
+      if (masked_) mask_ = c[at];
+      e_.set_category("activations");
+      std::vector<V> next = {e_.binary("add", c[0], e_.scalar(PrimitiveType::kS32)), block(c[1], p, nullptr)};
+      next.insert(next.end(), c.begin() + static_cast<std::ptrdiff_t>(params_at), c.end());
+      return next;
+    });
+    mask_ = mask;
     return done[1];
   }
 
@@ -1010,9 +1038,11 @@ bool transformer_lowers(const ModelSpec& spec) {
       spec.backend == Backend::kGpu && spec.devices() == 1 && spec.sharding == ShardingKind::kReplicated;
   // A scan's residuals are XLA attention's (scan_residuals).
   if (spec.scan && spec.attn != AttentionKind::kXla) return false;
-  // Scanned: training (with accumulation too: the layers' loops inside the microbatches' loop), remat kept
-  // on the device (an offload into a scan's stacked residuals is not modeled: xla_gpu_model.h).
-  if (spec.scan && (spec.step != StepKind::kTrain || spec.remat == RematPolicy::kOffloadDotsNoBatch))
+  // Scanned: inference, and training (with accumulation too: the layers' loops inside the microbatches'
+  // loop) with remat kept on the device (an offload into a scan's stacked residuals is not modeled:
+  // xla_gpu_model.h).
+  if (spec.scan && ((spec.step != StepKind::kTrain && spec.step != StepKind::kInfer) ||
+                    (spec.step == StepKind::kTrain && spec.remat == RematPolicy::kOffloadDotsNoBatch)))
     return false;
   // Decode over a tensor-parallel group is written per device (validate_model_spec allows no other mesh).
   if (spec.step == StepKind::kDecode) return spec.model == ModelFamily::kGpt && !spec.scan;
