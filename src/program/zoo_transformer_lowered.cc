@@ -404,9 +404,15 @@ class TransformerStep {
       r.push_back(n.y);
     };
     norm(k.ln1, p.ln1_g, k.wqkv);
-    k.inv_sum_sq = e_.binary("divide", e_.splat(k.sum.shape.type, k.sum.shape.dims),
-                             e_.binary("multiply", k.sum, k.sum));
-    for (const V& v : {k.kt, k.q, k.ex, k.sum, k.inv_sum_sq, k.v, k.probs}) r.push_back(v);
+    if (cudnn_) {
+      // cuDNN's kernel is a custom_vjp: its residuals are what its forward rule returns - q, k and v as the
+      // kernel read them, the softmax's row statistics and the output (fused_attention_transpose reads them).
+      for (const V& v : {k.kt, k.q, k.sum, k.v, k.probs}) r.push_back(v);
+    } else {
+      k.inv_sum_sq = e_.binary("divide", e_.splat(k.sum.shape.type, k.sum.shape.dims),
+                               e_.binary("multiply", k.sum, k.sum));
+      for (const V& v : {k.kt, k.q, k.ex, k.sum, k.inv_sum_sq, k.v, k.probs}) r.push_back(v);
+    }
     if (casts) r.push_back(k.wo);
     r.push_back(k.merged);
     norm(k.ln2, p.ln2_g, k.w1);
@@ -438,7 +444,11 @@ class TransformerStep {
       n.y = r[at++];
     };
     norm(k.ln1, p.ln1_g, k.wqkv, p.wqkv);
-    for (V* v : {&k.kt, &k.q, &k.ex, &k.sum, &k.inv_sum_sq, &k.v, &k.probs}) *v = r[at++];
+    if (cudnn_) {
+      for (V* v : {&k.kt, &k.q, &k.sum, &k.v, &k.probs}) *v = r[at++];
+    } else {
+      for (V* v : {&k.kt, &k.q, &k.ex, &k.sum, &k.inv_sum_sq, &k.v, &k.probs}) *v = r[at++];
+    }
     k.wo = casts ? r[at++] : cast(p.wo, cdt_);
     k.merged = r[at++];
     norm(k.ln2, p.ln2_g, k.w1, p.w1);
@@ -659,13 +669,23 @@ class TransformerStep {
     };
     norm({L, d, 3 * d});
     const std::vector<uint64_t> heads = {L, b, h, sq, hd}, probs = {L, b, h, sq, sq}, hrow = {L, b, h, sq, 1};
-    out.emplace_back(std::vector<uint64_t>{L, b, h, hd, sq}, c);
-    out.emplace_back(heads, c);
-    out.emplace_back(probs, f32);  // exp, its row sums and 1 / sum^2: the softmax runs in f32
-    out.emplace_back(hrow, f32);
-    out.emplace_back(hrow, f32);
-    out.emplace_back(heads, c);
-    out.emplace_back(probs, c);
+    if (cudnn_) {
+      // k, q, the kernel's f32 row statistics, v and the output, each in the kernel's [B,S,H,hd] layout
+      const std::vector<uint64_t> kernel_heads = {L, b, sq, h, hd};
+      out.emplace_back(kernel_heads, c);
+      out.emplace_back(kernel_heads, c);
+      out.emplace_back(std::vector<uint64_t>{L, b, h, sq}, f32);
+      out.emplace_back(kernel_heads, c);
+      out.emplace_back(kernel_heads, c);
+    } else {
+      out.emplace_back(std::vector<uint64_t>{L, b, h, hd, sq}, c);
+      out.emplace_back(heads, c);
+      out.emplace_back(probs, f32);  // exp, its row sums and 1 / sum^2: the softmax runs in f32
+      out.emplace_back(hrow, f32);
+      out.emplace_back(hrow, f32);
+      out.emplace_back(heads, c);
+      out.emplace_back(probs, c);
+    }
     if (casts) out.emplace_back(std::vector<uint64_t>{L, d, d}, c);
     out.emplace_back(act, c);
     norm({L, d, f});
@@ -1039,8 +1059,6 @@ class TransformerStep {
 bool transformer_lowers(const ModelSpec& spec) {
   const bool one_gpu =
       spec.backend == Backend::kGpu && spec.devices() == 1 && spec.sharding == ShardingKind::kReplicated;
-  // A scan's residuals are XLA attention's (scan_residuals).
-  if (spec.scan && spec.attn != AttentionKind::kXla) return false;
   // Scanned: inference, and training (with accumulation too: the layers' loops inside the microbatches'
   // loop) with remat kept on the device (an offload into a scan's stacked residuals is not modeled:
   // xla_gpu_model.h).

@@ -760,6 +760,22 @@ TEST(ModelZoo, CudnnAttentionHoldsNoScores) {
   EXPECT_GT(fused_calls, 0u);
   const uint64_t scores_bytes = 8ull * 16 * 512 * 512 * 2;  // bf16[8,16,512,512]
   EXPECT_LT(cudnn.peak_bytes + 2 * scores_bytes, xla.peak_bytes);
+  // Scanned too (written lowered): the forward loop stacks the kernel's residuals - q, k, v, its output and
+  // the f32 row statistics [layers, batch, heads, seq] - and no scores, in training and in inference.
+  for (const char* scanned :
+       {R"(, "attn": "cudnn", "scan": true})", R"(, "attn": "cudnn", "scan": true, "step": "infer"})"}) {
+    SCOPED_TRACE(scanned);
+    auto spec = model_spec_from_json(Json::parse(std::string(gpt) + scanned));
+    ASSERT_TRUE(spec.ok());
+    auto module = build_step_module(*spec, nullptr);
+    ASSERT_TRUE(module.ok()) << module.error().message();
+    EXPECT_FALSE(module->is_scheduled) << "the zoo wrote XLA's fused program, not the lowered one";
+    const StepPlan p = plan(std::string(gpt) + scanned);
+    EXPECT_EQ(square_buffers(p), 0u);
+    bool stacked_statistics = false;
+    for (const PlannedBuffer& b : p.hlo.buffers) stacked_statistics |= b.shape == "f32[2,8,16,512]";
+    EXPECT_EQ(stacked_statistics, spec->step == StepKind::kTrain);
+  }
   // cuDNN's kernel is 16-bit: float32 compute is refused with the reason.
   auto fp32 = model_spec_from_json(parse_json(R"({"model": "gpt", "attn": "cudnn"})", "spec").value());
   ASSERT_FALSE(fp32.ok());
