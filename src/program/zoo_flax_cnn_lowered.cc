@@ -40,7 +40,7 @@ class CnnStep {
     const V loss = write_cross_entropy(e_, logits, labels_, dlogits);
     std::vector<V> grads(params_.size());
     backward(dlogits, grads);
-    write_update(e_, s_, params_, grads, &state_, {loss});
+    write_update(e_, s_, params_, grads, keeps_optimizer_state(s_) ? &state_ : nullptr, {loss});
     e_.finish();
   }
 

@@ -587,15 +587,19 @@ class TransformerStep {
     if (pdt_ != cdt_) {
       residuals(0, stacks.size());  // mixed precision: the weights' stacked bf16 copies are among them
     } else {
+      // scan_residuals' order: the first norm's six, its output and the attention's (seven values of XLA's
+      // softmax, five of cuDNN's kernel), the merged heads and the second norm's six, its output and the
+      // GELU's four, the GELU's output; each weight before the values its transpose reads it with.
+      const size_t a = cudnn_ ? 5 : 7;
       residuals(0, 6);
       weight(stacked.wqkv, &p.wqkv);
-      residuals(6, 14);
+      residuals(6, 7 + a);
       weight(stacked.wo, &p.wo);
-      residuals(14, 21);
+      residuals(7 + a, 14 + a);
       weight(stacked.w1, &p.w1);
-      residuals(21, 26);
+      residuals(14 + a, 19 + a);
       weight(stacked.w2, &p.w2);
-      residuals(26, 27);
+      residuals(19 + a, 20 + a);
     }
     if (masked_) read.push_back(scan_mask_);
     const V dx = reversed_layer_loop(

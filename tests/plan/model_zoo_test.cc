@@ -340,6 +340,13 @@ TEST(ModelZoo, FlaxCnnFamilyPlans) {
   };
   const double growth = per_batch(twice) / per_batch(train);
   EXPECT_NEAR(growth, 2.0, 0.1);
+  // Another optimizer than the reference's adamw: sgd keeps no state (its update read adamw's moments it
+  // never declared, and crashed, until 2026-12-05), adam the same two moments.
+  const StepPlan sgd = with(B, R"(, "optimizer": "sgd")");
+  EXPECT_EQ(sgd.arguments.optimizer_state_bytes, 0u);
+  EXPECT_LT(sgd.peak_bytes, train.peak_bytes);
+  EXPECT_EQ(with(B, R"(, "optimizer": "adam")").arguments.optimizer_state_bytes,
+            train.arguments.optimizer_state_bytes);
   // The spec round-trips through its JSON, widths included.
   auto again = model_spec_from_json(model_spec_to_json(train.spec));
   ASSERT_TRUE(again.ok()) << again.error().message();
@@ -761,9 +768,13 @@ TEST(ModelZoo, CudnnAttentionHoldsNoScores) {
   const uint64_t scores_bytes = 8ull * 16 * 512 * 512 * 2;  // bf16[8,16,512,512]
   EXPECT_LT(cudnn.peak_bytes + 2 * scores_bytes, xla.peak_bytes);
   // Scanned too (written lowered): the forward loop stacks the kernel's residuals - q, k, v, its output and
-  // the f32 row statistics [layers, batch, heads, seq] - and no scores, in training and in inference.
+  // the f32 row statistics [layers, batch, heads, seq] - and no scores, in training and in inference; in
+  // mixed precision (the weights' bf16 copies stacked beside them) and in bf16 (the weights read from their
+  // own stacks, which the backward loop places among the residuals: at XLA attention's places, the first
+  // version of this writer read past the stacks and crashed).
   for (const char* scanned :
-       {R"(, "attn": "cudnn", "scan": true})", R"(, "attn": "cudnn", "scan": true, "step": "infer"})"}) {
+       {R"(, "attn": "cudnn", "scan": true})", R"(, "attn": "cudnn", "scan": true, "step": "infer"})",
+        R"(, "attn": "cudnn", "scan": true, "precision": "bf16"})"}) {
     SCOPED_TRACE(scanned);
     auto spec = model_spec_from_json(Json::parse(std::string(gpt) + scanned));
     ASSERT_TRUE(spec.ok());
