@@ -271,15 +271,8 @@ class EncoderStep {
   // (the forward pass reads the device's value).
   V gemm(EncoderDot which, const std::function<V()>& product) {
     if (from_ != nullptr && saves(which)) return (*from_)[which];
-    V r = product();
-    if (keep_ == nullptr || !saves(which)) return r;
-    if (offloads()) {
-      (*keep_)[which] = e_.place(r, "pinned_host");
-    } else {
-      r = e_.unary("reduce-precision", r);
-      (*keep_)[which] = r;
-    }
-    return r;
+    const V r = product();
+    return keep_ != nullptr && saves(which) ? write_saved_residual(e_, r, offloads(), (*keep_)[which]) : r;
   }
 
   // A checkpointed layer's transpose, as JAX's partial evaluation of jax.checkpoint writes it: the saved
@@ -289,21 +282,18 @@ class EncoderStep {
   // transpose reads.
   V rematted_transpose(EncoderLayer& k, const V& input, const EncoderResiduals& saved, const V& g) {
     e_.set_op_name("jit(step)/transpose(jvp(Encoder))/checkpoint");
-    std::vector<V> through;
+    std::vector<V> kept_dots, rest;
     for (size_t d = 0; d < kEncoderDots; ++d)
-      if (saves(static_cast<EncoderDot>(d))) through.push_back(saved[d]);
-    through.push_back(input);
+      if (saves(static_cast<EncoderDot>(d))) kept_dots.push_back(saved[d]);
+    rest.push_back(input);
     for (size_t w = 0; w < kLayerParams; ++w)
-      if (w != kOutBias) through.push_back(k.w[w]);
-    through.push_back(g);
-    const std::vector<V> kept = e_.barrier(through);
-    size_t at = 0;
+      if (w != kOutBias) rest.push_back(k.w[w]);
+    rest.push_back(g);
+    const std::vector<V> kept = write_remat_barrier(e_, kept_dots, rest, offloads());
     EncoderResiduals from;
-    for (size_t d = 0; d < kEncoderDots; ++d) {
-      if (!saves(static_cast<EncoderDot>(d))) continue;
-      from[d] = kept[at++];
-      if (offloads()) from[d] = e_.place(from[d], "device");  // back from the host where it is read
-    }
+    for (size_t d = 0, j = 0; d < kEncoderDots; ++d)
+      if (saves(static_cast<EncoderDot>(d))) from[d] = kept_dots[j++];
+    size_t at = 0;
     const V x = kept[at++];
     for (size_t w = 0; w < kLayerParams; ++w)
       if (w != kOutBias) k.w[w] = kept[at++];

@@ -464,6 +464,27 @@ LoweredEmitter::V write_vector_broadcast(LoweredEmitter& e, const LoweredEmitter
   return e.broadcast(e.reshape(r, kept_dims), dims, kept);
 }
 
+LoweredEmitter::V write_saved_residual(LoweredEmitter& e, const LoweredEmitter::V& value, bool offloaded,
+                                       LoweredEmitter::V& saved) {
+  if (offloaded) {
+    saved = e.place(value, "pinned_host");
+    return value;
+  }
+  saved = e.unary("reduce-precision", value);
+  return saved;
+}
+
+std::vector<LoweredEmitter::V> write_remat_barrier(LoweredEmitter& e, std::vector<LoweredEmitter::V>& saved,
+                                                   const std::vector<LoweredEmitter::V>& rest,
+                                                   bool offloaded) {
+  std::vector<LoweredEmitter::V> through = saved;
+  through.insert(through.end(), rest.begin(), rest.end());
+  std::vector<LoweredEmitter::V> kept = e.barrier(through);
+  for (size_t k = 0; k < saved.size(); ++k)
+    saved[k] = offloaded ? e.place(kept[k], "device") : kept[k];  // back from the host where it is read
+  return std::vector<LoweredEmitter::V>(kept.begin() + static_cast<std::ptrdiff_t>(saved.size()), kept.end());
+}
+
 Gelu write_gelu(LoweredEmitter& e, const LoweredEmitter::V& z) {
   auto splat = [&] { return e.splat(z.shape.type, z.shape.dims); };
   Gelu g;

@@ -164,6 +164,21 @@ LoweredEmitter::V optimizer_parameter(LoweredEmitter& e, const Shape& shape, con
 LoweredEmitter::V write_vector_broadcast(LoweredEmitter& e, const LoweredEmitter::V& v,
                                          const std::vector<uint64_t>& dims);
 
+// A GEMM result a remat policy saves, as JAX writes it in a checkpointed forward pass: an offloading policy
+// puts it in pinned host memory (annotate_device_placement; the forward pass reads the device's value), the
+// others mark it with the reduce-precision JAX writes over a saved residual (the forward pass reads the
+// marked value). Returns what the forward pass reads; `saved` receives what the checkpoint's barrier takes.
+LoweredEmitter::V write_saved_residual(LoweredEmitter& e, const LoweredEmitter::V& value, bool offloaded,
+                                       LoweredEmitter::V& saved);
+
+// The barrier of a checkpointed block's transpose (jax.checkpoint's partial evaluation): the saved residuals
+// first, then `rest` (the block's input, the parameters its recomputation reads, the incoming cotangent),
+// through one optimization barrier. `saved` is replaced by its barrier outputs, each brought back to the
+// device where an offloading policy kept it in host memory; returns `rest`'s barrier outputs.
+std::vector<LoweredEmitter::V> write_remat_barrier(LoweredEmitter& e, std::vector<LoweredEmitter::V>& saved,
+                                                   const std::vector<LoweredEmitter::V>& rest,
+                                                   bool offloaded);
+
 // jax.nn.gelu (approximate=True), x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))), as JAX lowers
 // it, with the values its transpose reads.
 struct Gelu {

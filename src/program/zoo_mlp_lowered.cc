@@ -110,15 +110,10 @@ class MlpStep {
           // the last from host memory), the layer's input, weights and the incoming cotangent go through a
           // barrier; the rest of the layer runs again from them.
           const bool saves_dot = s_.remat != RematPolicy::kFull;
-          std::vector<V> through = {in, w[l], b[l], d};
-          if (saves_dot) through.insert(through.begin(), offloads() ? saved[l].host : saved[l].h);
-          std::vector<V> kept = e_.barrier(through);
-          V h;
-          if (saves_dot) {
-            h = kept.front();
-            if (offloads()) h = e_.place(h, "device");  // back from the host where it is read
-            kept.erase(kept.begin());
-          }
+          std::vector<V> kept_dot;
+          if (saves_dot) kept_dot.push_back(offloads() ? saved[l].host : saved[l].h);
+          const std::vector<V> kept = write_remat_barrier(e_, kept_dot, {in, w[l], b[l], d}, offloads());
+          const V h = saves_dot ? kept_dot.front() : V{};
           in = kept[0];
           e_.set_op_name("jit(step)/transpose(jvp())/checkpoint/rematted_computation");
           Layer again;

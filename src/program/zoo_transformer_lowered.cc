@@ -804,23 +804,20 @@ class TransformerStep {
   V rematted_transpose(const LayerParams& p, const V& input, const Residuals& saved, const V& g,
                        std::vector<V>& grads) {
     e_.set_op_name("jit(step)/transpose(jvp())/checkpoint");
-    std::vector<V> through;
+    std::vector<V> kept_dots, rest;
     for (size_t d = 0; d < kDots; ++d)
-      if (saves(static_cast<Dot>(d))) through.push_back(saved[d]);
-    if (masked_) through.push_back(mask_);
-    through.push_back(input);
+      if (saves(static_cast<Dot>(d))) kept_dots.push_back(saved[d]);
+    if (masked_) rest.push_back(mask_);
+    rest.push_back(input);
     LayerParams again = p;
     const auto read = again.read_by_recomputation();
-    for (V* v : read) through.push_back(*v);
-    through.push_back(g);
-    const std::vector<V> kept = e_.barrier(through);
+    for (V* v : read) rest.push_back(*v);
+    rest.push_back(g);
+    const std::vector<V> kept = write_remat_barrier(e_, kept_dots, rest, offloads());
     size_t at = 0;
     Residuals from;
-    for (size_t d = 0; d < kDots; ++d) {
-      if (!saves(static_cast<Dot>(d))) continue;
-      from[d] = kept[at++];
-      if (offloads()) from[d] = e_.place(from[d], "device");  // back from the host where it is read
-    }
+    for (size_t d = 0, j = 0; d < kDots; ++d)
+      if (saves(static_cast<Dot>(d))) from[d] = kept_dots[j++];
     const V mask = mask_;
     if (masked_) mask_ = kept[at++];
     const V x = kept[at++];
@@ -959,15 +956,8 @@ class TransformerStep {
     BlockSaved& k = saved ? *saved : local;
     auto gemm = [&](Dot which, const V& a, const V& b, std::vector<uint64_t> dims, size_t batch_dims = 0) {
       if (from && saves(which)) return (*from)[which];
-      V r = e_.dot(a, b, dims, cdt_, batch_dims);
-      if (!keep || !saves(which)) return r;
-      if (offloads()) {
-        (*keep)[which] = e_.place(r, "pinned_host");  // the forward pass reads the device's value
-      } else {
-        r = e_.unary("reduce-precision", r);
-        (*keep)[which] = r;
-      }
-      return r;
+      const V r = e_.dot(a, b, dims, cdt_, batch_dims);
+      return keep && saves(which) ? write_saved_residual(e_, r, offloads(), (*keep)[which]) : r;
     };
     k.wqkv = cast(p.wqkv, cdt_);
     k.wo = cast(p.wo, cdt_);
