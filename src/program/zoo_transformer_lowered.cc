@@ -514,7 +514,7 @@ class TransformerStep {
   // partial evaluation hoists its broadcast out, as a training scan's does). XLA:GPU then sinks it into the
   // body (WhileLoopConstantSinking in gpu_compiler.cc's simplification pipeline), which the GPU model does
   // not: the plan keeps its [S, S] bytes as a loop operand (a constant written in the body planned the same
-  // peak on a 2-layer GPT, d_model 256, checked once). Returns the last block's output.
+  // peak on an 8-layer GPT, d_model 256, checked once). Returns the last block's output.
   V inference_scan(const V& x) {
     std::vector<V> carried = {e_.scalar(PrimitiveType::kS32), x};
     const size_t params_at = carried.size();
