@@ -118,6 +118,10 @@ struct Fusion {
     decide_gemm_epilogues();
     fuse_values_read_by_one_fusion();
     gather_sources();
+    if (write_shared_normalized_rows()) {
+      for (std::vector<uint32_t>& s : sources) s.clear();
+      gather_sources();
+    }
     emit();
     return ok_status();
   }
@@ -718,20 +722,52 @@ struct Fusion {
     }
   }
 
+  // A norm's normalized rows, (x - mean) * rsqrt(var + eps), end its Triton fusion (SoftmaxRewriterTriton
+  // matches the diamond); priority fusion then fuses that fusion into all of its readers or none
+  // (CanFuseWithAllNonBitcastUsers, xla/service/gpu/transforms/priority_fusion.cc) and never duplicates it.
+  // So rows that several fusions read - the scale and shift of the forward pass and the backward pass's
+  // gradients of the scale and of the input - are written once and read by all: the compiled
+  // gpt_mixed_donate and gpt_mixed_donate_cudnn keep each norm's rows (a Triton fusion, "jvp()/mul") beside
+  // its scaled and shifted output (a loop fusion: the GEMM cannot take the bf16 cast of the scale in) until
+  // the backward pass; with full remat the rows have one reader and the Triton fusion takes the scale and
+  // shift in (gpt2dims_mixed_donate_remat_full_b16). Rows a GEMM takes in (gemm_input: fp32, where the
+  // scale and shift are fused into the GEMM) are left to decide_gemm_operands, whose copies match the
+  // compiled fp32 GPT and ViT. The rows are the first value of the chain that normalizes: none of its
+  // operands does. Returns whether any was written.
+  bool write_shared_normalized_rows() {
+    std::vector<uint32_t> seen(n, UINT32_MAX);
+    std::vector<uint32_t> rows;
+    for (uint32_t v = 0; v < n; ++v) {
+      if (materialized[v] || gemm_input[v] || !fuses(role[v]) || !several_readers(v) ||
+          at(v).shape.is_tuple())
+        continue;
+      if (!normalizes(sources[v], true)) continue;
+      const bool operand_normalizes = std::any_of(operands[v].begin(), operands[v].end(), [&](uint32_t o) {
+        return !materialized[o] && normalizes(sources[o], true);
+      });
+      if (operand_normalizes || one_fusion_reading(v, seen)) continue;
+      rows.push_back(v);
+    }
+    for (uint32_t v : rows) materialized[v] = true;
+    return !rows.empty();
+  }
+
   // Whether a value computed from buffers `reads` is a softmax or a two-pass norm: it reads a buffer B and a
   // reduction r that itself reads B and an earlier reduction of B (sum(exp(x - max(x))), mean((x -
   // mean(x))^2)). XLA:GPU makes such a diamond one Triton fusion (SoftmaxRewriterTriton: triton_softmax). A
   // one-pass norm (mean(x) and mean(x*x), flax's fast variance) stays a multi-output reduction and a loop
-  // fusion instead.
-  bool normalizes(const std::vector<uint32_t>& reads) const {
+  // fusion instead. `floating`: the rows B and both reductions hold floating-point values (not a gather's
+  // indices and its bounds check's reduce-and, which also form such a diamond).
+  bool normalizes(const std::vector<uint32_t>& reads, bool floating = false) const {
     std::unordered_set<uint32_t> direct(reads.begin(), reads.end());
+    const auto numbers = [&](uint32_t x) { return !floating || is_floating_point(at(x).shape.type); };
     for (uint32_t r : reads) {
-      if (role[r] != Role::kReduce) continue;
+      if (role[r] != Role::kReduce || !numbers(r)) continue;
       const std::vector<uint32_t> r_reads = buffers_behind(operands[r]);
       for (uint32_t b : r_reads) {
-        if (!direct.contains(b) || role[b] == Role::kReduce) continue;
+        if (!direct.contains(b) || role[b] == Role::kReduce || !numbers(b)) continue;
         for (uint32_t r0 : r_reads) {
-          if (r0 == r || role[r0] != Role::kReduce) continue;
+          if (r0 == r || role[r0] != Role::kReduce || !numbers(r0)) continue;
           const std::vector<uint32_t> r0_reads = buffers_behind(operands[r0]);
           if (std::find(r0_reads.begin(), r0_reads.end(), b) != r0_reads.end()) return true;
         }

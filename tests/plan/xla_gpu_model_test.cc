@@ -30,6 +30,12 @@ HloModule model_of(const std::string& text) {
   return m.ok() ? std::move(*m) : HloModule{};
 }
 
+// A program's text with its line OTHER replaced: one program, the readers it ends with varied.
+std::string with_other(std::string text, const std::string& other) {
+  text.replace(text.find("OTHER"), 5, other);
+  return text;
+}
+
 // Whether the plan holds a buffer `name` of `bytes`.
 bool holds(const HloPlan& plan, std::string_view name, uint64_t bytes) {
   return std::any_of(plan.buffers.begin(), plan.buffers.end(),
@@ -801,11 +807,7 @@ ENTRY main.1 {
   d = f32[4096,2048]{1,0} dot(n, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   OTHER
 })";
-  auto with = [&](const std::string& other) {
-    std::string t = text;
-    t.replace(t.find("OTHER"), 5, other);
-    return model_of(t);
-  };
+  auto with = [&](const std::string& other) { return model_of(with_other(text, other)); };
   const HloModule reduced = with(
       "g = f32[2048]{0} reduce(n, zero), dimensions={0}, to_apply=region_0.1\n"
       "  ROOT t = (f32[4096,2048]{1,0}, f32[2048]{0}) tuple(d, g)");
@@ -832,6 +834,68 @@ ENTRY main.1 {
   ASSERT_NE(find(named, "n.for.d"), nullptr);
   EXPECT_EQ(find(named, "n.for.d")->shape.to_string(), "f32[2048]");
   EXPECT_EQ(find(named, "d")->operands, (std::vector<std::string>{"w", "n.for.d$"}));
+}
+
+// A two-pass norm in bf16 whose scale is cast from f32 (mixed precision): the normalized rows end the norm's
+// Triton fusion, and the scaled rows - which no GEMM can take in, the cast being a narrowing one - are a
+// loop fusion of their own read by the forward and the backward GEMM. Rows the backward pass reads too
+// (the scale's gradient) are written once and read by both fusions, as the compiled gpt_mixed_donate keeps
+// each norm's rows beside its output; rows only the scale reads are fused into it.
+TEST(XlaGpuModel, ANormsRowsSeveralFusionsReadAreWrittenOnce) {
+  const char* text = R"(HloModule jit_step
+
+region_0.1 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main.1 {
+  x = bf16[4096,2048]{1,0} parameter(0)
+  w = f32[2048,2048]{1,0} parameter(1)
+  g = f32[2048]{0} parameter(2)
+  dy = bf16[4096,2048]{1,0} parameter(3)
+  zero = f32[] constant(0)
+  width = f32[] constant(2048)
+  xf = f32[4096,2048]{1,0} convert(x)
+  s = f32[4096]{0} reduce(xf, zero), dimensions={1}, to_apply=region_0.1
+  wb = f32[4096]{0} broadcast(width), dimensions={}
+  mean = f32[4096]{0} divide(s, wb)
+  mean16 = bf16[4096]{0} convert(mean)
+  mb = bf16[4096,2048]{1,0} broadcast(mean16), dimensions={0}
+  c = bf16[4096,2048]{1,0} subtract(x, mb)
+  c2 = bf16[4096,2048]{1,0} multiply(c, c)
+  c2f = f32[4096,2048]{1,0} convert(c2)
+  v = f32[4096]{0} reduce(c2f, zero), dimensions={1}, to_apply=region_0.1
+  var = f32[4096]{0} divide(v, wb)
+  r = f32[4096]{0} rsqrt(var)
+  r16 = bf16[4096]{0} convert(r)
+  rb = bf16[4096,2048]{1,0} broadcast(r16), dimensions={0}
+  n = bf16[4096,2048]{1,0} multiply(c, rb)
+  g16 = bf16[2048]{0} convert(g)
+  gb = bf16[4096,2048]{1,0} broadcast(g16), dimensions={1}
+  a = bf16[4096,2048]{1,0} multiply(n, gb)
+  w16 = bf16[2048,2048]{1,0} convert(w)
+  d = bf16[4096,2048]{1,0} dot(a, w16), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  dw = bf16[2048,2048]{1,0} dot(a, dy), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  OTHER
+})";
+  auto with = [&](const std::string& other) { return model_of(with_other(text, other)); };
+  const HloModule backward = with(
+      "ndy = bf16[4096,2048]{1,0} multiply(n, dy)\n"
+      "  ndyf = f32[4096,2048]{1,0} convert(ndy)\n"
+      "  dg = f32[2048]{0} reduce(ndyf, zero), dimensions={0}, to_apply=region_0.1\n"
+      "  ROOT t = (bf16[4096,2048]{1,0}, bf16[2048,2048]{1,0}, f32[2048]{0}) tuple(d, dw, dg)");
+  ASSERT_NE(find(backward, "n"), nullptr) << "the rows: one buffer";
+  ASSERT_NE(find(backward, "a"), nullptr) << "the scaled rows: a buffer both GEMMs read";
+  EXPECT_EQ(find(backward, "a")->operands, (std::vector<std::string>{"n", "g"})) << "scaled from the rows";
+  const std::vector<std::string>& dg_reads = find(backward, "dg")->operands;
+  EXPECT_NE(std::find(dg_reads.begin(), dg_reads.end(), "n"), dg_reads.end())
+      << "the gradient reads the rows";
+  EXPECT_EQ(std::find(dg_reads.begin(), dg_reads.end(), "x"), dg_reads.end()) << "not recomputed from x";
+  const HloModule forward = with("ROOT t = (bf16[4096,2048]{1,0}, bf16[2048,2048]{1,0}) tuple(d, dw)");
+  EXPECT_EQ(find(forward, "n"), nullptr) << "rows only the scale reads are fused into it";
+  ASSERT_NE(find(forward, "a"), nullptr);
 }
 
 // What a fusion saves weighed as XLA's performance model weighs it: the traffic, and one kernel launch
