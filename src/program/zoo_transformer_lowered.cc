@@ -60,6 +60,23 @@ struct BlockSaved {
   V wqkv, wo, w1, w2;
 };
 
+// One of the stacks a scanned block's forward loop fills and its backward loop reads, in the order JAX's
+// linearization stacks them. A weight is stacked only as its bf16 copy (mixed precision); otherwise the
+// backward loop reads the stacked parameter at the same place.
+struct ResidualSlot {
+  enum Kind : uint8_t {
+    kValue,   // a value of the block's forward pass (BlockSaved)
+    kScale,   // a norm's scale, a parameter, stacked reshaped to [1, 1, D]
+    kWeight,  // a weight as the GEMMs read it (BlockSaved's cast), cast from `param`
+  };
+  Kind kind = kValue;
+  std::vector<uint64_t> dims;  // the stack's shape, [L, ...]
+  PrimitiveType type = PrimitiveType::kF32;
+  std::function<V&(BlockSaved&, LayerParams&)> at;  // where the value, scale or weight is held
+  std::function<V&(LayerParams&)> param;            // kWeight: the parameter
+  std::function<void(BlockSaved&)> compute;         // what JAX's jvp computes for the transpose, if anything
+};
+
 class TransformerStep {
  public:
   TransformerStep(const ModelSpec& s, HloModule& m) : s_(s), e_(m) {
@@ -386,75 +403,132 @@ class TransformerStep {
   // What the backward pass reads of one block under jax.lax.scan, in the order JAX's linearization stacks
   // them (the shared gpt_fp32_donate_scan's forward loop): per layer norm 2 d, (inv / var_eps) * -0.5, inv,
   // x - mean, the scale reshaped [1,1,D], the normalized value and the output; the attention's k^T, q, exp,
-  // row sums, 1 / sum^2, v, probabilities and merged heads; the MLP's 3 z^2, tanh', 0.5 (1 + tanh), z and
-  // the GELU's output. The coefficients are computed here, in the forward pass, as JAX's jvp does. In mixed
-  // precision each weight's bf16 copy is stacked too, just before what its GEMM reads (the norms' outputs,
-  // the merged heads, the GELU's output: the captured gpt_mixed_donate_scan's forward loop), and the
-  // backward GEMMs read the copies, not the parameters cast again.
-  std::vector<V> scan_residuals(BlockSaved& k, const LayerParams& p) {
-    const uint64_t d = s_.d_model;
-    const bool casts = pdt_ != cdt_;
-    std::vector<V> r;
-    auto norm = [&](Norm& n, const V& gamma, const V& weight) {
-      n.d2 = e_.binary("multiply", n.d, e_.splat(n.d.shape.type, n.d.shape.dims));
-      n.k = e_.binary("multiply", e_.binary("divide", n.inv, n.var_eps),
-                      e_.splat(n.inv.shape.type, n.inv.shape.dims));
-      for (const V& v : {n.d2, n.k, n.inv, n.xm, e_.reshape(gamma, {1, 1, d}), n.normalized}) r.push_back(v);
-      if (casts) r.push_back(weight);
-      r.push_back(n.y);
+  // row sums, 1 / sum^2, v, probabilities and merged heads (cuDNN's kernel, a custom_vjp: what its forward
+  // rule returns - k, q, the softmax's f32 row statistics, v and the output, in its [B,S,H,hd] layout); the
+  // MLP's 3 z^2, tanh', 0.5 (1 + tanh), z and the GELU's output. The coefficients are computed in the
+  // forward pass, as JAX's jvp does. Each weight's place is just before what its GEMM reads (the norms'
+  // outputs, the merged heads, the GELU's output): in mixed precision its bf16 copy is stacked there (the
+  // captured gpt_mixed_donate_scan's forward loop) and the backward GEMMs read the copies, not the parameters
+  // cast again; otherwise the backward loop reads the stacked parameter there. The one description that the
+  // forward loop's stacks (scan_residuals, residual_shapes) and the backward loop's reads (saved_from,
+  // backward_scan) follow.
+  std::vector<ResidualSlot> residual_layout() {
+    const uint64_t b = batch_, sq = seq_, d = s_.d_model, h = s_.heads, hd = d / h, L = s_.layers,
+                   f = s_.ffn_width();
+    const PrimitiveType c = cdt_, f32 = PrimitiveType::kF32;
+    const std::vector<uint64_t> act = {L, b, sq, d}, row = {L, b, sq, 1}, scale = {L, 1, 1, d},
+                                mlp = {L, b, sq, f};
+    using Slot = ResidualSlot;
+    std::vector<Slot> out;
+    auto value = [&](auto held, const std::vector<uint64_t>& dims, PrimitiveType type,
+                     std::function<void(BlockSaved&)> compute = {}) {
+      out.push_back(Slot{Slot::kValue,
+                         dims,
+                         type,
+                         [held](BlockSaved& k, LayerParams&) -> V& { return held(k); },
+                         {},
+                         std::move(compute)});
     };
-    norm(k.ln1, p.ln1_g, k.wqkv);
+    auto weight = [&](V BlockSaved::*cast_of, V LayerParams::*param, const std::vector<uint64_t>& dims) {
+      out.push_back(Slot{Slot::kWeight,
+                         dims,
+                         c,
+                         [cast_of](BlockSaved& k, LayerParams&) -> V& { return k.*cast_of; },
+                         [param](LayerParams& p) -> V& { return p.*param; },
+                         {}});
+    };
+    auto norm = [&](Norm BlockSaved::*n, V LayerParams::*gamma, V BlockSaved::*cast_of, V LayerParams::*param,
+                    const std::vector<uint64_t>& weight_dims) {
+      value([n](BlockSaved& k) -> V& { return (k.*n).d2; }, act, c,
+            [this, n](BlockSaved& k) {
+              Norm& x = k.*n;
+              x.d2 = e_.binary("multiply", x.d, e_.splat(x.d.shape.type, x.d.shape.dims));
+            });
+      value([n](BlockSaved& k) -> V& { return (k.*n).k; }, row, c,
+            [this, n](BlockSaved& k) {
+              Norm& x = k.*n;
+              x.k = e_.binary("multiply", e_.binary("divide", x.inv, x.var_eps),
+                              e_.splat(x.inv.shape.type, x.inv.shape.dims));
+            });
+      value([n](BlockSaved& k) -> V& { return (k.*n).inv; }, row, c);
+      value([n](BlockSaved& k) -> V& { return (k.*n).xm; }, act, c);
+      out.push_back(Slot{
+          Slot::kScale, scale, c, [gamma](BlockSaved&, LayerParams& p) -> V& { return p.*gamma; }, {}, {}});
+      value([n](BlockSaved& k) -> V& { return (k.*n).normalized; }, act, c);
+      weight(cast_of, param, weight_dims);
+      value([n](BlockSaved& k) -> V& { return (k.*n).y; }, act, c);
+    };
+    norm(&BlockSaved::ln1, &LayerParams::ln1_g, &BlockSaved::wqkv, &LayerParams::wqkv, {L, d, 3 * d});
     if (cudnn_) {
-      // cuDNN's kernel is a custom_vjp: its residuals are what its forward rule returns - q, k and v as the
-      // kernel read them, the softmax's row statistics and the output (fused_attention_transpose reads them).
-      for (const V& v : {k.kt, k.q, k.sum, k.v, k.probs}) r.push_back(v);
+      const std::vector<uint64_t> kernel_heads = {L, b, sq, h, hd};
+      value([](BlockSaved& k) -> V& { return k.kt; }, kernel_heads, c);
+      value([](BlockSaved& k) -> V& { return k.q; }, kernel_heads, c);
+      value([](BlockSaved& k) -> V& { return k.sum; }, {L, b, h, sq}, f32);
+      value([](BlockSaved& k) -> V& { return k.v; }, kernel_heads, c);
+      value([](BlockSaved& k) -> V& { return k.probs; }, kernel_heads, c);
     } else {
-      k.inv_sum_sq = e_.binary("divide", e_.splat(k.sum.shape.type, k.sum.shape.dims),
-                               e_.binary("multiply", k.sum, k.sum));
-      for (const V& v : {k.kt, k.q, k.ex, k.sum, k.inv_sum_sq, k.v, k.probs}) r.push_back(v);
+      // the softmax runs in f32: its exp, row sums and 1 / sum^2
+      const std::vector<uint64_t> heads = {L, b, h, sq, hd}, probs = {L, b, h, sq, sq},
+                                  hrow = {L, b, h, sq, 1};
+      value([](BlockSaved& k) -> V& { return k.kt; }, {L, b, h, hd, sq}, c);
+      value([](BlockSaved& k) -> V& { return k.q; }, heads, c);
+      value([](BlockSaved& k) -> V& { return k.ex; }, probs, f32);
+      value([](BlockSaved& k) -> V& { return k.sum; }, hrow, f32);
+      value([](BlockSaved& k) -> V& { return k.inv_sum_sq; }, hrow, f32,
+            [this](BlockSaved& k) {
+              k.inv_sum_sq = e_.binary("divide", e_.splat(k.sum.shape.type, k.sum.shape.dims),
+                                       e_.binary("multiply", k.sum, k.sum));
+            });
+      value([](BlockSaved& k) -> V& { return k.v; }, heads, c);
+      value([](BlockSaved& k) -> V& { return k.probs; }, probs, c);
     }
-    if (casts) r.push_back(k.wo);
-    r.push_back(k.merged);
-    norm(k.ln2, p.ln2_g, k.w1);
-    Gelu& g = k.gelu;
-    auto splat = [&] { return e_.splat(g.z.shape.type, g.z.shape.dims); };
-    g.cube_slope = e_.binary("multiply", e_.binary("multiply", g.z, g.z), splat());
-    g.dtanh =
-        e_.binary("multiply", e_.binary("add", g.tanh, splat()), e_.binary("subtract", splat(), g.tanh));
-    for (const V& v : {g.cube_slope, g.dtanh, g.half, g.z}) r.push_back(v);
-    if (casts) r.push_back(k.w2);
-    r.push_back(g.out);
+    weight(&BlockSaved::wo, &LayerParams::wo, {L, d, d});
+    value([](BlockSaved& k) -> V& { return k.merged; }, act, c);
+    norm(&BlockSaved::ln2, &LayerParams::ln2_g, &BlockSaved::w1, &LayerParams::w1, {L, d, f});
+    auto splat = [this](const Gelu& g) { return e_.splat(g.z.shape.type, g.z.shape.dims); };
+    value([](BlockSaved& k) -> V& { return k.gelu.cube_slope; }, mlp, c,
+          [this, splat](BlockSaved& k) {
+            Gelu& g = k.gelu;
+            g.cube_slope = e_.binary("multiply", e_.binary("multiply", g.z, g.z), splat(g));
+          });
+    value([](BlockSaved& k) -> V& { return k.gelu.dtanh; }, mlp, c,
+          [this, splat](BlockSaved& k) {
+            Gelu& g = k.gelu;
+            g.dtanh = e_.binary("multiply", e_.binary("add", g.tanh, splat(g)),
+                                e_.binary("subtract", splat(g), g.tanh));
+          });
+    value([](BlockSaved& k) -> V& { return k.gelu.half; }, mlp, c);
+    value([](BlockSaved& k) -> V& { return k.gelu.z; }, mlp, c);
+    weight(&BlockSaved::w2, &LayerParams::w2, {L, f, d});
+    value([](BlockSaved& k) -> V& { return k.gelu.out; }, mlp, c);
+    return out;
+  }
+  // Whether the layout's slot is a stack: every value and scale, a weight only as its bf16 copy.
+  bool is_stack(const ResidualSlot& slot) const { return slot.kind != ResidualSlot::kWeight || pdt_ != cdt_; }
+
+  // One block's stacked values, in residual_layout's order (`p`: the layer's parameters, for the scales).
+  std::vector<V> scan_residuals(BlockSaved& k, LayerParams& p) {
+    std::vector<V> r;
+    for (const ResidualSlot& slot : residual_layout()) {
+      if (!is_stack(slot)) continue;
+      if (slot.compute) slot.compute(k);
+      const V& v = slot.at(k, p);
+      r.push_back(slot.kind == ResidualSlot::kScale ? e_.reshape(v, {1, 1, s_.d_model}) : v);
+    }
     return r;
   }
   // The inverse of scan_residuals: a block's saved values from one layer's slice of each stack (and the
   // weights `p` holds, sliced from theirs).
   BlockSaved saved_from(const std::vector<V>& r, LayerParams& p) {
-    const uint64_t d = s_.d_model;
-    const bool casts = pdt_ != cdt_;
     BlockSaved k;
     size_t at = 0;
-    auto norm = [&](Norm& n, V& gamma, V& weight, const V& param) {
-      n.d2 = r[at++];
-      n.k = r[at++];
-      n.inv = r[at++];
-      n.xm = r[at++];
-      gamma = e_.reshape(r[at++], {d});
-      n.normalized = r[at++];
-      weight = casts ? r[at++] : cast(param, cdt_);
-      n.y = r[at++];
-    };
-    norm(k.ln1, p.ln1_g, k.wqkv, p.wqkv);
-    if (cudnn_) {
-      for (V* v : {&k.kt, &k.q, &k.sum, &k.v, &k.probs}) *v = r[at++];
-    } else {
-      for (V* v : {&k.kt, &k.q, &k.ex, &k.sum, &k.inv_sum_sq, &k.v, &k.probs}) *v = r[at++];
+    for (const ResidualSlot& slot : residual_layout()) {
+      V& v = slot.at(k, p);
+      if (slot.kind == ResidualSlot::kScale)
+        v = e_.reshape(r[at++], {s_.d_model});
+      else
+        v = is_stack(slot) ? r[at++] : cast(slot.param(p), cdt_);
     }
-    k.wo = casts ? r[at++] : cast(p.wo, cdt_);
-    k.merged = r[at++];
-    norm(k.ln2, p.ln2_g, k.w1, p.w1);
-    for (V* v : {&k.gelu.cube_slope, &k.gelu.dtanh, &k.gelu.half, &k.gelu.z}) *v = r[at++];
-    k.w2 = casts ? r[at++] : cast(p.w2, cdt_);
-    k.gelu.out = r[at++];
     return k;
   }
 
@@ -569,37 +643,20 @@ class TransformerStep {
   // transpose reads), the block's transpose over them.
   V backward_scan(const V& g, const std::vector<V>& stacks, std::vector<V>& grads) {
     if (checkpointed(0)) return backward_scan_rematted(g, stacks, grads);
-    const LayerParams& stacked = blocks_[0];
-    // The residuals, the weights each transpose reads placed where JAX's order puts them.
+    LayerParams& stacked_params = blocks_[0];
+    // The stacks, and the stacked weights each transpose reads where residual_layout places them.
     std::vector<V> read;
     LayerParams p;              // inside the body: which weight a read element's slice is
-    std::vector<V*> weight_of;  // per read element: the weight it is, or null (a residual)
-    auto residuals = [&](size_t from, size_t to) {
-      for (size_t j = from; j < to; ++j) {
-        read.push_back(stacks[j]);
+    std::vector<V*> weight_of;  // per read element: the weight it is, or null (a stack)
+    size_t next_stack = 0;
+    for (const ResidualSlot& slot : residual_layout()) {
+      if (is_stack(slot)) {
+        read.push_back(stacks[next_stack++]);
         weight_of.push_back(nullptr);
+      } else {
+        read.push_back(slot.param(stacked_params));
+        weight_of.push_back(&slot.param(p));
       }
-    };
-    auto weight = [&](const V& stacked_weight, V* slot) {
-      read.push_back(stacked_weight);
-      weight_of.push_back(slot);
-    };
-    if (pdt_ != cdt_) {
-      residuals(0, stacks.size());  // mixed precision: the weights' stacked bf16 copies are among them
-    } else {
-      // scan_residuals' order: the first norm's six, its output and the attention's (seven values of XLA's
-      // softmax, five of cuDNN's kernel), the merged heads and the second norm's six, its output and the
-      // GELU's four, the GELU's output; each weight before the values its transpose reads it with.
-      const size_t a = cudnn_ ? 5 : 7;
-      residuals(0, 6);
-      weight(stacked.wqkv, &p.wqkv);
-      residuals(6, 7 + a);
-      weight(stacked.wo, &p.wo);
-      residuals(7 + a, 14 + a);
-      weight(stacked.w1, &p.w1);
-      residuals(14 + a, 19 + a);
-      weight(stacked.w2, &p.w2);
-      residuals(19 + a, 20 + a);
     }
     if (masked_) read.push_back(scan_mask_);
     const V dx = reversed_layer_loop(
@@ -651,11 +708,11 @@ class TransformerStep {
   // The shapes the forward loop stacks, [L, ...] each, with their element types: scan_residuals' (in the
   // compute type, the softmax's exp and row sums in f32), or under a remat policy the saved GEMM results and
   // the blocks' inputs.
-  std::vector<std::pair<std::vector<uint64_t>, PrimitiveType>> residual_shapes() const {
+  std::vector<std::pair<std::vector<uint64_t>, PrimitiveType>> residual_shapes() {
     const uint64_t b = batch_, sq = seq_, d = s_.d_model, h = s_.heads, hd = d / h, L = s_.layers,
                    f = s_.ffn_width();
-    const PrimitiveType c = cdt_, f32 = PrimitiveType::kF32;
-    const std::vector<uint64_t> act = {L, b, sq, d}, row = {L, b, sq, 1}, scale = {L, 1, 1, d};
+    const PrimitiveType c = cdt_;
+    const std::vector<uint64_t> act = {L, b, sq, d};
     std::vector<std::pair<std::vector<uint64_t>, PrimitiveType>> out;
     if (checkpointed(0)) {
       const std::vector<uint64_t> dot_dims[kDots] = {
@@ -665,37 +722,8 @@ class TransformerStep {
       out.emplace_back(act, c);
       return out;
     }
-    const bool casts = pdt_ != cdt_;
-    auto norm = [&](const std::vector<uint64_t>& weight) {
-      for (const auto& x : {act, row, row, act, scale, act}) out.emplace_back(x, c);
-      if (casts) out.emplace_back(weight, c);
-      out.emplace_back(act, c);
-    };
-    norm({L, d, 3 * d});
-    const std::vector<uint64_t> heads = {L, b, h, sq, hd}, probs = {L, b, h, sq, sq}, hrow = {L, b, h, sq, 1};
-    if (cudnn_) {
-      // k, q, the kernel's f32 row statistics, v and the output, each in the kernel's [B,S,H,hd] layout
-      const std::vector<uint64_t> kernel_heads = {L, b, sq, h, hd};
-      out.emplace_back(kernel_heads, c);
-      out.emplace_back(kernel_heads, c);
-      out.emplace_back(std::vector<uint64_t>{L, b, h, sq}, f32);
-      out.emplace_back(kernel_heads, c);
-      out.emplace_back(kernel_heads, c);
-    } else {
-      out.emplace_back(std::vector<uint64_t>{L, b, h, hd, sq}, c);
-      out.emplace_back(heads, c);
-      out.emplace_back(probs, f32);  // exp, its row sums and 1 / sum^2: the softmax runs in f32
-      out.emplace_back(hrow, f32);
-      out.emplace_back(hrow, f32);
-      out.emplace_back(heads, c);
-      out.emplace_back(probs, c);
-    }
-    if (casts) out.emplace_back(std::vector<uint64_t>{L, d, d}, c);
-    out.emplace_back(act, c);
-    norm({L, d, f});
-    for (int j = 0; j < 4; ++j) out.emplace_back(std::vector<uint64_t>{L, b, sq, f}, c);
-    if (casts) out.emplace_back(std::vector<uint64_t>{L, f, d}, c);
-    out.emplace_back(std::vector<uint64_t>{L, b, sq, f}, c);
+    for (const ResidualSlot& slot : residual_layout())
+      if (is_stack(slot)) out.emplace_back(slot.dims, slot.type);
     return out;
   }
 
