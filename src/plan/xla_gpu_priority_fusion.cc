@@ -91,6 +91,9 @@ void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& can
   const Adjacency& operands = g.operands;
   const Adjacency& users = g.users;
   const size_t n = comp.instructions.size();
+  // Each value's bytes, once: the profits below read them for every reader of every candidate.
+  std::vector<uint64_t> bytes(n);
+  for (size_t i = 0; i < n; ++i) bytes[i] = comp.instructions[i].shape.own_bytes();  // checked when parsed
   enum : uint8_t { kUndecided, kFused, kWritten };
   std::vector<uint8_t> state(n, kUndecided);
   // A value its own kernel reads from memory: written, or a candidate not fused (yet).
@@ -108,7 +111,7 @@ void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& can
             xo.custom_call_target != kSplitKReduce)
           stack.emplace_back(o, depth + 1);
         else
-          read += xo.shape.own_bytes();  // shapes were checked when parsed
+          read += bytes[o];
       }
     }
     return read;
@@ -139,7 +142,7 @@ void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& can
       return k;
     };
     const uint32_t id = stamp_next++;
-    const uint64_t v_bytes = comp.instructions[v].shape.own_bytes();
+    const uint64_t v_bytes = bytes[v];
     const bool expensive = role[v] == Role::kExpensive;
     for (uint32_t k = 0; k < distinct.size(); ++k) {
       std::vector<std::pair<uint32_t, int>> queue{{distinct[k], 0}};
@@ -156,7 +159,7 @@ void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& can
         owner[x] = k;
         // A reduction and what it feeds - a norm's mean divided by its width, written or not - are
         // inside the diamond: the walk goes on through them.
-        const bool reduced = comp.instructions[x].shape.own_bytes() * kStatisticsRatio <= v_bytes;
+        const bool reduced = bytes[x] * kStatisticsRatio <= v_bytes;
         bool passable = role[x] == Role::kReduce || (fuses(role[x]) && (!buffer(x) || reduced));
         // For an expensive value, whose count of fusions decides whether its compute is repeated, a
         // fused value several ops read joins its readers only if they are fused ops themselves, which
@@ -205,7 +208,7 @@ void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& can
   auto profit = [&](uint32_t v) {
     ++work;
     const double nc = static_cast<double>(fusions_of(v, 0, fusions_of));
-    const double out = static_cast<double>(comp.instructions[v].shape.own_bytes());
+    const double out = static_cast<double>(bytes[v]);
     const double kernel = combined(compute_of(v), static_cast<double>(read_of(v)) + out);
     return kLaunchOverheadBytes + 2 * nc * out - (nc - 1) * kernel;
   };

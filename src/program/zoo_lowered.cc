@@ -67,7 +67,10 @@ LoweredEmitter::V LoweredEmitter::parameter(const Shape& shape, const std::strin
 }
 
 LoweredEmitter::V LoweredEmitter::scalar(PrimitiveType type) {
-  return push(make(array(type, {}), "constant", {}));
+  for (const auto& [t, v] : scalars_)
+    if (t == type) return v;
+  scalars_.emplace_back(type, push(make(array(type, {}), "constant", {})));
+  return scalars_.back().second;
 }
 
 LoweredEmitter::V LoweredEmitter::splat(PrimitiveType type, const std::vector<uint64_t>& dims) {
@@ -342,7 +345,9 @@ std::vector<LoweredEmitter::V> LoweredEmitter::loop(
   const std::string body_name = fmt::format("scan_body.{}", id);
   const std::string condition_name = fmt::format("scan_condition.{}", id);
   std::vector<HloInstruction> outer = std::move(entry_);
+  std::vector<std::pair<PrimitiveType, V>> outer_scalars = std::move(scalars_);
   entry_.clear();
+  scalars_.clear();
   const std::vector<V> next = body(unpack_parameter(shape));
   root(next);
   seal(body_name, false);
@@ -356,6 +361,7 @@ std::vector<LoweredEmitter::V> LoweredEmitter::loop(
   push(std::move(less));
   seal(condition_name, false);
   entry_ = std::move(outer);
+  scalars_ = std::move(outer_scalars);
   const V init = tuple(carried);
   HloInstruction w = make(init.shape, "while", {init.name});
   w.called = {condition_name, body_name};  // as XLA prints them: condition=, body=
@@ -785,6 +791,7 @@ void LoweredEmitter::seal(std::string name, bool is_entry) {
   c.is_entry = is_entry;
   c.instructions = std::move(entry_);
   entry_.clear();
+  scalars_.clear();
   reorder_instructions(c.instructions, instruction_post_order(c));
   m_.computations.push_back(std::move(c));
 }

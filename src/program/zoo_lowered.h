@@ -143,6 +143,7 @@ class LoweredEmitter {
 
   HloModule& m_;
   std::vector<HloInstruction> entry_;
+  std::vector<std::pair<PrimitiveType, V>> scalars_;  // entry_'s scalar constant of each type (scalar())
   std::string category_;
   std::string op_name_;
   std::vector<std::pair<std::string, std::string>> regions_;  // combiner opcode -> its computation
