@@ -738,8 +738,9 @@ struct Fusion {
     std::vector<uint32_t> seen(n, UINT32_MAX);
     std::vector<uint32_t> rows;
     for (uint32_t v = 0; v < n; ++v) {
-      if (materialized[v] || gemm_input[v] || !fuses(role[v]) || !several_readers(v) ||
-          at(v).shape.is_tuple())
+      // The diamond's root is an elementwise binary op (MatchesTritonCompatibleClosedReductionDiamondImpl).
+      if (materialized[v] || gemm_input[v] || !fuses(role[v]) || operands[v].size() != 2 ||
+          !several_readers(v) || at(v).shape.is_tuple())
         continue;
       if (!normalizes(sources[v], true)) continue;
       const bool operand_normalizes = std::any_of(operands[v].begin(), operands[v].end(), [&](uint32_t o) {
