@@ -722,9 +722,11 @@ struct Fusion {
     }
   }
 
-  // A norm's normalized rows, (x - mean) * rsqrt(var + eps), end its Triton fusion (SoftmaxRewriterTriton
-  // matches the diamond); priority fusion then fuses that fusion into all of its readers or none
-  // (CanFuseWithAllNonBitcastUsers, xla/service/gpu/transforms/priority_fusion.cc) and never duplicates it.
+  // A norm's normalized rows, (x - mean) * rsqrt(var + eps), end its Triton fusion: SoftmaxRewriterTriton
+  // (xla/service/gpu/transforms/softmax_rewriter_triton.cc) roots the diamond at the binary op that reads the
+  // broadcast statistics and takes a consumer in only if it has one user (IsTriviallyFusible); priority
+  // fusion then fuses that fusion into all of its readers or none (CanFuseWithAllNonBitcastUsers,
+  // xla/service/gpu/transforms/priority_fusion.cc) and never duplicates it.
   // So rows that several fusions read - the scale and shift of the forward pass and the backward pass's
   // gradients of the scale and of the input - are written once and read by all: the compiled
   // gpt_mixed_donate and gpt_mixed_donate_cudnn keep each norm's rows (a Triton fusion, "jvp()/mul") beside

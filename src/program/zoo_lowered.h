@@ -47,6 +47,8 @@ class LoweredEmitter {
   uint64_t parameter_count() const { return parameters_; }
   // A scalar constant broadcast to `dims` (jnp's Python scalars in an expression).
   V splat(PrimitiveType type, const std::vector<uint64_t>& dims);
+  // A scalar constant: one per type in each computation, whatever its value (an HloInstruction holds no
+  // literal, and a scalar is folded into its readers: only a loop's operand is a buffer, of a few bytes).
   V scalar(PrimitiveType type);
   // broadcast_in_dim: `kept` names the output dimensions the operand's dimensions become.
   V broadcast(const V& x, const std::vector<uint64_t>& dims, const std::vector<int64_t>& kept);
