@@ -23,6 +23,10 @@ DATA = sys.argv[2]
 WORK = tempfile.mkdtemp(prefix="memfit-hostile-")
 failures = []
 passed = 0
+# Cases that time inputs of 10^5 to 10^6 elements are left to the Release build, which holds their limits,
+# when a sanitizer build runs the suite (MEMFIT_HOSTILE_TIME_SCALE > 1): under ASan they took 45, 21 and 17 s
+# of its 150 (2026-12-05), the same code the smaller cases run. The suite names those it left.
+left_to_release = []
 
 
 def path(name):
@@ -37,9 +41,13 @@ def write(name, data, compress=False):
     return p
 
 
-def run(label, args, want, env=None, limit_s=10.0, stderr_has=None, json_check=None, stdout_has=None):
+def run(label, args, want, env=None, limit_s=10.0, stderr_has=None, json_check=None, stdout_has=None,
+        release_only=False):
     """One case. `want` is the exit code, or a set of acceptable ones."""
     global passed
+    if release_only and TIME_SCALE > 1:
+        left_to_release.append(label)
+        return
     wanted = want if isinstance(want, (set, frozenset)) else {want}
     limit_s *= TIME_SCALE
     full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
@@ -221,7 +229,7 @@ run("time: hlo with 30000 buffers live at once", ["hlo", write("live.hlo", "\n".
     0, limit_s=10, json_check=lambda j: None if j["temp_bytes"] >= 4 * sum(range(1000, 1000 + n)) else "temp")
 rows = ["action,addr,size,stream,time_us"] + [f"alloc,{4096 * (i + 1)},4096,0,{i}" for i in range(1_000_000)]
 run("time: replay 10^6 live allocations, bfc, 1 GiB", ["replay", write("live.csv", "\n".join(rows) + "\n", True),
-    "--capacity", "1GiB", "--policy", "bfc", "--json"], 1, limit_s=10,  # 1: the answer is "it runs out"
+    "--capacity", "1GiB", "--policy", "bfc", "--json"], 1, limit_s=10, release_only=True,  # 1: it runs out
     json_check=lambda j: None if j["policies"][0]["oom_events"] >= 1_000_000 - 262144 else "oom count")
 run("time: a gzip bomb", ["hlo", write("bomb.hlo.gz", b"\0" * 200_000_000, True)], 2, limit_s=10)
 # Calls that multiply: each of 40 functions calls the next twice, 2^40 instructions once inlined.
@@ -247,7 +255,7 @@ chain += ["ENTRY main {", "  c0 = f32[4]{0} parameter(0)"]
 chain += [f"  c{i + 1} = f32[4]{{0}} call(c{i}), to_apply=f{i}" for i in range(100_000)]
 chain += ["  ROOT r = f32[4]{0} negate(c100000)", "}"]
 run("time: 10^5 calls of 10^5 functions", ["hlo", write("chain.hlo", "\n".join(chain) + "\n", True)], 0,
-    limit_s=10)
+    limit_s=10, release_only=True)
 # A loop body that adds 10^5 values read from outside the loop: each one carried, and each sum computed
 # from a short list of buffers (a fusion reads at most 63), not from all before it.
 outside = ["module @m {", "  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {"]
@@ -259,7 +267,7 @@ outside += [f"      %s{i} = stablehlo.add {'%it' if i == 0 else f'%s{i - 1}'}, %
             for i in range(100_000)]
 outside += ["      stablehlo.return %s99999 : tensor<4xf32>", "    }", "    return %w#0 : tensor<4xf32>", "  }", "}"]
 run("time: a loop reading 10^5 values from outside", ["hlo", write("outside.mlir", "\n".join(outside) + "\n", True)],
-    0, limit_s=20)  # 6 s here, most of it the list scheduler over 10^5 values ready at once
+    0, limit_s=20, release_only=True)  # 6 s here, most of it the list scheduler over 10^5 values ready at once
 # Readers of readers: five levels of 60 values, each read by every value of the next through a fused sum.
 # How many fusions read a value is counted through the fused values it feeds; the count's work is bounded
 # (a budget per instruction), not the product of the fan-outs.
@@ -496,6 +504,8 @@ run("hlo --live-profile of garbage", ["hlo", os.path.join(DATA, "xla", "mlp_fp32
     write("live.prof", garbage)], 2)
 
 print(f"hostile inputs: {passed} passed, {len(failures)} failed")
+if left_to_release:
+    print(f"left to the Release build (time limits of large inputs): {'; '.join(left_to_release)}")
 for f in failures:
     print("  FAIL " + f)
 sys.exit(1 if failures else 0)
