@@ -520,12 +520,31 @@ void FitSearch::add_tensor_parallel(const ModelSpec& base) {
 void FitSearch::add_fsdp(const ModelSpec& base) {
   if (!fsdp_applies(base)) return;
   ++family_;
+  // A model memfit builds without FSDP (the conv net) is offered plain data parallelism instead: the
+  // parameters and optimizer state replicated, the batch split - each device holds its share of the
+  // activations, which are most of a conv net's step.
+  // (Asked of the model alone: twice the batch always splits its microbatches over two devices.)
+  ModelSpec sharded = base;
+  sharded.sharding = ShardingKind::kFsdp;
+  sharded.mesh = {2};
+  sharded.mesh_axes = {"data"};
+  sharded.batch = 2 * base.batch;
+  const bool fsdp = validate_model_spec(sharded).ok();
   for (uint64_t n : {2, 4, 8, 16, 32, 64}) {
     ModelSpec s = base;
-    s.sharding = ShardingKind::kFsdp;
+    s.sharding = fsdp ? ShardingKind::kFsdp : ShardingKind::kReplicated;
     s.mesh = {n};
     s.mesh_axes = {"data"};
     if (s.batch % n != 0) s.batch = (s.batch + n - 1) / n * n;  // the global batch must split
+    if (!fsdp) {
+      add("sharding", fmt::format("data parallel over {} devices", n),
+          fmt::format(
+              "mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
+              "batch = jax.device_put(batch, NamedSharding(mesh, P('data')))  # parameters replicated",
+              n),
+          static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction_, true);
+      continue;
+    }
     add("sharding", fmt::format("FSDP over {} devices", n),
         fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
                     "jax.device_put(params, NamedSharding(mesh, P('data')))  # largest axis of each array",

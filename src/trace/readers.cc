@@ -94,7 +94,10 @@ Status apply_pytorch(TimelineBuilder& b, const PytorchRecord& r, bool frees_are_
     return ok_status();
   }
   if (a == "snapshot") return ok_status();
-  return invalid_argument(fmt::format("line {}: unknown action '{}'", line, a));
+  return invalid_argument(fmt::format(
+      "line {}: unknown action '{}' (PyTorch's trace actions: alloc, free_requested, free_completed, "
+      "segment_alloc, segment_free, segment_map, segment_unmap, oom, snapshot)",
+      line, a));
 }
 
 }  // namespace

@@ -962,6 +962,35 @@ TEST(ModelZoo, FitWritesAFlaxModelsChangesInFlax) {
   EXPECT_NE(gpt[mixed].find(".astype(jnp.bfloat16)"), std::string::npos);
 }
 
+// A conv net, which memfit builds replicated only (no FSDP), is offered plain data parallelism: the batch
+// split over more devices, the parameters replicated - each device's activations shrink with its share.
+TEST(ModelZoo, FitOffersAConvNetDataParallelism) {
+  auto spec = model_spec_from_json(
+      Json::parse(R"({"model": "flax_cnn", "batch": 32, "image": 64, "widths": [16, 32], "classes": 10})"));
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  auto fit = fit_step(*spec, 32ull << 20);  // a 24 MiB pool: the step's ~40 MiB does not fit
+  ASSERT_TRUE(fit.ok()) << fit.error().message();
+  EXPECT_FALSE(fit->baseline.fits);
+  const FitCandidate* two = nullptr;
+  for (const FitCandidate& c : fit->candidates) {
+    EXPECT_EQ(c.change.find("FSDP"), std::string::npos) << c.change;
+    if (c.change == "data parallel over 2 devices") two = &c;
+  }
+  ASSERT_NE(two, nullptr);
+  EXPECT_TRUE(two->fits);
+  EXPECT_NE(two->code.find("P('data')"), std::string::npos);
+  // Each device holds half the batch's activations: about half the step, the replicated parameters
+  // (66 KiB) and their optimizer state on each.
+  EXPECT_LT(two->peak_bytes, fit->baseline.peak_bytes * 6 / 10);
+  EXPECT_GT(two->peak_bytes, fit->baseline.peak_bytes * 4 / 10);
+  ModelSpec dp = *spec;
+  dp.mesh = {2};
+  dp.mesh_axes = {"data"};
+  auto plan = plan_step(dp);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  EXPECT_EQ(two->peak_bytes, plan->peak_bytes);
+}
+
 // Long sequences: fit offers cuDNN's fused attention (no scores held), causal for GPT; an fp32 step takes it
 // with bf16 compute, one change of two lines; a decode step, which attends with XLA's attention, is not
 // offered it.

@@ -70,6 +70,10 @@ TEST(Readers, BrokenCsvNamesTheLine) {
             std::string::npos);
   EXPECT_NE(error_of(header + "teleport,4096,512,0,1\n").find("unknown action 'teleport'"),
             std::string::npos);
+  // A plain "free" (not PyTorch's) is named with the actions a trace may hold.
+  EXPECT_NE(
+      error_of(header + "alloc,4096,512,0,1\nfree,4096,512,0,2\n").find("free_requested, free_completed"),
+      std::string::npos);
   EXPECT_NE(error_of("hello world\n").find("not a trace memfit knows"), std::string::npos);
   EXPECT_NE(error_of("action,addr\nalloc,1\n").find("no 'size' column"), std::string::npos);
   EXPECT_NE(error_of(header + "alloc,99999999999999999999999,512,0,1\n").find("line 2"), std::string::npos);
