@@ -252,11 +252,16 @@ Status validate_model_spec(const ModelSpec& s) {
       return invalid_argument("sharding: tp is not built for the flax_encoder");
   }
   if (s.model == ModelFamily::kFlaxCnn) {
-    // What reference_programs.py builds of it: fp32 flax layers, one device or data parallel, no remat.
+    // What reference_programs.py builds of it: fp32 flax layers, one device or data parallel, no remat; and
+    // gradient accumulation on one GPU, written as for the other families (the lowered writer's; the fused
+    // one, which data parallelism and XLA:CPU take, has none).
     if (s.precision != Precision::kFp32) return invalid_argument("precision: the flax_cnn is built in fp32");
     if (s.remat != RematPolicy::kNone) return invalid_argument("remat: the flax_cnn is built without remat");
     if (s.scan) return invalid_argument("scan: the flax_cnn has no repeated layers to scan");
-    if (s.accum > 1) return invalid_argument("accum: the flax_cnn is built without gradient accumulation");
+    if (s.accum > 1 && (s.devices() > 1 || s.backend != Backend::kGpu))
+      return invalid_argument(
+          "accum: the flax_cnn accumulates gradients on one GPU (over several, data "
+          "parallel splits the batch instead)");
     if (s.sharding != ShardingKind::kReplicated)
       return invalid_argument("sharding: the flax_cnn is built replicated (data parallel) only");
     if (s.step != StepKind::kTrain && s.step != StepKind::kInfer)

@@ -26,20 +26,48 @@ class CnnStep {
   CnnStep(const ModelSpec& s, HloModule& m) : s_(s), e_(m) {
     convs_ = 2 * s.widths.size();
     train_ = s.step != StepKind::kInfer;
+    batch_ = s.batch;
   }
 
   void build(StepArguments& args) {
     declare(args);
-    const V logits = forward();
+    const V logits = s_.accum == 1 ? forward() : V{};
     if (!train_) {
-      e_.root_array(logits);
+      e_.root_array(logits);  // (inference takes no accumulation: model_spec refuses it)
       e_.finish();
       return;
     }
-    V dlogits;
-    const V loss = write_cross_entropy(e_, logits, labels_, dlogits);
     std::vector<V> grads(params_.size());
-    backward(dlogits, grads);
+    V loss;
+    if (s_.accum == 1) {
+      V dlogits;
+      loss = write_cross_entropy(e_, logits, labels_, dlogits);
+      backward(dlogits, grads);
+    } else {
+      // Gradient accumulation as the zoo's other families write it (accumulate_gradients): the body runs the
+      // forward and backward passes on its microbatch's images and labels, reading the parameters as the
+      // loop carries them.
+      const V whole_image = image_, whole_labels = labels_;
+      const std::vector<V> whole_params = params_;
+      loss = accumulate_gradients(
+          e_, s_.accum, params_, {image_, labels_},
+          [&](const std::vector<V>& rows, const std::vector<V>& carried, std::vector<V>& g) {
+            image_ = rows[0];
+            labels_ = rows[1];
+            params_ = carried;
+            batch_ = s_.batch / s_.accum;
+            V dlogits;
+            const V micro_loss = write_cross_entropy(e_, forward(), labels_, dlogits);
+            g.assign(params_.size(), V{});
+            backward(dlogits, g);
+            return micro_loss;
+          },
+          grads);
+      image_ = whole_image;
+      labels_ = whole_labels;
+      params_ = whole_params;
+      batch_ = s_.batch;
+    }
     write_update(e_, s_, params_, grads, keeps_optimizer_state(s_) ? &state_ : nullptr, {loss});
     e_.finish();
   }
@@ -106,7 +134,7 @@ class CnnStep {
       c.side = side;
       c.in_channels = in;
       c.out_channels = s_.widths[k / 2];
-      const std::vector<uint64_t> dims = {s_.batch, side, side, c.out_channels};
+      const std::vector<uint64_t> dims = {batch_, side, side, c.out_channels};
       const V conv = e_.convolution(a, params_[kernel_of_[k]], dims);
       c.z = e_.binary("add", conv, write_vector_broadcast(e_, params_[bias_of_[k]], dims));
       // jax.nn.relu: its derivative's compare is made in the forward pass (the jvp), read by the backward.
@@ -116,14 +144,14 @@ class CnnStep {
       in = c.out_channels;
       if (k % 2 == 1) {  // nn.avg_pool(x, (2, 2), strides=(2, 2)): a window sum, divided by 4
         side /= 2;
-        const V sum = e_.reduce_window_sum(a, {s_.batch, side, side, in});
+        const V sum = e_.reduce_window_sum(a, {batch_, side, side, in});
         a = e_.binary("divide", sum, splat(sum));
       }
     }
     pool_side_ = side;
     // x.mean(axis=(1, 2)), then the dense head.
-    pooled_ = e_.binary("divide", e_.reduce_sum(a, {1, 2}), e_.splat(kF32, {s_.batch, in}));
-    const std::vector<uint64_t> logit_dims = {s_.batch, s_.classes};
+    pooled_ = e_.binary("divide", e_.reduce_sum(a, {1, 2}), e_.splat(kF32, {batch_, in}));
+    const std::vector<uint64_t> logit_dims = {batch_, s_.classes};
     e_.set_op_name("jit(step)/jvp(CNN)/Dense_0");
     const V product = e_.dot(pooled_, params_[kernel_of_[convs_]], logit_dims, kF32);
     return e_.binary("add", product, write_vector_broadcast(e_, params_[bias_of_[convs_]], logit_dims));
@@ -146,11 +174,11 @@ class CnnStep {
         e_.transpose(e_.dot(dlogits, pooled_, {s_.classes, last.out_channels}, kF32), {1, 0});
     grads[bias_of_[convs_]] = e_.reduce_sum(dlogits, {0});
     e_.set_category("temporaries");
-    const V dpooled = e_.dot(dlogits, params_[kernel_of_[convs_]], {s_.batch, last.out_channels}, kF32);
+    const V dpooled = e_.dot(dlogits, params_[kernel_of_[convs_]], {batch_, last.out_channels}, kF32);
     // The mean's transpose: divided by the pixel count and broadcast over the last pool's output.
     e_.set_op_name("jit(step)/transpose(jvp(CNN))");
     const V dmean = e_.binary("divide", dpooled, splat(dpooled));
-    V d = e_.broadcast(dmean, {s_.batch, pool_side_, pool_side_, last.out_channels}, {0, 3});
+    V d = e_.broadcast(dmean, {batch_, pool_side_, pool_side_, last.out_channels}, {0, 3});
     for (size_t k = convs_; k-- > 0;) {
       const Conv& c = convs_kept_[k];
       e_.set_category("temporaries");
@@ -163,7 +191,7 @@ class CnnStep {
       if (k == 0) break;  // the image is not differentiated
       e_.set_category("temporaries");
       const V flipped = e_.unary("reverse", params_[kernel_of_[k]]);
-      d = e_.convolution(dz, flipped, {s_.batch, c.side, c.side, c.in_channels});
+      d = e_.convolution(dz, flipped, {batch_, c.side, c.side, c.in_channels});
     }
   }
 
@@ -172,6 +200,7 @@ class CnnStep {
   LoweredEmitter e_;
   size_t convs_ = 0;
   bool train_ = true;
+  uint64_t batch_ = 0;     // the images forward() and backward() see: the batch, or one microbatch
   std::vector<V> params_;  // jax's order
   std::vector<size_t> kernel_of_, bias_of_;
   OptimizerState state_;

@@ -718,6 +718,37 @@ TEST(ModelZoo, AccumulationOverAScanNestsTheLoops) {
   EXPECT_NEAR(static_cast<double>(accum.peak_bytes - micro.peak_bytes), sums, 0.01 * sums);
 }
 
+// The conv net accumulates gradients as the other families do (accumulate_gradients): one loop over the
+// microbatches, its body the microbatch's forward and backward passes. Its peak is the microbatch's step
+// plus what the whole batch adds: the f32 gradient sums, the rest of the batch in the arguments - and at
+// most a copy of the batch the loop carries and the slice its body reads.
+TEST(ModelZoo, TheConvNetAccumulatesGradients) {
+  const std::string base = R"({"model": "flax_cnn", "image": 64, "widths": [16, 32], "classes": 10)";
+  auto spec = model_spec_from_json(Json::parse(base + R"(, "batch": 32, "accum": 4})"));
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  auto module = build_step_module(*spec, nullptr);
+  ASSERT_TRUE(module.ok()) << module.error().message();
+  EXPECT_FALSE(module->is_scheduled) << "the zoo wrote XLA's fused program, not the lowered one";
+  EXPECT_EQ(entry_loops(*spec), 1u) << "the scan over microbatches";
+  const StepPlan accum = plan(base + R"(, "batch": 32, "accum": 4})");
+  const StepPlan micro = plan(base + R"(, "batch": 8})");
+  const StepPlan whole = plan(base + R"(, "batch": 32})");
+  EXPECT_LT(accum.peak_bytes, whole.peak_bytes / 2) << "the activations are a microbatch's";
+  const uint64_t sums = accum.arguments.parameter_bytes;
+  const uint64_t rest_of_batch = accum.arguments.batch_bytes - micro.arguments.batch_bytes;
+  const uint64_t least = sums + rest_of_batch;
+  const uint64_t most = least + accum.arguments.batch_bytes + micro.arguments.batch_bytes;
+  EXPECT_GE(accum.peak_bytes - micro.peak_bytes, least);
+  EXPECT_LE(accum.peak_bytes - micro.peak_bytes, most);
+  // Not over several devices (data parallelism splits the batch instead), nor on XLA:CPU: the fused writer
+  // those take has no accumulation.
+  EXPECT_FALSE(model_spec_from_json(
+                   Json::parse(base + R"(, "batch": 32, "accum": 4, "mesh": [2], "mesh_axes": ["data"]})"))
+                   .ok());
+  EXPECT_FALSE(
+      model_spec_from_json(Json::parse(base + R"(, "batch": 32, "accum": 4, "backend": "cpu"})")).ok());
+}
+
 // A scanned model's inference: one while loop over the layers that stacks nothing for a backward pass, so
 // its peak grows with the layers by their parameters alone, and holds about one block's values as the
 // unrolled step does (GPT's [S, S] mask a loop operand as it is: the first version, which carried the
