@@ -423,6 +423,7 @@ class FitSearch {
   void add_smaller_batch(const ModelSpec& base);
   void add_fsdp(const ModelSpec& base);
   void add_tensor_parallel(const ModelSpec& base);
+  void add_data_parallel(const ModelSpec& base);
   // 4. sharding: FSDP over more devices (parameters, gradients and optimizer state split; batch split).
   static bool fsdp_applies(const ModelSpec& base) {
     return base.sharding == ShardingKind::kReplicated && base.devices() <= 1 && base.step == StepKind::kTrain;
@@ -496,10 +497,44 @@ void FitSearch::add_smaller_batch(const ModelSpec& base) {
   }
 }
 
+// Whether the model is built with `sharding` over two devices on `axis` - asked of the model alone: twice
+// the batch always splits its microbatches over two devices.
+bool builds_sharded(const ModelSpec& base, ShardingKind sharding, const char* axis) {
+  ModelSpec s = base;
+  s.sharding = sharding;
+  s.mesh = {2};
+  s.mesh_axes = {axis};
+  s.batch = 2 * base.batch;
+  return validate_model_spec(s).ok();
+}
+
+// Plain data parallelism, for a model memfit builds without FSDP or tensor parallelism (the conv net): the
+// parameters (and optimizer state) replicated, the batch split - each device holds its share of the
+// activations, which are most of a conv net's step.
+void FitSearch::add_data_parallel(const ModelSpec& base) {
+  ++family_;
+  for (uint64_t n : {2, 4, 8, 16, 32, 64}) {
+    ModelSpec s = base;
+    s.sharding = ShardingKind::kReplicated;
+    s.mesh = {n};
+    s.mesh_axes = {"data"};
+    if (s.batch % n != 0) s.batch = (s.batch + n - 1) / n * n;  // the global batch must split
+    add("sharding", fmt::format("data parallel over {} devices", n),
+        fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
+                    "batch = jax.device_put(batch, NamedSharding(mesh, P('data')))  # parameters replicated",
+                    n),
+        static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction_, true);
+  }
+}
+
 // A server's sharding: tensor parallel over more devices (each holds its share of the heads, the hidden
-// units and the KV cache).
+// units and the KV cache); data parallel where the model is not built for it.
 void FitSearch::add_tensor_parallel(const ModelSpec& base) {
   if (!serving_ || base.sharding != ShardingKind::kReplicated || base.devices() > 1) return;
+  if (!builds_sharded(base, ShardingKind::kTp, "model")) {
+    add_data_parallel(base);
+    return;
+  }
   ++family_;
   for (uint64_t n : {2, 4, 8}) {
     ModelSpec s = base;
@@ -517,34 +552,20 @@ void FitSearch::add_tensor_parallel(const ModelSpec& base) {
   }
 }
 
+// FSDP over more devices; data parallel where the model is not built for it.
 void FitSearch::add_fsdp(const ModelSpec& base) {
   if (!fsdp_applies(base)) return;
+  if (!builds_sharded(base, ShardingKind::kFsdp, "data")) {
+    add_data_parallel(base);
+    return;
+  }
   ++family_;
-  // A model memfit builds without FSDP (the conv net) is offered plain data parallelism instead: the
-  // parameters and optimizer state replicated, the batch split - each device holds its share of the
-  // activations, which are most of a conv net's step.
-  // (Asked of the model alone: twice the batch always splits its microbatches over two devices.)
-  ModelSpec sharded = base;
-  sharded.sharding = ShardingKind::kFsdp;
-  sharded.mesh = {2};
-  sharded.mesh_axes = {"data"};
-  sharded.batch = 2 * base.batch;
-  const bool fsdp = validate_model_spec(sharded).ok();
   for (uint64_t n : {2, 4, 8, 16, 32, 64}) {
     ModelSpec s = base;
-    s.sharding = fsdp ? ShardingKind::kFsdp : ShardingKind::kReplicated;
+    s.sharding = ShardingKind::kFsdp;
     s.mesh = {n};
     s.mesh_axes = {"data"};
     if (s.batch % n != 0) s.batch = (s.batch + n - 1) / n * n;  // the global batch must split
-    if (!fsdp) {
-      add("sharding", fmt::format("data parallel over {} devices", n),
-          fmt::format(
-              "mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
-              "batch = jax.device_put(batch, NamedSharding(mesh, P('data')))  # parameters replicated",
-              n),
-          static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction_, true);
-      continue;
-    }
     add("sharding", fmt::format("FSDP over {} devices", n),
         fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
                     "jax.device_put(params, NamedSharding(mesh, P('data')))  # largest axis of each array",

@@ -1020,6 +1020,21 @@ TEST(ModelZoo, FitOffersAConvNetDataParallelism) {
   auto plan = plan_step(dp);
   ASSERT_TRUE(plan.ok()) << plan.error().message();
   EXPECT_EQ(two->peak_bytes, plan->peak_bytes);
+  // Serving it (no tensor parallelism is built for a conv net): replicas that each take a share of the
+  // images, as far as a smaller batch would take one device.
+  ModelSpec serving = *spec;
+  serving.step = StepKind::kInfer;
+  serving.batch = 1024;
+  auto served = fit_step(serving, 32ull << 20);
+  ASSERT_TRUE(served.ok()) << served.error().message();
+  std::map<std::string, uint64_t> peak_of;
+  for (const FitCandidate& c : served->candidates) {
+    EXPECT_EQ(c.change.find("tensor parallel"), std::string::npos) << c.change;
+    peak_of[c.change] = c.peak_bytes;
+  }
+  ASSERT_EQ(peak_of.count("data parallel over 4 devices"), 1u);
+  ASSERT_EQ(peak_of.count("batch 256 instead of 1024"), 1u);
+  EXPECT_EQ(peak_of["data parallel over 4 devices"], peak_of["batch 256 instead of 1024"]);
 }
 
 // Long sequences: fit offers cuDNN's fused attention (no scores held), causal for GPT; an fp32 step takes it
