@@ -504,7 +504,7 @@ bool builds_sharded(const ModelSpec& base, ShardingKind sharding, const char* ax
   s.sharding = sharding;
   s.mesh = {2};
   s.mesh_axes = {axis};
-  s.batch = 2 * base.batch;
+  if (base.batch <= UINT64_MAX / 2) s.batch = 2 * base.batch;  // (a batch that large is refused anyway)
   return validate_model_spec(s).ok();
 }
 
