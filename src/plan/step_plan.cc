@@ -160,7 +160,11 @@ constexpr std::string_view kMixedPrecisionCode =
 constexpr std::string_view kFlaxMixedPrecisionCode =
     "nn.Dense(features, dtype=jnp.bfloat16)  # each flax layer: compute in bfloat16, param_dtype stays fp32";
 constexpr double kMixedPrecisionCost = 0.02;
+constexpr std::string_view kFlaxConvMixedPrecisionCode =
+    "nn.Conv(features, (3, 3), dtype=jnp.bfloat16); nn.Dense(classes, dtype=jnp.bfloat16)  # compute in "
+    "bfloat16, param_dtype stays fp32";
 std::string_view mixed_precision_code(const ModelSpec& spec) {
+  if (spec.model == ModelFamily::kFlaxCnn) return kFlaxConvMixedPrecisionCode;
   return spec.model == ModelFamily::kFlaxEncoder ? kFlaxMixedPrecisionCode : kMixedPrecisionCode;
 }
 

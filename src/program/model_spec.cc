@@ -253,9 +253,14 @@ Status validate_model_spec(const ModelSpec& s) {
   }
   if (s.model == ModelFamily::kFlaxCnn) {
     // What reference_programs.py builds of it: fp32 flax layers, one device or data parallel, no remat; and
-    // gradient accumulation on one GPU, written as for the other families (the lowered writer's; the fused
-    // one, which data parallelism and XLA:CPU take, has none).
-    if (s.precision != Precision::kFp32) return invalid_argument("precision: the flax_cnn is built in fp32");
+    // on one GPU gradient accumulation, written as for the other families, and mixed precision as flax's
+    // dtype=jnp.bfloat16 computes (the lowered writer's; the fused one, which data parallelism and XLA:CPU
+    // take, has neither).
+    if (s.precision == Precision::kBf16)
+      return invalid_argument(
+          "precision: the flax_cnn is built in fp32 or mixed (bf16 compute, fp32 parameters)");
+    if (s.precision == Precision::kMixed && (s.devices() > 1 || s.backend != Backend::kGpu))
+      return invalid_argument("precision: the flax_cnn computes in bf16 on one GPU only");
     if (s.remat != RematPolicy::kNone) return invalid_argument("remat: the flax_cnn is built without remat");
     if (s.scan) return invalid_argument("scan: the flax_cnn has no repeated layers to scan");
     if (s.accum > 1 && (s.devices() > 1 || s.backend != Backend::kGpu))

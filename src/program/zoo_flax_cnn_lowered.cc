@@ -6,7 +6,9 @@
 // convolution's input gradient a convolution by the flipped kernel and its kernel gradient a convolution
 // of its input by the output's gradient, the pool's transpose a reduce-window over the padded gradient -
 // planned through the model of XLA:GPU like any user's lowered program (what XLA fuses around the cuDNN
-// calls is the model's to say, not this file's).
+// calls is the model's to say, not this file's). In mixed precision (flax's dtype=jnp.bfloat16 on every
+// module, not a reference program) each module casts its input and parameters to bf16 and computes in bf16;
+// the mean sums in f32, as jnp.mean does a bf16 array; each parameter's gradient is cast back to fp32.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@ class CnnStep {
     convs_ = 2 * s.widths.size();
     train_ = s.step != StepKind::kInfer;
     batch_ = s.batch;
+    compute_ = s.precision == Precision::kFp32 ? kF32 : PrimitiveType::kBF16;
   }
 
   void build(StepArguments& args) {
@@ -75,7 +78,7 @@ class CnnStep {
  private:
   // What each convolution reads and writes, kept for the backward pass.
   struct Conv {
-    V in, z, mask, out;  // out: relu(z)
+    V in, kernel, z, mask, out;  // out: relu(z); kernel: the parameter as the convolution reads it
     uint64_t side = 0, in_channels = 0, out_channels = 0;
   };
 
@@ -122,10 +125,16 @@ class CnnStep {
   // mean): the emitter writes constants by shape, not value.
   V splat(const V& like) { return e_.splat(like.shape.type, like.shape.dims); }
 
+  // flax's promote_dtype: with dtype=jnp.bfloat16 (mixed precision) a module casts its input, kernel and
+  // bias to bf16 before computing; its parameters stay fp32 (param_dtype). A value of that type is as it is.
+  V computed(const V& x) { return x.shape.type == compute_ ? x : e_.convert(x, compute_); }
+  // The transpose of that cast: a parameter's gradient comes back to fp32.
+  V as_parameter(const V& g) { return g.shape.type == kF32 ? g : e_.convert(g, kF32); }
+
   V forward() {
     e_.set_category("activations");
     e_.set_op_name("jit(step)/jvp(CNN)");
-    V a = image_;
+    V a = computed(image_);
     uint64_t side = s_.image, in = s_.channels;
     convs_kept_.assign(convs_, Conv{});
     for (size_t k = 0; k < convs_; ++k) {
@@ -135,8 +144,9 @@ class CnnStep {
       c.in_channels = in;
       c.out_channels = s_.widths[k / 2];
       const std::vector<uint64_t> dims = {batch_, side, side, c.out_channels};
-      const V conv = e_.convolution(a, params_[kernel_of_[k]], dims);
-      c.z = e_.binary("add", conv, write_vector_broadcast(e_, params_[bias_of_[k]], dims));
+      c.kernel = computed(params_[kernel_of_[k]]);
+      const V conv = e_.convolution(a, c.kernel, dims);
+      c.z = e_.binary("add", conv, write_vector_broadcast(e_, computed(params_[bias_of_[k]]), dims));
       // jax.nn.relu: its derivative's compare is made in the forward pass (the jvp), read by the backward.
       if (train_) c.mask = e_.compare(c.z, splat(c.z));
       c.out = e_.binary("maximum", c.z, splat(c.z));
@@ -149,12 +159,19 @@ class CnnStep {
       }
     }
     pool_side_ = side;
-    // x.mean(axis=(1, 2)), then the dense head.
-    pooled_ = e_.binary("divide", e_.reduce_sum(a, {1, 2}), e_.splat(kF32, {batch_, in}));
+    // x.mean(axis=(1, 2)) - jnp.mean sums a bf16 array in f32 and casts the mean back - then the dense head.
+    const V mean = e_.binary("divide", e_.reduce_sum(a.shape.type == kF32 ? a : e_.convert(a, kF32), {1, 2}),
+                             e_.splat(kF32, {batch_, in}));
+    pooled_ = computed(mean);
     const std::vector<uint64_t> logit_dims = {batch_, s_.classes};
     e_.set_op_name("jit(step)/jvp(CNN)/Dense_0");
-    const V product = e_.dot(pooled_, params_[kernel_of_[convs_]], logit_dims, kF32);
-    return e_.binary("add", product, write_vector_broadcast(e_, params_[bias_of_[convs_]], logit_dims));
+    head_kernel_ = computed(params_[kernel_of_[convs_]]);
+    const V product = e_.dot(pooled_, head_kernel_, logit_dims, compute_);
+    const V logits = e_.binary("add", product,
+                               write_vector_broadcast(e_, computed(params_[bias_of_[convs_]]), logit_dims));
+    // The loss is written in f32 (approximated: optax takes flax's bf16 logits as they are; [batch, classes]
+    // holds no memory that matters beside the convolutions').
+    return logits.shape.type == kF32 ? logits : e_.convert(logits, kF32);
   }
 
   // The transpose of a 2x2 average pool of stride 2: the cotangent divided by 4, padded (a zero between
@@ -170,14 +187,17 @@ class CnnStep {
     e_.set_category("gradients");
     e_.set_op_name("jit(step)/transpose(jvp(CNN))/Dense_0");
     const Conv& last = convs_kept_.back();
+    const V dy = computed(dlogits);
     grads[kernel_of_[convs_]] =
-        e_.transpose(e_.dot(dlogits, pooled_, {s_.classes, last.out_channels}, kF32), {1, 0});
-    grads[bias_of_[convs_]] = e_.reduce_sum(dlogits, {0});
+        as_parameter(e_.transpose(e_.dot(dy, pooled_, {s_.classes, last.out_channels}, compute_), {1, 0}));
+    grads[bias_of_[convs_]] = as_parameter(e_.reduce_sum(dy, {0}));
     e_.set_category("temporaries");
-    const V dpooled = e_.dot(dlogits, params_[kernel_of_[convs_]], {batch_, last.out_channels}, kF32);
-    // The mean's transpose: divided by the pixel count and broadcast over the last pool's output.
+    const V dpooled = e_.dot(dy, head_kernel_, {batch_, last.out_channels}, compute_);
+    // The mean's transpose: divided by the pixel count (in f32, as the mean was taken) and broadcast over the
+    // last pool's output.
     e_.set_op_name("jit(step)/transpose(jvp(CNN))");
-    const V dmean = e_.binary("divide", dpooled, splat(dpooled));
+    const V dmean32 = dpooled.shape.type == kF32 ? dpooled : e_.convert(dpooled, kF32);
+    const V dmean = computed(e_.binary("divide", dmean32, splat(dmean32)));
     V d = e_.broadcast(dmean, {batch_, pool_side_, pool_side_, last.out_channels}, {0, 3});
     for (size_t k = convs_; k-- > 0;) {
       const Conv& c = convs_kept_[k];
@@ -186,11 +206,11 @@ class CnnStep {
       const V upstream = k % 2 == 1 ? pool_transpose(d) : d;
       const V dz = e_.select(c.mask, upstream, splat(upstream));
       e_.set_category("gradients");
-      grads[kernel_of_[k]] = e_.convolution(c.in, dz, {3, 3, c.in_channels, c.out_channels});
-      grads[bias_of_[k]] = e_.reduce_sum(dz, {0, 1, 2});
+      grads[kernel_of_[k]] = as_parameter(e_.convolution(c.in, dz, {3, 3, c.in_channels, c.out_channels}));
+      grads[bias_of_[k]] = as_parameter(e_.reduce_sum(dz, {0, 1, 2}));
       if (k == 0) break;  // the image is not differentiated
       e_.set_category("temporaries");
-      const V flipped = e_.unary("reverse", params_[kernel_of_[k]]);
+      const V flipped = e_.unary("reverse", c.kernel);
       d = e_.convolution(dz, flipped, {batch_, c.side, c.side, c.in_channels});
     }
   }
@@ -200,8 +220,10 @@ class CnnStep {
   LoweredEmitter e_;
   size_t convs_ = 0;
   bool train_ = true;
-  uint64_t batch_ = 0;     // the images forward() and backward() see: the batch, or one microbatch
-  std::vector<V> params_;  // jax's order
+  uint64_t batch_ = 0;            // the images forward() and backward() see: the batch, or one microbatch
+  PrimitiveType compute_ = kF32;  // the modules' dtype: bf16 in mixed precision
+  V head_kernel_;                 // the dense head's kernel as its dot reads it
+  std::vector<V> params_;         // jax's order
   std::vector<size_t> kernel_of_, bias_of_;
   OptimizerState state_;
   V image_, labels_, pooled_;
