@@ -428,6 +428,7 @@ class FitSearch {
   void add_fsdp(const ModelSpec& base);
   void add_tensor_parallel(const ModelSpec& base);
   void add_data_parallel(const ModelSpec& base);
+  void add_data_axis(const ModelSpec& base, ShardingKind sharding, const char* change, const char* placed);
   // 4. sharding: FSDP over more devices (parameters, gradients and optimizer state split; batch split).
   static bool fsdp_applies(const ModelSpec& base) {
     return base.sharding == ShardingKind::kReplicated && base.devices() <= 1 && base.step == StepKind::kTrain;
@@ -512,23 +513,29 @@ bool builds_sharded(const ModelSpec& base, ShardingKind sharding, const char* ax
   return validate_model_spec(s).ok();
 }
 
-// Plain data parallelism, for a model memfit builds without FSDP or tensor parallelism (the conv net): the
-// parameters (and optimizer state) replicated, the batch split - each device holds its share of the
-// activations, which are most of a conv net's step.
-void FitSearch::add_data_parallel(const ModelSpec& base) {
+// A family over more devices on the data axis, each holding its share of the batch (the global batch
+// rounded up to split): FSDP (`kFsdp`), or plain data parallelism (`kReplicated`) for a model memfit builds
+// without FSDP or tensor parallelism (the conv net) - the parameters and optimizer state replicated, each
+// device holding its share of the activations, which are most of a conv net's step. `placed` is the JAX
+// that follows the mesh in the row's code.
+void FitSearch::add_data_axis(const ModelSpec& base, ShardingKind sharding, const char* change,
+                              const char* placed) {
   ++family_;
   for (uint64_t n : {2, 4, 8, 16, 32, 64}) {
     ModelSpec s = base;
-    s.sharding = ShardingKind::kReplicated;
+    s.sharding = sharding;
     s.mesh = {n};
     s.mesh_axes = {"data"};
     if (s.batch % n != 0) s.batch = (s.batch + n - 1) / n * n;  // the global batch must split
-    add("sharding", fmt::format("data parallel over {} devices", n),
-        fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
-                    "batch = jax.device_put(batch, NamedSharding(mesh, P('data')))  # parameters replicated",
-                    n),
+    add("sharding", fmt::format("{} over {} devices", change, n),
+        fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); {}", n, placed),
         static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction_, true);
   }
+}
+
+void FitSearch::add_data_parallel(const ModelSpec& base) {
+  add_data_axis(base, ShardingKind::kReplicated, "data parallel",
+                "batch = jax.device_put(batch, NamedSharding(mesh, P('data')))  # parameters replicated");
 }
 
 // A server's sharding: tensor parallel over more devices (each holds its share of the heads, the hidden
@@ -563,19 +570,8 @@ void FitSearch::add_fsdp(const ModelSpec& base) {
     add_data_parallel(base);
     return;
   }
-  ++family_;
-  for (uint64_t n : {2, 4, 8, 16, 32, 64}) {
-    ModelSpec s = base;
-    s.sharding = ShardingKind::kFsdp;
-    s.mesh = {n};
-    s.mesh_axes = {"data"};
-    if (s.batch % n != 0) s.batch = (s.batch + n - 1) / n * n;  // the global batch must split
-    add("sharding", fmt::format("FSDP over {} devices", n),
-        fmt::format("mesh = Mesh(np.array(jax.devices()[:{}]), ('data',)); "
-                    "jax.device_put(params, NamedSharding(mesh, P('data')))  # largest axis of each array",
-                    n),
-        static_cast<double>(n - 1), fmt::format("{} GPUs", n), s, memory_fraction_, true);
-  }
+  add_data_axis(base, ShardingKind::kFsdp, "FSDP",
+                "jax.device_put(params, NamedSharding(mesh, P('data')))  # largest axis of each array");
 }
 
 // 1. allocation: a larger pool, then donation.
