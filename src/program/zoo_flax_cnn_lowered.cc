@@ -61,7 +61,6 @@ class CnnStep {
             batch_ = s_.batch / s_.accum;
             V dlogits;
             const V micro_loss = write_cross_entropy(e_, forward(), labels_, dlogits);
-            g.assign(params_.size(), V{});
             backward(dlogits, g);
             return micro_loss;
           },
@@ -127,9 +126,9 @@ class CnnStep {
 
   // flax's promote_dtype: with dtype=jnp.bfloat16 (mixed precision) a module casts its input, kernel and
   // bias to bf16 before computing; its parameters stay fp32 (param_dtype). A value of that type is as it is.
-  V computed(const V& x) { return x.shape.type == compute_ ? x : e_.convert(x, compute_); }
+  V computed(const V& x) { return e_.astype(x, compute_); }
   // The transpose of that cast: a parameter's gradient comes back to fp32.
-  V as_parameter(const V& g) { return g.shape.type == kF32 ? g : e_.convert(g, kF32); }
+  V as_parameter(const V& g) { return e_.astype(g, kF32); }
 
   V forward() {
     e_.set_category("activations");
@@ -160,8 +159,8 @@ class CnnStep {
     }
     pool_side_ = side;
     // x.mean(axis=(1, 2)) - jnp.mean sums a bf16 array in f32 and casts the mean back - then the dense head.
-    const V mean = e_.binary("divide", e_.reduce_sum(a.shape.type == kF32 ? a : e_.convert(a, kF32), {1, 2}),
-                             e_.splat(kF32, {batch_, in}));
+    const V mean =
+        e_.binary("divide", e_.reduce_sum(e_.astype(a, kF32), {1, 2}), e_.splat(kF32, {batch_, in}));
     pooled_ = computed(mean);
     const std::vector<uint64_t> logit_dims = {batch_, s_.classes};
     e_.set_op_name("jit(step)/jvp(CNN)/Dense_0");
@@ -171,7 +170,7 @@ class CnnStep {
                                write_vector_broadcast(e_, computed(params_[bias_of_[convs_]]), logit_dims));
     // The loss is written in f32 (approximated: optax takes flax's bf16 logits as they are; [batch, classes]
     // holds no memory that matters beside the convolutions').
-    return logits.shape.type == kF32 ? logits : e_.convert(logits, kF32);
+    return e_.astype(logits, kF32);
   }
 
   // The transpose of a 2x2 average pool of stride 2: the cotangent divided by 4, padded (a zero between
@@ -196,7 +195,7 @@ class CnnStep {
     // The mean's transpose: divided by the pixel count (in f32, as the mean was taken) and broadcast over the
     // last pool's output.
     e_.set_op_name("jit(step)/transpose(jvp(CNN))");
-    const V dmean32 = dpooled.shape.type == kF32 ? dpooled : e_.convert(dpooled, kF32);
+    const V dmean32 = e_.astype(dpooled, kF32);
     const V dmean = computed(e_.binary("divide", dmean32, splat(dmean32)));
     V d = e_.broadcast(dmean, {batch_, pool_side_, pool_side_, last.out_channels}, {0, 3});
     for (size_t k = convs_; k-- > 0;) {

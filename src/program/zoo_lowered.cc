@@ -595,9 +595,7 @@ LoweredEmitter::V accumulate_gradients(LoweredEmitter& e, uint64_t microbatches,
     e.set_op_name("jit(step)/while/body/add_any");
     std::vector<Value> next = {e.binary("add", c[0], e.scalar(PrimitiveType::kS32))};
     for (size_t j = 0; j < n; ++j) {
-      const Value widened =
-          g[j].shape.type == PrimitiveType::kF32 ? g[j] : e.convert(g[j], PrimitiveType::kF32);
-      next.push_back(e.binary("add", c[1 + j], widened));
+      next.push_back(e.binary("add", c[1 + j], e.astype(g[j], PrimitiveType::kF32)));
     }
     next.push_back(e.binary("add", c[loss_at], loss));
     for (size_t j = batch_at; j < c.size(); ++j) next.push_back(c[j]);  // the batches and parameters, as read
@@ -625,7 +623,7 @@ void write_adafactor_update(LoweredEmitter& e, const ModelSpec& spec,
   using Value = LoweredEmitter::V;  // not V: a writer in the same unity batch has its own V
   const PrimitiveType f32 = PrimitiveType::kF32;
   auto splat = [&](const Value& like) { return e.splat(like.shape.type, like.shape.dims); };
-  auto widen = [&](const Value& x) { return x.shape.type == f32 ? x : e.convert(x, f32); };
+  auto widen = [&](const Value& x) { return e.astype(x, f32); };
   auto every_dim = [](const Value& x) {
     std::vector<int64_t> all(x.shape.dims.size());
     for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int64_t>(d);
@@ -731,9 +729,7 @@ void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<Lo
   if (state && state->adafactor) return write_adafactor_update(e, spec, params, grads, *state, extra);
   using Value = LoweredEmitter::V;  // not V: a writer in the same unity batch has its own V
   auto splat = [&](const Value& like) { return e.splat(like.shape.type, like.shape.dims); };
-  auto f32 = [&](const Value& x) {
-    return x.shape.type == PrimitiveType::kF32 ? x : e.convert(x, PrimitiveType::kF32);
-  };
+  auto f32 = [&](const Value& x) { return e.astype(x, PrimitiveType::kF32); };
   e.set_op_name("jit(step)/update");
   std::vector<Value> new_p, new_m, new_v;
   Value new_count, step_f32;

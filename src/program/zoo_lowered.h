@@ -55,6 +55,8 @@ class LoweredEmitter {
   V reshape(const V& x, const std::vector<uint64_t>& dims);
   V transpose(const V& x, const std::vector<int64_t>& permutation);
   V convert(const V& x, PrimitiveType type);
+  // x as `type`, as jnp's astype writes it: x itself when it is of that type already, else a convert.
+  V astype(const V& x, PrimitiveType type) { return x.shape.type == type ? x : convert(x, type); }
   V unary(const char* opcode, const V& x);
   V binary(const char* opcode, const V& a, const V& b);  // elementwise, on equal shapes
   // jax.device_put(x, memory_kind=...) as an offloading remat policy writes it: an
