@@ -213,6 +213,21 @@ Expected<StepPlan> extrapolate_step_plan(const ModelSpec& spec, uint64_t layers,
   b.temporaries = plan.peak_bytes > named ? plan.peak_bytes - named : 0;
   plan.extrapolation_exact = extend.exact();
   plan.extrapolation_wobble_bytes = extend.wobble_bytes();
+  // The bytes live at once, at the least: the deepest plan's (a deeper stack of the same layers holds all
+  // that a shallower one does at its fullest moment, and more parameters beside it); and where the arguments,
+  // outputs and each pass's fullest moment lie on exact lines, the largest pass's line at the step's depth
+  // (the no-fragmentation bound is the largest pass's peak, HloPlan::pass_peaks).
+  plan.peak_at_least_bytes = at[2].hlo.lower_bound_bytes;
+  const bool live_on_lines =
+      pass_line.exact() && !pass_line.overflow() &&
+      Extender::on_a_line(at[0].hlo.argument_bytes, at[1].hlo.argument_bytes, at[2].hlo.argument_bytes) &&
+      Extender::on_a_line(at[0].hlo.output_bytes, at[1].hlo.output_bytes, at[2].hlo.output_bytes) &&
+      Extender::on_a_line(at[0].hlo.alias_bytes, at[1].hlo.alias_bytes, at[2].hlo.alias_bytes);
+  if (live_on_lines) {
+    const PassPeaks& pp = h.pass_peaks;
+    const auto at_least = checked_add(fixed, std::max({pp.forward_bytes, pp.backward_bytes, pp.other_bytes}));
+    if (at_least) plan.peak_at_least_bytes = std::max(plan.peak_at_least_bytes, *at_least);
+  }
   step_plan_internal::set_capacity(plan, capacity_bytes, memory_fraction);
   return plan;
 }

@@ -1,4 +1,5 @@
 // `memfit plan` and `memfit fit`: golden output, spec files, exit codes and refused specs.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -53,6 +54,36 @@ TEST(PlanCommand, ADeepStepSaysHowItsLineWasDrawn) {
   const auto text = with_two({});
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("grew unevenly between depths (by up to 1.00MiB)"), std::string::npos) << text.out;
+}
+
+// A deep step's fit keeps an extension that wobbled only for a change that cannot fit: its figure is marked
+// ~ in the table and peak_approximate in the JSON, beside the bytes live at once that put it over the pool.
+TEST(PlanCommand, ADeepStepsFitMarksTheFiguresItEstimated) {
+  const std::vector<std::string> fit = {"fit",  "--model", "gpt", "--layers",   "128",  "--d-model",
+                                        "256",  "--heads", "4",   "--seq",      "128",  "--vocab",
+                                        "8000", "--batch", "4",   "--capacity", "64MiB"};
+  std::vector<std::string> as_json = fit;
+  as_json.push_back("--json");
+  const auto json = testing::run_cli(as_json);
+  ASSERT_EQ(json.code, 0) << json.err;  // the whole stack over 64 devices fits a 48 MiB pool
+  const auto j = nlohmann::json::parse(json.out);
+  size_t marked = 0;
+  for (const auto& c : j["tried"]) {
+    if (!c["peak_approximate"].get<bool>()) continue;
+    ++marked;
+    EXPECT_FALSE(c["fits"].get<bool>()) << c.dump();
+    EXPECT_GT(c["peak_at_least_bytes"].get<uint64_t>(), c["limit_bytes"].get<uint64_t>()) << c.dump();
+  }
+  EXPECT_GT(marked, 0u);
+  EXPECT_EQ(j["programs_approximate"].get<size_t>(), marked);
+  const auto text = testing::run_cli(fit);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find(fmt::format("{} more where the heap's packing wobbled, marked ~", marked)),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("  allocation donate parameters and optimizer state                ~"),
+            std::string::npos)
+      << text.out;
 }
 
 // The step's peak in the program's own order bounds what XLA's memory scheduler keeps; a device whose pool

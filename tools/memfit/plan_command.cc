@@ -79,7 +79,9 @@ Json fit_to_json(const FitResult& fit) {
                 {"peak_upper_bytes", c.peak_upper_bytes},
                 {"fits_in_every_order", c.fits_in_every_order},
                 {"host_peak_bytes", c.host_peak_bytes},
-                {"only_moves_to_host", c.only_moves_to_host}};
+                {"only_moves_to_host", c.only_moves_to_host},
+                {"peak_approximate", c.peak_approximate},
+                {"peak_at_least_bytes", c.peak_at_least_bytes}};
   };
   Json j;
   j["fits"] = fit.baseline.fits;
@@ -92,6 +94,7 @@ Json fit_to_json(const FitResult& fit) {
   j["baseline"] = step_plan_to_json(fit.baseline);
   j["programs_planned"] = fit.programs_planned;
   j["programs_extrapolated"] = fit.programs_extrapolated;
+  j["programs_approximate"] = fit.programs_approximate;
   return j;
 }
 
@@ -315,11 +318,19 @@ Action add_fit_command(CLI::App& app, Io& io) {
                                  : deep ? fmt::format("; the rest at {}, {} and {}", kExtrapolationLayers,
                                                       2 * kExtrapolationLayers, 3 * kExtrapolationLayers)
                                         : "; the rest whole";
+        const size_t alike = fit->programs_extrapolated - fit->programs_approximate;
+        const std::string wobbled =
+            fit->programs_approximate == 0
+                ? ""
+                : fmt::format(
+                      "; {} more where the heap's packing wobbled, marked ~: the bytes live at once "
+                      "are over the pool, so they cannot fit whatever the packing",
+                      fit->programs_approximate);
         io.out << fmt::format(
             "  ({} of the {} plans made at {}, {} and {} layers and extended, where each figure grew "
-            "alike{})\n",
-            fit->programs_extrapolated, fit->programs_planned, kFitExtrapolationLayers,
-            2 * kFitExtrapolationLayers, 3 * kFitExtrapolationLayers, rest);
+            "alike{}{})\n",
+            alike, fit->programs_planned, kFitExtrapolationLayers, 2 * kFitExtrapolationLayers,
+            3 * kFitExtrapolationLayers, wobbled, rest);
       } else if (!b.extrapolated_from.empty()) {
         io.out << fmt::format(
             "  (more than {} unrolled layers: each plan below is made at {}, {} and {} layers and "
@@ -332,7 +343,8 @@ Action add_fit_command(CLI::App& app, Io& io) {
         const bool long_name = c.change.size() > 50;
         if (long_name) io.out << fmt::format("  {:<10} {}\n", c.step, c.change);
         io.out << fmt::format("  {:<10} {:<50} {:>10}  {}\n", long_name ? "" : c.step,
-                              long_name ? "" : c.change, format_bytes(c.peak_bytes),
+                              long_name ? "" : c.change,
+                              (c.peak_approximate ? "~" : "") + format_bytes(c.peak_bytes),
                               !c.fits                 ? "-"
                               : c.fits_in_every_order ? "fits"
                                                       : "fits as predicted (not in every order)");

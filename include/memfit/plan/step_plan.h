@@ -52,6 +52,13 @@ struct StepPlan {
   // depths is overtaken deeper down. A figure can still grow otherwise past the deepest depth planned.
   // plan_step_extended takes a line that wobbles by up to 64 KiB (see step_plan.cc for what that cost).
   uint64_t extrapolation_wobble_bytes = 0;
+  // A peak no packing of the step's buffers goes under: what is live at once at the fullest moment, beside
+  // the arguments and outputs (HloPlan::lower_bound_bytes). An extended plan's is its deepest depth's (a
+  // deeper stack of the same layers holds at least that), or where the three depths' arguments, outputs and
+  // each pass's live bytes lie on exact lines - the heap's packing can wobble while the bytes live at each
+  // moment grow alike - the largest pass's line at the step's own depth. 0 for a whole plan (its
+  // hlo.lower_bound_bytes is exact).
+  uint64_t peak_at_least_bytes = 0;
 };
 
 // `memory_fraction`: JAX preallocates 75% of the device unless XLA_CLIENT_MEM_FRACTION says otherwise.
@@ -70,9 +77,13 @@ inline constexpr uint64_t kFitExtrapolationLayers = 16;
 // extrapolation_wobble_bytes) and the pass leading at those depths (HloPlan::pass_peaks) still leads at the
 // step's own - else as plan_step plans it. The figures are plan_step's; an extended plan has no buffers
 // (nothing is drawn from a search).
+//
+// `verdict_only`: a search that needs the verdict, not the figure, of this change. Where the line wobbles
+// more but peak_at_least_bytes is already over the pool, no plan of the step fits it: the extended plan is
+// kept (extrapolation_exact false) rather than planning the step whole.
 Expected<StepPlan> plan_step_extended(const ModelSpec& spec,
                                       std::optional<uint64_t> capacity_bytes = std::nullopt,
-                                      double memory_fraction = 0.75);
+                                      double memory_fraction = 0.75, bool verdict_only = false);
 
 // Whether plan_step extrapolates the step: unrolled (no scan) and deeper than kMaxUnrolledLayers, where the
 // program would hold ~700 instructions a layer (7 x 10^6 at 10^4 layers). Its plan has figures, not buffers:
@@ -103,6 +114,11 @@ struct FitCandidate {
   bool fits_in_every_order = false;  // fits whatever order XLA's memory scheduler keeps
   uint64_t host_peak_bytes = 0;      // pinned host memory it takes (location: offloaded activations)
   bool only_moves_to_host = false;   // host memory taken, and the device's peak no lower for it
+  // The peak is an estimate: the change was planned at 16, 32 and 48 layers and extended over a line whose
+  // packing wobbled (the larger growth taken), because the bytes live at once are already over the pool
+  // there (peak_at_least_bytes): it does not fit whatever the packing. Never a change that fits.
+  bool peak_approximate = false;
+  uint64_t peak_at_least_bytes = 0;  // StepPlan::peak_at_least_bytes (0: not known)
 };
 
 struct FitResult {
@@ -112,9 +128,12 @@ struct FitResult {
   // Programs built and planned, the baseline's among them: a family (more accumulation, a smaller batch,
   // more devices) stops at its first member that fits, and the larger pool reuses the baseline's plan.
   size_t programs_planned = 0;
-  // Of those, the ones planned at kFitExtrapolationLayers, twice and three times that and extended, exactly
-  // (see fit_step): a deep unrolled GPT or ViT step's.
+  // Of those, the ones planned at kFitExtrapolationLayers, twice and three times that and extended (see
+  // fit_step): a deep unrolled GPT or ViT step's.
   size_t programs_extrapolated = 0;
+  // Of those, the ones extended over a wobbling line because they cannot fit
+  // (FitCandidate::peak_approximate).
+  size_t programs_approximate = 0;
 };
 
 // Tries the seed's fixes in its order - allocation (a larger pool, donation), location (saved activations
@@ -124,8 +143,9 @@ struct FitResult {
 // cuDNN's attention) are stacked and tried alone, then under more accumulation, a smaller batch or more
 // devices: step "combined", costs summed. A GPT or ViT step of 128 or more unrolled layers is planned at
 // 16, 32 and 48 layers and extended where that is exact (each figure grows alike and the leading pass stays
-// ahead), else as plan_step plans it (whole, or past 512 layers from 64, 128 and 192). The plans run on
-// every core; `progress`
+// ahead) or where the change cannot fit whatever the packing (peak_approximate), else as plan_step plans it
+// (whole, or past 512 layers from 64, 128 and 192); the step itself, and the figures compared with each other
+// (offload against remat dots_no_batch), are never approximate. The plans run on every core; `progress`
 // (may be empty) hears each one finish (done, total), from one thread at a time.
 Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction = 0.75,
                              const std::function<void(size_t, size_t)>& progress = {});
