@@ -52,7 +52,10 @@ Expected<LargestFit> largest_fitting(const ModelSpec& spec, const std::string& k
       t.refused = valid.error().message();
       return t;
     }
-    auto plan = plan_step_extended(s, capacity_bytes, memory_fraction);
+    // The first value's plan may be the answer's (none fits): exact. After it, a plan that fits is exact
+    // anyway, and one that does not needs only its verdict.
+    auto plan = plan_step_extended(s, capacity_bytes, memory_fraction,
+                                   /*verdict_only=*/result.programs_planned > 0);
     ++result.programs_planned;
     if (!plan.ok()) {
       if (plan.error().code() != ErrorCode::kInvalidArgument) return plan.error();
@@ -65,7 +68,10 @@ Expected<LargestFit> largest_fitting(const ModelSpec& spec, const std::string& k
   auto take_next = [&](uint64_t value, Tried& t) {
     result.next_value = value;
     result.next_refused = std::move(t.refused);
-    if (t.plan) result.next_peak_bytes = t.plan->peak_bytes;
+    if (t.plan) {
+      result.next_peak_bytes = t.plan->peak_bytes;
+      result.next_peak_approximate = peak_is_estimate(*t.plan);
+    }
   };
   // Values are counted in steps: `lo` fits, `hi` does not.
   MEMFIT_ASSIGN_OR_RETURN(Tried first, attempt(result.step));

@@ -73,6 +73,11 @@ Expected<StepPlan> plan_step_extended(const ModelSpec& spec, std::optional<uint6
   return plan_step(spec, capacity_bytes, memory_fraction);
 }
 
+bool peak_is_estimate(const StepPlan& p) {
+  return !p.extrapolated_from.empty() && p.extrapolated_from.front() == kFitExtrapolationLayers &&
+         p.extrapolation_wobble_bytes > kFitWobbleBytes;
+}
+
 namespace step_plan_internal {
 
 void set_capacity(StepPlan& plan, std::optional<uint64_t> capacity_bytes, double memory_fraction) {
@@ -259,10 +264,6 @@ PlanningOrder planning_order(const std::vector<Trial>& trials) {
 
 bool extended_from_fit_depths(const StepPlan& p) {
   return !p.extrapolated_from.empty() && p.extrapolated_from.front() == kFitExtrapolationLayers;
-}
-// Extended over a line that wobbled past kFitWobbleBytes: only a change that cannot fit is (verdict_only).
-bool approximate(const StepPlan& p) {
-  return extended_from_fit_depths(p) && p.extrapolation_wobble_bytes > kFitWobbleBytes;
 }
 
 // A family of changes stops once a member (peak `last_bytes`) lowers the peak by less than a tenth more than
@@ -741,7 +742,7 @@ void FitSearch::take_rows(std::vector<Trial>& planned,
     t.row.limit_bytes = p.limit_bytes;
     t.row.fits = p.fits;
     t.row.fits_in_every_order = p.fits_in_every_order;
-    t.row.peak_approximate = approximate(p);
+    t.row.peak_approximate = peak_is_estimate(p);
     t.row.peak_at_least_bytes = p.peak_at_least_bytes;
     result_.candidates.push_back(std::move(t.row));
   }
@@ -782,7 +783,7 @@ Status FitSearch::combined_round(const ModelSpec& stacked, size_t stacked_change
   for (const std::optional<StepPlan>& p : on_stack) {
     result_.programs_planned += p.has_value();
     result_.programs_extrapolated += p.has_value() && extended_from_fit_depths(*p);
-    result_.programs_approximate += p.has_value() && approximate(*p);
+    result_.programs_approximate += p.has_value() && peak_is_estimate(*p);
   }
   take_rows(trials_, on_stack);
   return ok_status();
@@ -806,7 +807,7 @@ Expected<FitResult> FitSearch::run() {
     if (!plans[i] || trials_[i].same_program_as != SIZE_MAX) continue;
     ++result_.programs_planned;
     result_.programs_extrapolated += extended_from_fit_depths(*plans[i]);
-    result_.programs_approximate += approximate(*plans[i]);
+    result_.programs_approximate += peak_is_estimate(*plans[i]);
   }
   result_.baseline = std::move(*plans.back());
   trials_.pop_back();

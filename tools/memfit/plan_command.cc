@@ -108,7 +108,10 @@ Json largest_fit_to_json(const LargestFit& f) {
   l["peak_bytes"] = f.plan.peak_bytes;
   l["limit_bytes"] = f.plan.limit_bytes;
   l["next_value"] = f.next_value;
-  if (f.next_peak_bytes) l["next_peak_bytes"] = *f.next_peak_bytes;
+  if (f.next_peak_bytes) {
+    l["next_peak_bytes"] = *f.next_peak_bytes;
+    l["next_peak_approximate"] = f.next_peak_approximate;
+  }
   if (!f.next_refused.empty()) l["next_refused"] = f.next_refused;
   l["programs_planned"] = f.programs_planned;
   j["largest"] = l;
@@ -125,7 +128,8 @@ void print_largest(std::ostream& out, const LargestFit& f) {
                      f.value > 0 ? std::to_string(f.value) : "none");
   if (f.value > 0) out << fmt::format("  {} {}: peak {}, fits\n", f.key, f.value, format_bytes(p.peak_bytes));
   if (f.next_peak_bytes) {
-    out << fmt::format("  {} {}: peak {}, does not\n", f.key, f.next_value, format_bytes(*f.next_peak_bytes));
+    out << fmt::format("  {} {}: peak {}{}, does not\n", f.key, f.next_value,
+                       f.next_peak_approximate ? "~" : "", format_bytes(*f.next_peak_bytes));
   } else if (!f.next_refused.empty()) {
     out << fmt::format("  {} {}: not built ({})\n", f.key, f.next_value, f.next_refused);
   }

@@ -85,6 +85,10 @@ Expected<StepPlan> plan_step_extended(const ModelSpec& spec,
                                       std::optional<uint64_t> capacity_bytes = std::nullopt,
                                       double memory_fraction = 0.75, bool verdict_only = false);
 
+// A plan plan_step_extended kept for its verdict alone: extended over a line that wobbled, its figure an
+// estimate, and over the pool whatever the packing.
+bool peak_is_estimate(const StepPlan& plan);
+
 // Whether plan_step extrapolates the step: unrolled (no scan) and deeper than kMaxUnrolledLayers, where the
 // program would hold ~700 instructions a layer (7 x 10^6 at 10^4 layers). Its plan has figures, not buffers:
 // no timeline is drawn for it.
