@@ -54,8 +54,8 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
 // at 48 layers, or on the passes' exact lines at the step's depth, are over the pool, and no packing goes
 // under them - the search needs its verdict, and the figure is shown as an estimate. `memfit fit --model vit
 // --precision bf16 --layers 300 --capacity 16GiB` (2026-12-05): 7 of its 18 plans so, the baseline the only
-// one whole; their figures 0.0-1.8% from their whole plans (+0.37% donation, +1.77% cuDNN attention, +0.98%
-// two microbatches, -0.04% eight), the fit 18.9 s -> 6.3 s of wall time on a busy machine.
+// one whole; their figures 0.0-1.8% from their whole plans (+0.38% donation, +1.77% cuDNN attention, +0.98%
+// two microbatches, -0.04% eight), the fit 9.2-11.2 s -> 3.7-4.8 s (alternating runs, a quiet hour).
 constexpr uint64_t kFitExtrapolationFromLayers = 128;
 constexpr uint64_t kFitWobbleBytes = 64 << 10;
 
