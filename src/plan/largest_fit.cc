@@ -29,7 +29,8 @@ Expected<LargestFit> largest_fitting(const ModelSpec& spec, const std::string& k
     return invalid_argument(
         fmt::format("--largest seq: the {} has no sequence (try batch)", to_string(spec.model)));
   } else {
-    return invalid_argument(fmt::format("--largest {}: batch or seq", key));
+    return invalid_argument(
+        fmt::format("--largest {}: not a size fit can search (batch, or seq for gpt and flax_encoder)", key));
   }
   auto with = [&](uint64_t value) {
     ModelSpec s = spec;

@@ -248,7 +248,10 @@ TEST(PlanCommand, FitLargestFindsTheBiggestBatch) {
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("the largest batch that fits"), std::string::npos) << text.out;
   EXPECT_EQ(with({"--largest", "seq"}, "64MiB").code, 1);
-  EXPECT_EQ(with({"--largest", "depth"}).code, 2);
+  const auto unknown = with({"--largest", "depth"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("--largest depth: not a size fit can search (batch, or seq"), std::string::npos)
+      << unknown.err;
 }
 
 // --trace-out: the step's plan as a memfit trace; memfit replay runs it through the allocator policies, its
