@@ -10,8 +10,15 @@
 // the transposes JAX's rules write (every kernel's gradient a product transposed into the kernel's layout);
 // the optimizer's update (optax.adafactor as the reference trains it). Beyond the reference: inference,
 // gradient accumulation as the zoo's other families write it, and remat policies as flax's nn.remat of a
-// layer lowers (jax.checkpoint: GPT's writer, checked against JAX's programs, is the pattern). Planned
-// through the model of XLA:GPU like any user's lowered program.
+// layer lowers (jax.checkpoint: GPT's writer, checked against JAX's programs, is the pattern), and mixed
+// precision as flax's dtype=jnp.bfloat16 on every module computes (param_dtype stays fp32): each module
+// casts its parameters and input to bf16 (flax.linen.dtypes.promote_dtype) - the residual stream, the
+// scores, the softmax (jax.nn.softmax in the input's type), the logits and the loss's log-sum-exp are bf16 -
+// while a LayerNorm computes its statistics and normalizes in f32 (flax's _compute_stats promotes to at
+// least f32) and casts its output to bf16; each parameter's gradient comes back to fp32 through the cast's
+// transpose. No JAX capture of a mixed-precision encoder exists: that program is written from flax's and
+// optax's sources, not checked against JAX's. Planned through the model of XLA:GPU like any user's lowered
+// program.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,8 +38,9 @@ using V = LoweredEmitter::V;
 
 // What a flax LayerNorm's transpose reads of its forward pass.
 struct FlaxNorm {
-  V x, mean, xm, spread, var_eps, inv, scaled;  // spread: E[x^2] - E[x]^2 before the max with 0
-  V scale, bias;                                // the parameters
+  V x, mean, xm, spread, var_eps, inv, scaled;     // spread: E[x^2] - E[x]^2 before the max with 0; x in f32
+  V scale, bias;                                   // the parameters
+  PrimitiveType input_type = PrimitiveType::kF32;  // the input's type (and the output's): bf16 under mixed
 };
 
 // The values a layer's backward pass reads.
@@ -41,6 +49,7 @@ struct EncoderLayer {
   // those parameters as the layer reads them (a recomputation: through the barrier).
   size_t first_param = 0;
   std::vector<V> w;
+  std::vector<V> cw;  // w as the modules compute with them: cast to the compute type (flax's promote_dtype)
   V h, q, qs, k, v, ex, sum, probs, merged, x_mid, h2;
   FlaxNorm ln0, ln1;
   Gelu gelu;
@@ -85,7 +94,8 @@ using EncoderResiduals = std::array<V, kEncoderDots>;
 
 class EncoderStep {
  public:
-  EncoderStep(const ModelSpec& s, HloModule& m) : s_(s), e_(m) {}
+  EncoderStep(const ModelSpec& s, HloModule& m)
+      : s_(s), e_(m), ct_(s.precision == Precision::kMixed ? PrimitiveType::kBF16 : kF32) {}
 
   void build(StepArguments& args) {
     e_.reserve((s_.layers + 2) * 1000);
@@ -150,8 +160,9 @@ class EncoderStep {
     y = layer_norm(x, params_[kLnfScale], params_[kLnfBias], lnf_);
     e_.set_op_name("jit(step)/jvp(Encoder)/Dense_0");
     const std::vector<uint64_t> dims = {batch_, s_.seq, s_.vocab};
-    return e_.binary("add", e_.dot(y, params_[kHeadKernel], dims, kF32),
-                     write_vector_broadcast(e_, params_[kHeadBias], dims));
+    head_kernel_ = e_.astype(params_[kHeadKernel], ct_);
+    const V bias = e_.astype(params_[kHeadBias], ct_);
+    return e_.binary("add", e_.dot(y, head_kernel_, dims, ct_), write_vector_broadcast(e_, bias, dims));
   }
 
   // jax.value_and_grad of the loss over tokens_ and labels_: the forward pass, the loss and the transposes.
@@ -165,10 +176,10 @@ class EncoderStep {
     grads_.assign(params_.size(), V{});
     e_.set_category("gradients");
     e_.set_op_name("jit(step)/transpose(jvp(Encoder))/Dense_0");
-    grads_[kHeadBias] = e_.reduce_sum(dlogits, {0, 1});
-    grads_[kHeadKernel] = e_.transpose(e_.dot(dlogits, y, {s_.vocab, D}, kF32), {1, 0});
+    grads_[kHeadBias] = as_parameter(e_.reduce_sum(dlogits, {0, 1}));
+    grads_[kHeadKernel] = as_parameter(e_.transpose(e_.dot(dlogits, y, {s_.vocab, D}, ct_), {1, 0}));
     e_.set_category("temporaries");
-    const V dy = e_.dot(dlogits, params_[kHeadKernel], {batch_, s_.seq, D}, kF32);
+    const V dy = e_.dot(dlogits, head_kernel_, {batch_, s_.seq, D}, ct_);
     V g = norm_transpose(lnf_, dy, nullptr, kLnfScale, kLnfBias);
     for (uint64_t l = s_.layers; l-- > 0;)
       g = checkpointed(l) ? rematted_transpose(layers_[l], inputs_[l], residuals_[l], g)
@@ -176,7 +187,8 @@ class EncoderStep {
     // The lookup's transpose: a scatter-add of the cotangent into zeros of the table's shape.
     e_.set_category("gradients");
     e_.set_op_name("jit(step)/transpose(jvp(Encoder))/Embed_0");
-    grads_[kEmbedding] = e_.scatter(e_.splat(kF32, params_[kEmbedding].shape.dims), token_rows_, g);
+    grads_[kEmbedding] =
+        as_parameter(e_.scatter(e_.splat(ct_, params_[kEmbedding].shape.dims), token_rows_, g));
     grads.clear();
     for (size_t slot : order_) grads.push_back(grads_[slot]);
     return loss;
@@ -247,6 +259,15 @@ class EncoderStep {
   }
 
   static const V& p(const EncoderLayer& layer, LayerParam k) { return layer.w[k]; }
+  // A parameter as the module reading it computes with it: cast to the compute type where the layer's
+  // forward pass (or its recomputation) first reads it, the cast kept for the transpose.
+  const V& c(EncoderLayer& layer, LayerParam k) {
+    if (layer.cw[k].name.empty()) layer.cw[k] = e_.astype(layer.w[k], ct_);
+    return layer.cw[k];
+  }
+  static const V& c(const EncoderLayer& layer, LayerParam k) { return layer.cw[k]; }
+  // A gradient in the parameter's type: the transpose of the cast to the compute type.
+  V as_parameter(const V& g) { return e_.astype(g, kF32); }
 
   // Whether layer l runs under jax.checkpoint (flax's nn.remat of the layer; spec.remat_layers names the
   // checkpointed layers when it is not empty).
@@ -310,15 +331,16 @@ class EncoderStep {
   // nn.Embed: jnp.take(embedding, tokens, axis=0) in its default fill mode - a negative token wraps, the rows
   // gathered, and a row whose token is out of range filled with NaN (a select over the gathered rows).
   V embed() {
+    const V table = e_.astype(params_[kEmbedding], ct_);  // promote_dtype(embedding, dtype=...)
     const std::vector<uint64_t> bs = {batch_, s_.seq};
     const V negative = e_.compare(tokens_, e_.splat(PrimitiveType::kS32, bs));
     const V wrapped =
         e_.select(negative, e_.binary("add", tokens_, e_.splat(PrimitiveType::kS32, bs)), tokens_);
     token_rows_ = e_.reshape(wrapped, {batch_, s_.seq, 1});
     const V in_range = e_.compare(wrapped, e_.splat(PrimitiveType::kS32, bs));
-    const V rows = e_.gather(params_[kEmbedding], token_rows_);
+    const V rows = e_.gather(table, token_rows_);
     const std::vector<uint64_t>& dims = rows.shape.dims;
-    return e_.select(e_.broadcast(in_range, dims, {0, 1}), rows, e_.splat(kF32, dims));
+    return e_.select(e_.broadcast(in_range, dims, {0, 1}), rows, e_.splat(ct_, dims));
   }
 
   // flax.linen.LayerNorm over the last axis: mean = E[x], var = max(E[x^2] - mean^2, 0),
@@ -326,26 +348,33 @@ class EncoderStep {
   V layer_norm(const V& x, const V& scale, const V& bias, FlaxNorm& n) {
     const std::vector<uint64_t>& dims = x.shape.dims;
     const std::vector<uint64_t> rows = {dims[0], dims[1]}, kept = {dims[0], dims[1], 1};
-    n.x = x;
+    n.input_type = x.shape.type;
+    n.x = e_.astype(x, kF32);  // the statistics and the normalization in at least f32
     n.scale = scale;
     n.bias = bias;
-    n.mean = e_.binary("divide", e_.reduce_sum(x, {2}), e_.splat(kF32, rows));
-    n.xm = e_.binary("subtract", x, e_.broadcast(n.mean, dims, {0, 1}));
+    n.mean = e_.binary("divide", e_.reduce_sum(n.x, {2}), e_.splat(kF32, rows));
+    n.xm = e_.binary("subtract", n.x, e_.broadcast(n.mean, dims, {0, 1}));
     const V mean_sq =
-        e_.binary("divide", e_.reduce_sum(e_.binary("multiply", x, x), {2}), e_.splat(kF32, rows));
+        e_.binary("divide", e_.reduce_sum(e_.binary("multiply", n.x, n.x), {2}), e_.splat(kF32, rows));
     n.spread = e_.binary("subtract", mean_sq, e_.binary("multiply", n.mean, n.mean));
     const V var = e_.binary("maximum", n.spread, e_.splat(kF32, rows));
     n.var_eps = e_.binary("add", e_.reshape(var, kept), e_.splat(kF32, kept));
     n.inv = e_.unary("rsqrt", n.var_eps);
     n.scaled = e_.binary("multiply", e_.broadcast(e_.reshape(n.inv, rows), dims, {0, 1}),
                          write_vector_broadcast(e_, scale, dims));
-    return e_.binary("add", e_.binary("multiply", n.xm, n.scaled), write_vector_broadcast(e_, bias, dims));
+    return e_.astype(
+        e_.binary("add", e_.binary("multiply", n.xm, n.scaled), write_vector_broadcast(e_, bias, dims)),
+        n.input_type);
   }
 
   // The transpose of layer_norm: `dy` (the output's cotangent) back to the input, added to `r` (the residual
   // stream's cotangent) when there is one, as JAX's rules write it - through the centred copy, the mean's
   // broadcast, the rsqrt and var's max and square; the scale's and bias's gradients into their slots.
-  V norm_transpose(const FlaxNorm& n, const V& dy, const V* r, size_t scale_slot, size_t bias_slot) {
+  V norm_transpose(const FlaxNorm& n, const V& output_cotangent, const V* r, size_t scale_slot,
+                   size_t bias_slot) {
+    const V dy = e_.astype(output_cotangent, kF32);  // the output cast's transpose
+    // A bf16 input was widened: its cotangent is summed in f32, cast back, and only then added to r.
+    const bool widened = n.input_type != kF32;
     const std::vector<uint64_t>& dims = dy.shape.dims;
     const std::vector<uint64_t> rows = {dims[0], dims[1]}, kept = {dims[0], dims[1], 1};
     const V through_scaled = e_.binary("multiply", dy, n.scaled);
@@ -365,11 +394,15 @@ class EncoderStep {
     const V dmean = e_.binary("add", centred_sum,
                               e_.binary("multiply", e_.unary("negate", dspread),
                                         e_.binary("multiply", n.mean, e_.splat(kF32, rows))));
-    V dx = r != nullptr ? e_.binary("add", *r, through_scaled) : through_scaled;
+    V dx = r != nullptr && !widened ? e_.binary("add", *r, through_scaled) : through_scaled;
     dx = e_.binary("add", dx, e_.broadcast(e_.binary("divide", dmean, e_.splat(kF32, rows)), dims, {0, 1}));
     const V dsquare = e_.broadcast(e_.binary("divide", dspread, e_.splat(kF32, rows)), dims, {0, 1});
     dx = e_.binary("add", dx,
                    e_.binary("multiply", dsquare, e_.binary("multiply", n.x, e_.splat(kF32, dims))));
+    if (widened) {
+      dx = e_.convert(dx, n.input_type);
+      if (r != nullptr) dx = e_.binary("add", *r, dx);
+    }
     e_.set_category("gradients");
     grads_[bias_slot] = e_.reduce_sum(dy, {0, 1});
     grads_[scale_slot] = e_.reduce_sum(
@@ -381,7 +414,7 @@ class EncoderStep {
   // nn.DenseGeneral to [B,S,H,hd]: the product by a [D,H,hd] kernel and the [H,hd] bias.
   V head_projection(EncoderDot which, const V& h, const V& kernel, const V& bias) {
     const std::vector<uint64_t> dims = {batch_, s_.seq, s_.heads, s_.d_model / s_.heads};
-    const V product = gemm(which, [&] { return e_.dot(h, kernel, dims, kF32); });
+    const V product = gemm(which, [&] { return e_.dot(h, kernel, dims, ct_); });
     return e_.binary("add", product, e_.broadcast(bias, dims, {2, 3}));
   }
 
@@ -393,41 +426,45 @@ class EncoderStep {
       e_.set_op_name(
           fmt::format("jit(step)/jvp(Encoder)/Layer_{}", (k.first_param - kTopParams) / kLayerParams));
     const uint64_t B = batch_, S = s_.seq, D = s_.d_model, H = s_.heads, hd = D / H, F = s_.ffn_width();
+    k.cw.assign(kLayerParams, V{});
     k.h = layer_norm(x, p(k, kLn0Scale), p(k, kLn0Bias), k.ln0);
-    k.q = head_projection(kQueryDot, k.h, p(k, kQueryKernel), p(k, kQueryBias));
-    k.qs = e_.binary("divide", k.q, e_.splat(kF32, k.q.shape.dims));  // query / sqrt(depth)
-    k.k = head_projection(kKeyDot, k.h, p(k, kKeyKernel), p(k, kKeyBias));
-    k.v = head_projection(kValueDot, k.h, p(k, kValueKernel), p(k, kValueBias));
+    k.q = head_projection(kQueryDot, k.h, c(k, kQueryKernel), c(k, kQueryBias));
+    k.qs = e_.binary("divide", k.q, e_.splat(ct_, k.q.shape.dims));  // query / sqrt(depth)
+    k.k = head_projection(kKeyDot, k.h, c(k, kKeyKernel), c(k, kKeyBias));
+    k.v = head_projection(kValueDot, k.h, c(k, kValueKernel), c(k, kValueBias));
     // einsum('...qhd,...khd->...hqk'): batch dimensions B and H of both, the scores [B,H,S,S]
     const std::vector<uint64_t> scores_dims = {B, H, S, S}, rows = {B, H, S};
-    const V scores = gemm(kScoresDot, [&] { return e_.batched_dot(k.qs, k.k, scores_dims, kF32, {0, 2}); });
-    const V mx = e_.binary("maximum", e_.reduce_max(scores, {3}), e_.splat(kF32, rows));
+    const V scores = gemm(kScoresDot, [&] { return e_.batched_dot(k.qs, k.k, scores_dims, ct_, {0, 2}); });
+    const V mx = e_.binary("maximum", e_.reduce_max(scores, {3}), e_.splat(ct_, rows));
     k.ex = e_.unary("exponential", e_.binary("subtract", scores, e_.broadcast(mx, scores_dims, {0, 1, 2})));
     k.sum = e_.reshape(e_.reduce_sum(k.ex, {3}), {B, H, S, 1});
     k.probs = e_.binary("divide", k.ex, e_.broadcast(e_.reshape(k.sum, rows), scores_dims, {0, 1, 2}));
     // einsum('...hqk,...khd->...qhd') as JAX writes it: the values' product [B,H,hd,S], transposed
     k.merged = e_.transpose(gemm(kValuesDot,
                                  [&] {
-                                   return e_.batched_dot(k.v, k.probs, {B, H, hd, S}, kF32, {0, 2});
+                                   return e_.batched_dot(k.v, k.probs, {B, H, hd, S}, ct_, {0, 2});
                                  }),
                             {0, 3, 1, 2});
+    // Each module casts its kernel whether or not a remat policy saved its product: the transpose reads it.
+    const V proj_kernel = c(k, kProjKernel);
     const V attended = e_.binary("add",
                                  gemm(kProjDot,
                                       [&] {
-                                        return e_.dot(k.merged, p(k, kProjKernel), {B, S, D}, kF32);
+                                        return e_.dot(k.merged, proj_kernel, {B, S, D}, ct_);
                                       }),
-                                 write_vector_broadcast(e_, p(k, kProjBias), {B, S, D}));
+                                 write_vector_broadcast(e_, c(k, kProjBias), {B, S, D}));
     k.x_mid = e_.binary("add", x, attended);
     k.h2 = layer_norm(k.x_mid, p(k, kLn1Scale), p(k, kLn1Bias), k.ln1);
+    const V in_kernel = c(k, kInKernel);
     const V z = e_.binary("add",
                           gemm(kMlpInDot,
                                [&] {
-                                 return e_.dot(k.h2, p(k, kInKernel), {B, S, F}, kF32);
+                                 return e_.dot(k.h2, in_kernel, {B, S, F}, ct_);
                                }),
-                          write_vector_broadcast(e_, p(k, kInBias), {B, S, F}));
+                          write_vector_broadcast(e_, c(k, kInBias), {B, S, F}));
     k.gelu = write_gelu(e_, z);
-    const V out = e_.binary("add", e_.dot(k.gelu.out, p(k, kOutKernel), {B, S, D}, kF32),
-                            write_vector_broadcast(e_, p(k, kOutBias), {B, S, D}));
+    const V out = e_.binary("add", e_.dot(k.gelu.out, c(k, kOutKernel), {B, S, D}, ct_),
+                            write_vector_broadcast(e_, c(k, kOutBias), {B, S, D}));
     keep_ = nullptr;
     return e_.binary("add", k.x_mid, out);
   }
@@ -440,30 +477,30 @@ class EncoderStep {
     e_.set_op_name(
         fmt::format("jit(step)/transpose(jvp(Encoder))/Layer_{}", (at - kTopParams) / kLayerParams));
     e_.set_category("gradients");
-    grads_[at + kOutBias] = e_.reduce_sum(g, {0, 1});
-    grads_[at + kOutKernel] = e_.transpose(e_.dot(g, k.gelu.out, {D, F}, kF32), {1, 0});
+    grads_[at + kOutBias] = as_parameter(e_.reduce_sum(g, {0, 1}));
+    grads_[at + kOutKernel] = as_parameter(e_.transpose(e_.dot(g, k.gelu.out, {D, F}, ct_), {1, 0}));
     e_.set_category("temporaries");
-    const V dz = write_gelu_transpose(e_, k.gelu, e_.dot(g, p(k, kOutKernel), {B, S, F}, kF32));
+    const V dz = write_gelu_transpose(e_, k.gelu, e_.dot(g, c(k, kOutKernel), {B, S, F}, ct_));
     e_.set_category("gradients");
-    grads_[at + kInBias] = e_.reduce_sum(dz, {0, 1});
-    grads_[at + kInKernel] = e_.transpose(e_.dot(dz, k.h2, {F, D}, kF32), {1, 0});
+    grads_[at + kInBias] = as_parameter(e_.reduce_sum(dz, {0, 1}));
+    grads_[at + kInKernel] = as_parameter(e_.transpose(e_.dot(dz, k.h2, {F, D}, ct_), {1, 0}));
     e_.set_category("temporaries");
-    const V dh2 = e_.dot(dz, p(k, kInKernel), {B, S, D}, kF32);
+    const V dh2 = e_.dot(dz, c(k, kInKernel), {B, S, D}, ct_);
     const V g1 = norm_transpose(k.ln1, dh2, &g, at + kLn1Scale, at + kLn1Bias);
     // The attention's output projection.
     e_.set_category("gradients");
-    grads_[at + kProjBias] = e_.reduce_sum(g1, {0, 1});
-    grads_[at + kProjKernel] = e_.transpose(e_.dot(g1, k.merged, {D, H, hd}, kF32), {1, 2, 0});
+    grads_[at + kProjBias] = as_parameter(e_.reduce_sum(g1, {0, 1}));
+    grads_[at + kProjKernel] = as_parameter(e_.transpose(e_.dot(g1, k.merged, {D, H, hd}, ct_), {1, 2, 0}));
     e_.set_category("temporaries");
     const V datt =
-        e_.transpose(e_.dot(g1, p(k, kProjKernel), {B, S, H, hd}, kF32), {0, 2, 3, 1});  // [B,H,hd,S]
+        e_.transpose(e_.dot(g1, c(k, kProjKernel), {B, S, H, hd}, ct_), {0, 2, 3, 1});  // [B,H,hd,S]
     const std::vector<uint64_t> scores_dims = {B, H, S, S}, rows = {B, H, S};
-    const V dv = e_.transpose(e_.batched_dot(datt, k.probs, {B, H, hd, S}, kF32, {0, 1}), {0, 3, 1, 2});
-    const V dprobs = e_.batched_dot(datt, k.v, scores_dims, kF32, {0, 1});
+    const V dv = e_.transpose(e_.batched_dot(datt, k.probs, {B, H, hd, S}, ct_, {0, 1}), {0, 3, 1, 2});
+    const V dprobs = e_.batched_dot(datt, k.v, scores_dims, ct_, {0, 1});
     // The softmax's transpose through ex / sum: the quotient's two terms, the row sums' broadcast.
     const V sum_rows = e_.broadcast(e_.reshape(k.sum, rows), scores_dims, {0, 1, 2});
     const V through_sum = e_.binary("divide", dprobs, sum_rows);
-    const V inv_sq = e_.binary("divide", e_.splat(kF32, {B, H, S, 1}), e_.binary("multiply", k.sum, k.sum));
+    const V inv_sq = e_.binary("divide", e_.splat(ct_, {B, H, S, 1}), e_.binary("multiply", k.sum, k.sum));
     const V by_ex = e_.binary(
         "multiply",
         e_.binary("multiply", dprobs, e_.broadcast(e_.reshape(inv_sq, rows), scores_dims, {0, 1, 2})), k.ex);
@@ -471,19 +508,19 @@ class EncoderStep {
         e_.reduce_sum(e_.unary("negate", e_.reshape(e_.reduce_sum(by_ex, {3}), {B, H, S, 1})), {3});
     const V dscores = e_.binary(
         "multiply", e_.binary("add", through_sum, e_.broadcast(dsum, scores_dims, {0, 1, 2})), k.ex);
-    const V dk = e_.transpose(e_.batched_dot(dscores, k.qs, {B, H, S, hd}, kF32, {0, 1}), {0, 2, 1, 3});
+    const V dk = e_.transpose(e_.batched_dot(dscores, k.qs, {B, H, S, hd}, ct_, {0, 1}), {0, 2, 1, 3});
     const V dq = e_.binary(
-        "divide", e_.transpose(e_.batched_dot(dscores, k.k, {B, H, S, hd}, kF32, {0, 1}), {0, 2, 1, 3}),
-        e_.splat(kF32, {B, S, H, hd}));
-    V dh = e_.dot(dv, p(k, kValueKernel), {B, S, D}, kF32);
-    dh = e_.binary("add", dh, e_.dot(dk, p(k, kKeyKernel), {B, S, D}, kF32));
-    dh = e_.binary("add", dh, e_.dot(dq, p(k, kQueryKernel), {B, S, D}, kF32));
+        "divide", e_.transpose(e_.batched_dot(dscores, k.k, {B, H, S, hd}, ct_, {0, 1}), {0, 2, 1, 3}),
+        e_.splat(ct_, {B, S, H, hd}));
+    V dh = e_.dot(dv, c(k, kValueKernel), {B, S, D}, ct_);
+    dh = e_.binary("add", dh, e_.dot(dk, c(k, kKeyKernel), {B, S, D}, ct_));
+    dh = e_.binary("add", dh, e_.dot(dq, c(k, kQueryKernel), {B, S, D}, ct_));
     e_.set_category("gradients");
     for (auto [d, kernel, bias] :
          {std::tuple{&dq, kQueryKernel, kQueryBias}, std::tuple{&dk, kKeyKernel, kKeyBias},
           std::tuple{&dv, kValueKernel, kValueBias}}) {
-      grads_[at + bias] = e_.reduce_sum(*d, {0, 1});
-      grads_[at + kernel] = e_.transpose(e_.dot(*d, k.h, {H, hd, D}, kF32), {2, 0, 1});
+      grads_[at + bias] = as_parameter(e_.reduce_sum(*d, {0, 1}));
+      grads_[at + kernel] = as_parameter(e_.transpose(e_.dot(*d, k.h, {H, hd, D}, ct_), {2, 0, 1}));
     }
     e_.set_category("temporaries");
     return norm_transpose(k.ln0, dh, &g1, at + kLn0Scale, at + kLn0Bias);
@@ -495,22 +532,26 @@ class EncoderStep {
   V cross_entropy(const V& logits, V& dlogits) {
     e_.set_op_name("jit(step)/jvp()");
     const std::vector<uint64_t>& dims = logits.shape.dims;
+    const PrimitiveType ct = logits.shape.type;  // bf16 logits under mixed precision: optax takes them so
     const std::vector<uint64_t> rows = {dims[0], dims[1]}, kept = {dims[0], dims[1], 1};
-    const V mx = e_.binary("maximum", e_.reduce_max(logits, {2}), e_.splat(kF32, rows));
-    const V shift = e_.select(e_.unary("is-finite", mx), mx, e_.splat(kF32, rows));
+    const V mx = e_.binary("maximum", e_.reduce_max(logits, {2}), e_.splat(ct, rows));
+    const V shift = e_.select(e_.unary("is-finite", mx), mx, e_.splat(ct, rows));
     const V ex = e_.unary("exponential", e_.binary("subtract", logits, e_.broadcast(shift, dims, {0, 1})));
     const V sum = e_.reduce_sum(ex, {2});
     const V lse = e_.binary("add", e_.unary("log", sum), shift);
     const V index = e_.reshape(e_.reshape(labels_, kept), {dims[0], dims[1], 1, 1});
     const V picked = e_.reshape(e_.gather(logits, index, kept), rows);
     e_.set_category("outputs");  // the loss: one of the step's results
-    const V loss =
-        e_.binary("divide", e_.reduce_sum(e_.binary("subtract", lse, picked), {0, 1}), e_.scalar(kF32));
+    // .mean(): jnp.mean sums a bf16 array in f32 and casts the mean back.
+    const V loss = e_.astype(
+        e_.binary("divide", e_.reduce_sum(e_.astype(e_.binary("subtract", lse, picked), kF32), {0, 1}),
+                  e_.scalar(kF32)),
+        ct);
     e_.set_category("temporaries");
     e_.set_op_name("jit(step)/transpose(jvp())");
-    const V weight = e_.binary("divide", e_.splat(kF32, rows), e_.unary("abs", sum));
+    const V weight = e_.binary("divide", e_.splat(ct, rows), e_.unary("abs", sum));
     const V through_exp = e_.binary("multiply", e_.broadcast(weight, dims, {0, 1}), ex);
-    const V label_part = e_.scatter(e_.splat(kF32, dims), index, e_.splat(kF32, kept));
+    const V label_part = e_.scatter(e_.splat(ct, dims), index, e_.splat(ct, kept));
     dlogits = e_.binary("add", through_exp, label_part);
     return loss;
   }
@@ -518,6 +559,8 @@ class EncoderStep {
   static constexpr PrimitiveType kF32 = PrimitiveType::kF32;
   const ModelSpec& s_;
   LoweredEmitter e_;
+  PrimitiveType ct_;           // what the modules compute in: f32, or bf16 under mixed precision
+  V head_kernel_;              // the head's kernel as the head computes with it
   std::vector<V> params_;      // by slot (TopParam, then each layer's LayerParam)
   std::vector<size_t> order_;  // jax's order: the slot of each argument
   std::vector<V> jax_params_;  // the same parameters in jax's order
@@ -540,7 +583,7 @@ bool flax_encoder_lowers(const ModelSpec& s) {
   return s.model == ModelFamily::kFlaxEncoder && s.backend == Backend::kGpu && s.devices() == 1 &&
          s.sharding == ShardingKind::kReplicated &&
          (s.step == StepKind::kTrain || (s.step == StepKind::kInfer && s.accum == 1)) &&
-         s.precision == Precision::kFp32 && !s.scan;
+         (s.precision == Precision::kFp32 || s.precision == Precision::kMixed) && !s.scan;
 }
 
 void build_flax_encoder_lowered(const ModelSpec& s, HloModule& module, StepArguments& args) {

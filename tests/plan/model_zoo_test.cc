@@ -780,6 +780,51 @@ TEST(ModelZoo, TheConvNetComputesInBf16) {
   EXPECT_EQ(row->code.rfind("nn.Conv(", 0), 0u) << row->code;
 }
 
+// The flax encoder in mixed precision, as flax's dtype=jnp.bfloat16 on every module computes (param_dtype
+// fp32): the lowered writer's program (not the fused one), every GEMM in bf16 - the projections, the scores,
+// the head - the parameters, the optimizer state and the donated update fp32 as in the fp32 step, the
+// activations about half the fp32 step's, inference's logits bf16. The same under a remat policy and
+// gradient accumulation, whose programs are lowered too.
+TEST(ModelZoo, TheFlaxEncoderComputesInBf16) {
+  const std::string base =
+      R"({"model": "flax_encoder", "vocab": 8000, "d_model": 256, "heads": 4, "layers": 3,
+                              "seq": 256, "batch": 16)";
+  auto lowered_dots = [&](const std::string& extra, PrimitiveType type) {
+    auto spec = model_spec_from_json(Json::parse(base + extra + "}"));
+    EXPECT_TRUE(spec.ok()) << extra;
+    auto built = build_step_module(*spec, nullptr);
+    EXPECT_TRUE(built.ok()) << extra;
+    EXPECT_FALSE(built->is_scheduled) << extra << ": the zoo wrote XLA's fused program, not the lowered one";
+    size_t dots = 0, typed = 0;
+    for (const HloComputation& c : built->computations)
+      for (const HloInstruction& i : c.instructions)
+        if (i.opcode == HloOpcode::kDot) {
+          ++dots;
+          typed += i.shape.type == type;
+        }
+    EXPECT_GT(dots, 0u) << extra;
+    return dots == typed;
+  };
+  const std::string mixed = R"(, "precision": "mixed")";
+  EXPECT_TRUE(lowered_dots("", PrimitiveType::kF32));
+  for (const char* extra : {"", R"(, "remat": "full")", R"(, "remat": "dots_no_batch")", R"(, "accum": 4)",
+                            R"(, "step": "infer")"})
+    EXPECT_TRUE(lowered_dots(mixed + extra, PrimitiveType::kBF16)) << extra << ": a GEMM not in bf16";
+  const StepPlan fp32 = plan(base + "}");
+  const StepPlan bf16 = plan(base + mixed + "}");
+  EXPECT_EQ(bf16.arguments.parameter_bytes, fp32.arguments.parameter_bytes) << "fp32 parameters";
+  EXPECT_EQ(bf16.arguments.optimizer_state_bytes, fp32.arguments.optimizer_state_bytes);
+  EXPECT_EQ(bf16.hlo.alias_bytes, fp32.hlo.alias_bytes) << "the update writes fp32 parameters and state";
+  EXPECT_LT(bf16.breakdown.activations, fp32.breakdown.activations * 6 / 10);
+  EXPECT_GT(bf16.breakdown.activations, fp32.breakdown.activations * 4 / 10);
+  ASSERT_FALSE(bf16.hlo.groups.empty());
+  EXPECT_EQ(bf16.hlo.groups.front().shape.rfind("bf16[", 0), 0u) << bf16.hlo.groups.front().shape;
+  EXPECT_LT(plan(base + mixed + R"(, "remat": "full"})").peak_bytes, bf16.peak_bytes);
+  const StepPlan infer = plan(base + mixed + R"(, "step": "infer"})");
+  EXPECT_EQ(infer.hlo.output_bytes, 16ull * 256 * 8000 * 2) << "bf16 logits";
+  EXPECT_LT(infer.peak_bytes, plan(base + R"(, "step": "infer"})").peak_bytes);
+}
+
 // A scanned model's inference: one while loop over the layers that stacks nothing for a backward pass, so
 // its peak grows with the layers by their parameters alone, and holds about one block's values as the
 // unrolled step does (GPT's [S, S] mask a loop operand as it is: the first version, which carried the
