@@ -327,8 +327,8 @@ Action add_fit_command(CLI::App& app, Io& io) {
             fit->programs_approximate == 0
                 ? ""
                 : fmt::format(
-                      "; {} more where the heap's packing wobbled, marked ~: the bytes live at once "
-                      "are over the pool, so they cannot fit whatever the packing",
+                      "; {} more where the figures did not grow alike, marked ~ (estimates): the "
+                      "bytes live at once are over the pool, so they cannot fit whatever the packing",
                       fit->programs_approximate);
         io.out << fmt::format(
             "  ({} of the {} plans made at {}, {} and {} layers and extended, where each figure grew "
