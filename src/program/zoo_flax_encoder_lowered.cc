@@ -16,9 +16,12 @@
 // scores, the softmax (jax.nn.softmax in the input's type), the logits and the loss's log-sum-exp are bf16 -
 // while a LayerNorm computes its statistics and normalizes in f32 (flax's _compute_stats promotes to at
 // least f32) and casts its output to bf16; each parameter's gradient comes back to fp32 through the cast's
-// transpose. No JAX capture of a mixed-precision encoder exists: that program is written from flax's and
-// optax's sources, not checked against JAX's. Planned through the model of XLA:GPU like any user's lowered
-// program.
+// transpose. bf16 parameters (param_dtype=jnp.bfloat16 as well) compute alike without the parameters'
+// casts: each LayerNorm widens its scale and bias into its f32 math, and optax's Adafactor keeps its factored
+// state in f32 (optax/_src/factorized.py makes its zeros in the default dtype) and writes the update back in
+// bf16. No JAX capture of a mixed-precision or bf16 encoder exists: those programs are written from flax's
+// and optax's sources, not checked against JAX's. Planned through the model of XLA:GPU like any user's
+// lowered program.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -95,7 +98,10 @@ using EncoderResiduals = std::array<V, kEncoderDots>;
 class EncoderStep {
  public:
   EncoderStep(const ModelSpec& s, HloModule& m)
-      : s_(s), e_(m), ct_(s.precision == Precision::kMixed ? PrimitiveType::kBF16 : kF32) {}
+      : s_(s),
+        e_(m),
+        pt_(s.precision == Precision::kBf16 ? PrimitiveType::kBF16 : kF32),
+        ct_(s.precision == Precision::kFp32 ? kF32 : PrimitiveType::kBF16) {}
 
   void build(StepArguments& args) {
     e_.reserve((s_.layers + 2) * 1000);
@@ -239,7 +245,7 @@ class EncoderStep {
     std::vector<V> by_slot(named.size());
     std::vector<std::string> names;
     for (const Named& n : named) {
-      jax_params_.push_back(model_parameter(e_, LoweredEmitter::array(kF32, n.dims), n.name, args));
+      jax_params_.push_back(model_parameter(e_, LoweredEmitter::array(pt_, n.dims), n.name, args));
       names.push_back(n.name);
       by_slot[n.slot] = jax_params_.back();
     }
@@ -266,8 +272,8 @@ class EncoderStep {
     return layer.cw[k];
   }
   static const V& c(const EncoderLayer& layer, LayerParam k) { return layer.cw[k]; }
-  // A gradient in the parameter's type: the transpose of the cast to the compute type.
-  V as_parameter(const V& g) { return e_.astype(g, kF32); }
+  // A gradient in the parameter's type: the transpose of the cast to the compute type (none in bf16).
+  V as_parameter(const V& g) { return e_.astype(g, pt_); }
 
   // Whether layer l runs under jax.checkpoint (flax's nn.remat of the layer; spec.remat_layers names the
   // checkpointed layers when it is not empty).
@@ -349,9 +355,9 @@ class EncoderStep {
     const std::vector<uint64_t>& dims = x.shape.dims;
     const std::vector<uint64_t> rows = {dims[0], dims[1]}, kept = {dims[0], dims[1], 1};
     n.input_type = x.shape.type;
-    n.x = e_.astype(x, kF32);  // the statistics and the normalization in at least f32
-    n.scale = scale;
-    n.bias = bias;
+    n.x = e_.astype(x, kF32);          // the statistics and the normalization in at least f32
+    n.scale = e_.astype(scale, kF32);  // bf16 parameters (param_dtype) join the f32 math widened
+    n.bias = e_.astype(bias, kF32);
     n.mean = e_.binary("divide", e_.reduce_sum(n.x, {2}), e_.splat(kF32, rows));
     n.xm = e_.binary("subtract", n.x, e_.broadcast(n.mean, dims, {0, 1}));
     const V mean_sq =
@@ -361,9 +367,9 @@ class EncoderStep {
     n.var_eps = e_.binary("add", e_.reshape(var, kept), e_.splat(kF32, kept));
     n.inv = e_.unary("rsqrt", n.var_eps);
     n.scaled = e_.binary("multiply", e_.broadcast(e_.reshape(n.inv, rows), dims, {0, 1}),
-                         write_vector_broadcast(e_, scale, dims));
+                         write_vector_broadcast(e_, n.scale, dims));
     return e_.astype(
-        e_.binary("add", e_.binary("multiply", n.xm, n.scaled), write_vector_broadcast(e_, bias, dims)),
+        e_.binary("add", e_.binary("multiply", n.xm, n.scaled), write_vector_broadcast(e_, n.bias, dims)),
         n.input_type);
   }
 
@@ -404,9 +410,9 @@ class EncoderStep {
       if (r != nullptr) dx = e_.binary("add", *r, dx);
     }
     e_.set_category("gradients");
-    grads_[bias_slot] = e_.reduce_sum(dy, {0, 1});
-    grads_[scale_slot] = e_.reduce_sum(
-        e_.binary("multiply", e_.broadcast(e_.reshape(n.inv, rows), dims, {0, 1}), xm_dy), {0, 1});
+    grads_[bias_slot] = as_parameter(e_.reduce_sum(dy, {0, 1}));
+    grads_[scale_slot] = as_parameter(e_.reduce_sum(
+        e_.binary("multiply", e_.broadcast(e_.reshape(n.inv, rows), dims, {0, 1}), xm_dy), {0, 1}));
     e_.set_category("temporaries");
     return dx;
   }
@@ -559,7 +565,8 @@ class EncoderStep {
   static constexpr PrimitiveType kF32 = PrimitiveType::kF32;
   const ModelSpec& s_;
   LoweredEmitter e_;
-  PrimitiveType ct_;           // what the modules compute in: f32, or bf16 under mixed precision
+  PrimitiveType pt_;           // the parameters' type (flax's param_dtype): bf16 under bf16, else f32
+  PrimitiveType ct_;           // what the modules compute in (flax's dtype): bf16 under mixed and bf16
   V head_kernel_;              // the head's kernel as the head computes with it
   std::vector<V> params_;      // by slot (TopParam, then each layer's LayerParam)
   std::vector<size_t> order_;  // jax's order: the slot of each argument
@@ -582,8 +589,7 @@ class EncoderStep {
 bool flax_encoder_lowers(const ModelSpec& s) {
   return s.model == ModelFamily::kFlaxEncoder && s.backend == Backend::kGpu && s.devices() == 1 &&
          s.sharding == ShardingKind::kReplicated &&
-         (s.step == StepKind::kTrain || (s.step == StepKind::kInfer && s.accum == 1)) &&
-         (s.precision == Precision::kFp32 || s.precision == Precision::kMixed) && !s.scan;
+         (s.step == StepKind::kTrain || (s.step == StepKind::kInfer && s.accum == 1)) && !s.scan;
 }
 
 void build_flax_encoder_lowered(const ModelSpec& s, HloModule& module, StepArguments& args) {

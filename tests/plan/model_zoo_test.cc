@@ -784,7 +784,7 @@ TEST(ModelZoo, TheConvNetComputesInBf16) {
 // fp32): the lowered writer's program (not the fused one), every GEMM in bf16 - the projections, the scores,
 // the head - the parameters, the optimizer state and the donated update fp32 as in the fp32 step, the
 // activations about half the fp32 step's, inference's logits bf16. The same under a remat policy and
-// gradient accumulation, whose programs are lowered too.
+// gradient accumulation, whose programs are lowered too; and with bf16 parameters.
 TEST(ModelZoo, TheFlaxEncoderComputesInBf16) {
   const std::string base =
       R"({"model": "flax_encoder", "vocab": 8000, "d_model": 256, "heads": 4, "layers": 3,
@@ -823,6 +823,16 @@ TEST(ModelZoo, TheFlaxEncoderComputesInBf16) {
   const StepPlan infer = plan(base + mixed + R"(, "step": "infer"})");
   EXPECT_EQ(infer.hlo.output_bytes, 16ull * 256 * 8000 * 2) << "bf16 logits";
   EXPECT_LT(infer.peak_bytes, plan(base + R"(, "step": "infer"})").peak_bytes);
+  // bf16 parameters too (param_dtype=jnp.bfloat16): half the parameter bytes, optax's factored state still
+  // f32 (optax/_src/factorized.py makes its zeros in the default dtype), the update written over the bf16
+  // parameters; no casts of the parameters, every GEMM bf16.
+  const std::string half = R"(, "precision": "bf16")";
+  EXPECT_TRUE(lowered_dots(half, PrimitiveType::kBF16));
+  const StepPlan bf16_params = plan(base + half + "}");
+  EXPECT_EQ(2 * bf16_params.arguments.parameter_bytes, fp32.arguments.parameter_bytes);
+  EXPECT_EQ(bf16_params.arguments.optimizer_state_bytes, fp32.arguments.optimizer_state_bytes);
+  EXPECT_EQ(fp32.hlo.alias_bytes - bf16_params.hlo.alias_bytes, bf16_params.arguments.parameter_bytes);
+  EXPECT_LT(bf16_params.peak_bytes, bf16.peak_bytes);
 }
 
 // A scanned model's inference: one while loop over the layers that stacks nothing for a backward pass, so
