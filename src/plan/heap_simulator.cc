@@ -279,7 +279,7 @@ uint32_t colocation_leader(const std::vector<HeapInterval>& intervals, uint32_t 
 }
 
 HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_t alignment,
-                             HeapPacking packing) {
+                             HeapPacking packing, uint64_t give_up_at_bytes) {
   if (alignment == 0) alignment = 1;
   const uint32_t n = static_cast<uint32_t>(intervals.size());
   // Groups: a leader and every interval colocated with it (transitively).
@@ -365,6 +365,7 @@ HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_
                           intervals[m].end);
       result.heap_bytes = std::max(result.heap_bytes, best_offset + intervals[m].size_bytes);
     }
+    if (result.heap_bytes >= give_up_at_bytes) return result;
   }
   return result;
 }
@@ -375,7 +376,10 @@ HeapAssignment best_heap(const std::vector<HeapInterval>& intervals, uint64_t al
   // the common case: 17 of the 24 heaps of `fit --model gpt --layers 300`, the others 0.001-0.4% above it.
   HeapAssignment spatial = best_fit_heap(intervals, alignment, HeapPacking::kSpatial);
   if (spatial.heap_bytes <= live_bytes_peak(intervals).bytes) return spatial;
-  HeapAssignment temporal = best_fit_heap(intervals, alignment, HeapPacking::kTemporal);
+  // The temporal packing wins only if it ends smaller, ties going to the spatial one: it is given up as soon
+  // as it reaches the spatial heap's size (the 300-layer flax encoder's: 1.26 s of its 3.45 s plan).
+  HeapAssignment temporal =
+      best_fit_heap(intervals, alignment, HeapPacking::kTemporal, /*give_up_at_bytes=*/spatial.heap_bytes);
   return temporal.heap_bytes < spatial.heap_bytes ? temporal : spatial;
 }
 

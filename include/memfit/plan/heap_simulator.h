@@ -37,9 +37,12 @@ struct HeapAssignment {
   HeapPacking packing = HeapPacking::kSpatial;
 };
 
-// One packing. Offsets are multiples of alignment (a power of two, or 1).
+// One packing. Offsets are multiples of alignment (a power of two, or 1). With `give_up_at_bytes`, the
+// packing stops as soon as its heap reaches that size (it can only grow), its offsets then incomplete:
+// best_heap's way not to finish a packing that cannot be the smaller.
 HeapAssignment best_fit_heap(const std::vector<HeapInterval>& intervals, uint64_t alignment,
-                             HeapPacking packing);
+                             HeapPacking packing,
+                             uint64_t give_up_at_bytes = std::numeric_limits<uint64_t>::max());
 
 // The smaller of the spatial and temporal packings, as XLA's ChooseBestHeapAlgorithm.
 HeapAssignment best_heap(const std::vector<HeapInterval>& intervals, uint64_t alignment);
