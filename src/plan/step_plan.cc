@@ -56,19 +56,21 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
 // --precision bf16 --layers 300 --capacity 16GiB` (2026-12-05): 7 of its 18 plans so, the baseline the only
 // one whole; their figures 0.0-1.8% from their whole plans (+0.38% donation, +1.77% cuDNN attention, +0.98%
 // two microbatches, -0.04% eight), the fit 9.2-11.2 s -> 3.7-4.8 s (alternating runs, a quiet hour).
-// The flax encoder takes the verdict-only extension alone: its 16/32/48-layer lines are not taken as its
-// figures, but a change whose 48 layers already hold more than the pool cannot fit at any depth beyond. Its
-// whole plans are the slow ones: optax.adafactor's per-parameter scalars (each parameter's RMS, computed
-// where the list scheduler finds them cheapest, at the start) are thousands of small buffers living through
-// the step, each of which fits in every hole of the heap (`memfit plan --model flax_encoder --layers 300`:
-// 3.1 s, against 0.5 s for GPT's and 1.1 s with adam).
 constexpr uint64_t kFitExtrapolationFromLayers = 128;
+constexpr uint64_t kFitWobbleBytes = 64 << 10;
+
 namespace {
+// Whose 16/32/48-layer lines are taken as the step's figures: GPT's and ViT's, checked against their whole
+// plans. The flax encoder's never are - it takes the verdict-only extension alone: a change whose 48 layers
+// already hold more than the pool cannot fit at any depth beyond. Its whole plans are the slow ones:
+// optax.adafactor's per-parameter scalars (each parameter's RMS, computed where the list scheduler finds
+// them cheapest, at the start) are thousands of small buffers living through the step, each of which fits
+// in every hole of the heap (`memfit plan --model flax_encoder --layers 300`: 3.1 s, against 0.5 s for
+// GPT's and 1.1 s with adam).
 bool lines_extend(const ModelSpec& spec) {
   return spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit;
 }
 }  // namespace
-constexpr uint64_t kFitWobbleBytes = 64 << 10;
 
 Expected<StepPlan> plan_step_extended(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
                                       double memory_fraction, bool verdict_only) {

@@ -21,9 +21,9 @@ struct LargestFit {
   // at all (a size past 64 bits, a spec budget) rather than planned too large.
   uint64_t next_value = 0;
   std::optional<uint64_t> next_peak_bytes;
-  // That peak is an estimate: a deep step extended over a line that wobbled, already over the pool at the
-  // bytes live at once (plan_step_extended's verdict_only, which every value after the first is planned
-  // with: only the verdict of a value that does not fit matters).
+  // That peak is an estimate (peak_is_estimate): a deep step extended over a line not taken as exact,
+  // already over the pool at the bytes live at once (plan_step_extended's verdict_only, which every value
+  // after the first is planned with: only the verdict of a value that does not fit matters).
   bool next_peak_approximate = false;
   std::string next_refused;
   size_t programs_planned = 0;

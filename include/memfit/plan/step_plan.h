@@ -79,14 +79,15 @@ inline constexpr uint64_t kFitExtrapolationLayers = 16;
 // (nothing is drawn from a search).
 //
 // `verdict_only`: a search that needs the verdict, not the figure, of this change. Where the line wobbles
-// more but peak_at_least_bytes is already over the pool, no plan of the step fits it: the extended plan is
-// kept (extrapolation_exact false) rather than planning the step whole.
+// more (or is a flax encoder's, whose lines are never taken as its figures) but peak_at_least_bytes is
+// already over the pool, no plan of the step fits it: the extended plan is kept rather than planning the
+// step whole.
 Expected<StepPlan> plan_step_extended(const ModelSpec& spec,
                                       std::optional<uint64_t> capacity_bytes = std::nullopt,
                                       double memory_fraction = 0.75, bool verdict_only = false);
 
-// A plan plan_step_extended kept for its verdict alone: extended over a line that wobbled, its figure an
-// estimate, and over the pool whatever the packing.
+// A plan plan_step_extended kept for its verdict alone: extended over a line that wobbled (or a flax
+// encoder's), its figure an estimate, and over the pool whatever the packing.
 bool peak_is_estimate(const StepPlan& plan);
 
 // Whether plan_step extrapolates the step: unrolled (no scan) and deeper than kMaxUnrolledLayers, where the
@@ -118,9 +119,9 @@ struct FitCandidate {
   bool fits_in_every_order = false;  // fits whatever order XLA's memory scheduler keeps
   uint64_t host_peak_bytes = 0;      // pinned host memory it takes (location: offloaded activations)
   bool only_moves_to_host = false;   // host memory taken, and the device's peak no lower for it
-  // The peak is an estimate: the change was planned at 16, 32 and 48 layers and extended over a line whose
-  // packing wobbled (the larger growth taken), because the bytes live at once are already over the pool
-  // there (peak_at_least_bytes): it does not fit whatever the packing. Never a change that fits.
+  // The peak is an estimate (peak_is_estimate): the change was planned at 16, 32 and 48 layers and extended
+  // over a line not taken as exact, because the bytes live at once are already over the pool there
+  // (peak_at_least_bytes): it does not fit whatever the packing. Never a change that fits.
   bool peak_approximate = false;
   uint64_t peak_at_least_bytes = 0;  // StepPlan::peak_at_least_bytes (0: not known)
 };
@@ -133,9 +134,9 @@ struct FitResult {
   // more devices) stops at its first member that fits, and the larger pool reuses the baseline's plan.
   size_t programs_planned = 0;
   // Of those, the ones planned at kFitExtrapolationLayers, twice and three times that and extended (see
-  // fit_step): a deep unrolled GPT or ViT step's.
+  // fit_step): a deep unrolled GPT, ViT or flax encoder step's.
   size_t programs_extrapolated = 0;
-  // Of those, the ones extended over a wobbling line because they cannot fit
+  // Of those, the ones extended over a line not taken as exact because they cannot fit
   // (FitCandidate::peak_approximate).
   size_t programs_approximate = 0;
 };
@@ -147,10 +148,10 @@ struct FitResult {
 // cuDNN's attention) are stacked and tried alone, then under more accumulation, a smaller batch or more
 // devices: step "combined", costs summed. A GPT or ViT step of 128 or more unrolled layers is planned at
 // 16, 32 and 48 layers and extended where that is exact (each figure grows alike and the leading pass stays
-// ahead) or where the change cannot fit whatever the packing (peak_approximate), else as plan_step plans it
-// (whole, or past 512 layers from 64, 128 and 192); the step itself, and the figures compared with each other
-// (offload against remat dots_no_batch), are never approximate. The plans run on every core; `progress`
-// (may be empty) hears each one finish (done, total), from one thread at a time.
+// ahead) or, a flax encoder's too, where the change cannot fit whatever the packing (peak_approximate), else
+// as plan_step plans it (whole, or past 512 layers from 64, 128 and 192); the step itself, and the figures
+// compared with each other (offload against remat dots_no_batch), are never approximate. The plans run on
+// every core; `progress` (may be empty) hears each one finish (done, total), from one thread at a time.
 Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction = 0.75,
                              const std::function<void(size_t, size_t)>& progress = {});
 
