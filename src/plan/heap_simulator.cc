@@ -201,12 +201,12 @@ class TimeOffsetIndex {
       if (set != RunSets::kNil) sets.push_back(set);
     };
     for (const auto& [start, end] : windows) collect(1, 0, leaves_ - 1, point(start), point(end), keep_set);
-    std::sort(sets.begin(), sets.end());
-    sets.erase(std::unique(sets.begin(), sets.end()), sets.end());
+    // The densest first; a union met from two windows comes once (equal ids sort side by side).
     std::sort(sets.begin(), sets.end(), [&](uint32_t a, uint32_t b) {
       const uint64_t x = sets_.covered_bytes(a), y = sets_.covered_bytes(b);
       return x != y ? x > y : a < b;
     });
+    sets.erase(std::unique(sets.begin(), sets.end()), sets.end());
     free.assign(1, {0, kUnbounded});
     for (uint32_t set : sets) {
       scratch.clear();
