@@ -60,6 +60,11 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
   best.source = from_stablehlo ? "stablehlo" : "lowered-hlo";
   if (best.host_value_bytes > 0) best.caveats.emplace_back(kHostOffloadCaveat);
   best.partitions = partitions;
+  best.partitioned = in_program_order.partitioned;
+  if (best.partitioned) {
+    best.caveats.emplace_back(kPartitionCaveat);
+    for (const std::string& note : in_program_order.partition_notes) best.caveats.push_back(note);
+  }
   best.per_device_argument_bytes = per_device.argument_bytes;
   best.per_device_output_bytes = per_device.output_bytes;
   best.per_device_alias_bytes = per_device.alias_bytes;

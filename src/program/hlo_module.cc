@@ -357,6 +357,125 @@ std::vector<uint64_t> sharding_tiles(std::string_view sharding, size_t rank) {
 
 namespace {
 
+// The numbers of a list "4,1,2" (no brackets); none when one does not read.
+std::optional<std::vector<uint64_t>> number_list(std::string_view list) {
+  std::vector<uint64_t> out;
+  for (std::string_view item : split_top(list)) {
+    item = trim(item);
+    uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || end != item.data() + item.size()) return std::nullopt;
+    out.push_back(v);
+  }
+  return out;
+}
+
+// The device at each tile of an HLO sharding, tiles in row-major order: "<=[2,4]T(1,0)" is iota(8) shaped
+// [2,4] and transposed (xla/hlo/ir/tile_assignment.h's IotaTileAssignment), else the devices listed.
+std::optional<std::vector<uint64_t>> tile_devices(std::string_view sharding, uint64_t tiles) {
+  constexpr uint64_t kMostDevices = 4096;  // beyond it the order is not compared (tokens by size alone)
+  if (tiles == 0 || tiles > kMostDevices) return std::nullopt;
+  const size_t at = sharding.find("devices=[");
+  std::string_view rest = sharding.substr(at + 9);
+  rest = rest.substr(rest.find(']') + 1);
+  std::vector<uint64_t> devices;
+  if (rest.starts_with("<=[")) {
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    auto shape = number_list(rest.substr(3, close - 3));
+    if (!shape || shape->empty()) return std::nullopt;
+    std::vector<uint64_t> perm(shape->size());
+    for (size_t k = 0; k < perm.size(); ++k) perm[k] = k;
+    rest = rest.substr(close + 1);
+    if (rest.starts_with("T(")) {
+      const size_t end = rest.find(')');
+      if (end == std::string_view::npos) return std::nullopt;
+      auto p = number_list(rest.substr(2, end - 2));
+      if (!p || p->size() != shape->size()) return std::nullopt;
+      std::vector<bool> seen(p->size(), false);
+      for (uint64_t d : *p) {
+        if (d >= p->size() || seen[d]) return std::nullopt;
+        seen[d] = true;
+      }
+      perm = *p;
+    }
+    uint64_t n = 1;
+    for (uint64_t d : *shape) {
+      if (d == 0 || n > kMostDevices / d) return std::nullopt;
+      n *= d;
+    }
+    if (n != tiles) return std::nullopt;
+    // Element at transposed index (i_0..i_k) is iota's at the source index i with source[perm[j]] = i_j.
+    std::vector<uint64_t> tdims(perm.size()), stride(shape->size(), 1);
+    for (size_t j = shape->size(); j-- > 1;) stride[j - 1] = stride[j] * (*shape)[j];
+    for (size_t j = 0; j < perm.size(); ++j) tdims[j] = (*shape)[perm[j]];
+    devices.resize(n);
+    for (uint64_t t = 0; t < n; ++t) {
+      uint64_t rem = t, src = 0;
+      for (size_t j = tdims.size(); j-- > 0;) {
+        src += (rem % tdims[j]) * stride[perm[j]];
+        rem /= tdims[j];
+      }
+      devices[t] = src;
+    }
+  } else {
+    const size_t end = rest.find_first_of(" }");
+    auto list = number_list(rest.substr(0, end));
+    if (!list || list->size() != tiles) return std::nullopt;
+    devices = std::move(*list);
+  }
+  return devices;
+}
+
+}  // namespace
+
+std::vector<std::string> sharding_axis_tokens(std::string_view sharding, size_t rank) {
+  const std::vector<uint64_t> tiles = sharding_tiles(sharding, rank);
+  // {replicated}, {maximal device=0}: every device holds it whole (a sharding given, not left open).
+  if (tiles.empty()) return std::vector<std::string>(rank);
+  const auto all = tile_dimensions(sharding);
+  uint64_t count = 1;
+  for (uint64_t t : *all) count = count > (uint64_t{1} << 32) / t ? (uint64_t{1} << 33) : count * t;
+  const auto devices = tile_devices(sharding, count);
+  std::vector<std::string> tokens(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    if (tiles[d] == 1) continue;
+    if (!devices) {  // too many devices, or an order that does not read: told apart by size alone
+      tokens[d] = fmt::format("split{}", tiles[d]);
+      continue;
+    }
+    // Each device's position along tile dimension d, devices in id order: equal for the same mesh axis.
+    uint64_t inner = 1;
+    for (size_t k = d + 1; k < all->size(); ++k) inner *= (*all)[k];
+    std::vector<std::pair<uint64_t, uint64_t>> position;
+    for (uint64_t t = 0; t < devices->size(); ++t)
+      position.emplace_back((*devices)[t], (t / inner) % tiles[d]);
+    std::sort(position.begin(), position.end());
+    std::string token = fmt::format("split{}:", tiles[d]);
+    for (const auto& [device, at] : position) token += fmt::format("{},", at);
+    tokens[d] = std::move(token);
+  }
+  return tokens;
+}
+
+namespace {
+
+// The list of dimension numbers an attribute of this name fills, or nullptr.
+std::vector<int64_t>* dimension_list(HloInstruction& inst, std::string_view key) {
+  HloInstruction::GatherDims& g = inst.gather_dims;
+  if (key == "dimensions") return &inst.dimensions;
+  if (key == "lhs_batch_dims") return &inst.lhs_batch_dims;
+  if (key == "rhs_batch_dims") return &inst.rhs_batch_dims;
+  if (key == "lhs_contracting_dims") return &inst.lhs_contracting_dims;
+  if (key == "rhs_contracting_dims") return &inst.rhs_contracting_dims;
+  if (key == "offset_dims" || key == "update_window_dims") return &g.window;
+  if (key == "collapsed_slice_dims" || key == "inserted_window_dims") return &g.collapsed;
+  if (key == "operand_batching_dims" || key == "input_batching_dims") return &g.operand_batching;
+  if (key == "start_indices_batching_dims" || key == "scatter_indices_batching_dims")
+    return &g.indices_batching;
+  return nullptr;
+}
+
 // buffer_donor={ (0, {}), (1, {0}) }
 Expected<std::vector<HloModule::BufferDonor>> parse_buffer_donors(std::string_view body, uint64_t line) {
   std::vector<HloModule::BufferDonor> donors;
@@ -423,13 +542,16 @@ Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line)
         key == "branch_computations" || key == "true_computation" || key == "false_computation" ||
         key == "called_computations") {
       names_in(value, inst.called);
+    } else if (key == "index_vector_dim") {
+      std::from_chars(value.data(), value.data() + value.size(), inst.gather_dims.index_vector_dim);
     } else if (key == "index") {
       std::from_chars(value.data(), value.data() + value.size(), inst.tuple_index);
     } else if (key == "kind") {
       inst.fusion_kind = std::string(value);
-    } else if (key == "dimensions" || key == "lhs_batch_dims") {
-      // "{0,2,1}": what the model of XLA:GPU needs to see a reduction over a dot's batch dimensions.
-      std::vector<int64_t>& out = key == "dimensions" ? inst.dimensions : inst.lhs_batch_dims;
+    } else if (std::vector<int64_t>* numbers = dimension_list(inst, key)) {
+      // "{0,2,1}": what the model of XLA:GPU needs to see a reduction over a dot's batch dimensions, and its
+      // model of the SPMD partitioner to map a dot's, gather's or scatter's shardings.
+      std::vector<int64_t>& out = *numbers;
       std::string_view list = value;
       if (list.starts_with("{")) list.remove_prefix(1);
       if (list.ends_with("}")) list.remove_suffix(1);
@@ -443,15 +565,19 @@ Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line)
         }
         out.push_back(d);
       }
-    } else if (key == "sharding" && (inst.opcode == HloOpcode::kParameter || inst.is_root)) {
+    } else if (key == "sharding" && (inst.opcode == HloOpcode::kParameter || inst.is_root ||
+                                     inst.opcode == HloOpcode::kCustomCall)) {
       // What each device holds of an argument or a result: {devices=...} splits an array, {{...}, ...} each
       // element of a tuple.
       if (!inst.shape.is_tuple()) {
         inst.sharding_tiles = {sharding_tiles(value, inst.shape.dims.size())};
+        inst.sharding_axes = {sharding_axis_tokens(value, inst.shape.dims.size())};
       } else if (value.starts_with("{{") && value.ends_with("}}")) {
         const auto parts = split_top(value.substr(1, value.size() - 2));
-        for (size_t k = 0; k < parts.size() && k < inst.shape.elements.size(); ++k)
+        for (size_t k = 0; k < parts.size() && k < inst.shape.elements.size(); ++k) {
           inst.sharding_tiles.push_back(sharding_tiles(parts[k], inst.shape.elements[k].dims.size()));
+          inst.sharding_axes.push_back(sharding_axis_tokens(parts[k], inst.shape.elements[k].dims.size()));
+        }
       }
     } else if (key == "custom_call_target") {
       inst.custom_call_target = std::string(unquote(value));

@@ -117,8 +117,11 @@ class Reader {
           if (host_results_[k] && element != nullptr && !element->is_tuple())
             element->memory_space = kHostMemorySpace;
         }
-        if (std::any_of(result_tiles_.begin(), result_tiles_.end(), [](const auto& t) { return !t.empty(); }))
+        if (std::any_of(result_tiles_.begin(), result_tiles_.end(),
+                        [](const auto& t) { return !t.empty(); })) {
           root.sharding_tiles = result_tiles_;
+          root.sharding_axes = result_axes_;
+        }
       }
     }
     for (const Located& l : located_) {
@@ -206,11 +209,17 @@ class Reader {
   // How main's argument is split across devices: mhlo.sharding = "{devices=[8,1]<=[8]}" (GSPMD), or
   // sdy.sharding = #sdy.sharding<@mesh, [{"data"}, {}]> (Shardy: each dimension split by the product of the
   // sizes of the mesh axes it names; "x":(1)2, a sub-axis, by its size 2; "?" is open, not split).
-  std::vector<uint64_t> argument_tiles(std::string_view attrs, size_t rank) const {
-    if (const size_t at = attrs.find("mhlo.sharding = \""); at != std::string_view::npos)
-      return sharding_tiles(attrs.substr(at + 17, attrs.find('"', at + 17) - at - 17), rank);
+  struct Split {
+    std::vector<uint64_t> tiles;    // HloInstruction::sharding_tiles
+    std::vector<std::string> axes;  // HloInstruction::sharding_axes
+  };
+  Split argument_split(std::string_view attrs, size_t rank) const {
+    if (const size_t at = attrs.find("mhlo.sharding = \""); at != std::string_view::npos) {
+      const std::string_view value = attrs.substr(at + 17, attrs.find('"', at + 17) - at - 17);
+      return {sharding_tiles(value, rank), sharding_axis_tokens(value, rank)};
+    }
     const size_t at = attrs.find("#sdy.sharding<@");
-    if (at == std::string_view::npos || rank == 0) return {};
+    if (at == std::string_view::npos) return {};
     const std::string_view rest = attrs.substr(at + 15);
     const size_t comma = rest.find(',');
     const size_t open = rest.find('[');
@@ -218,10 +227,11 @@ class Reader {
     const auto mesh = meshes_.find(std::string(trim(rest.substr(0, comma))));
     const size_t close = closing_bracket(rest, open);
     if (mesh == meshes_.end() || close == std::string_view::npos) return {};
-    std::vector<uint64_t> tiles;
+    Split split;
     for (std::string_view dim : split_top_level(rest.substr(open + 1, close - open - 1))) {
       if (dim.size() < 2 || dim.front() != '{' || dim.back() != '}') return {};
       uint64_t tile = 1;
+      std::string token;  // the axes as named, major first: equal tokens split a dimension alike
       for (std::string_view axis : split_top_level(dim.substr(1, dim.size() - 2))) {
         if (axis.starts_with("\"") && axis.find(":(") != std::string_view::npos) {  // "x":(1)2
           uint64_t size = 0;
@@ -229,16 +239,22 @@ class Reader {
           const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), size);
           if (ec != std::errc() || size == 0) return {};
           tile = checked_mul(tile, size).value_or(uint64_t{1} << 32);
+          token += fmt::format("{}{}", token.empty() ? "" : ",", axis);
           continue;
         }
         const auto a = mesh->second.find(std::string(axis));
-        if (a != mesh->second.end()) tile = checked_mul(tile, a->second).value_or(uint64_t{1} << 32);
+        if (a != mesh->second.end() && a->second > 1) {
+          tile = checked_mul(tile, a->second).value_or(uint64_t{1} << 32);
+          token += fmt::format("{}{}", token.empty() ? "" : ",", axis);
+        }
       }
-      tiles.push_back(std::min<uint64_t>(tile, uint64_t{1} << 32));
+      split.tiles.push_back(std::min<uint64_t>(tile, uint64_t{1} << 32));
+      split.axes.push_back(tile > 1 ? std::move(token) : std::string());
     }
-    if (tiles.size() != rank || std::all_of(tiles.begin(), tiles.end(), [](uint64_t t) { return t == 1; }))
-      return {};
-    return tiles;
+    if (split.tiles.size() != rank) return {};
+    if (std::all_of(split.tiles.begin(), split.tiles.end(), [](uint64_t t) { return t == 1; }))
+      split.tiles.clear();  // given, and whole on every device
+    return split;
   }
 
   static bool is_host_memory_kind(std::string_view attrs) {
@@ -437,7 +453,11 @@ class Reader {
       // PJRT lays it out (S(5)) from this attribute.
       if (is_main && is_host_memory_kind(attrs)) shape.memory_space = kHostMemorySpace;
       HloInstruction p;
-      if (is_main) p.sharding_tiles = {argument_tiles(attrs, shape.dims.size())};
+      if (is_main) {
+        Split split = argument_split(attrs, shape.dims.size());
+        p.sharding_tiles = {std::move(split.tiles)};
+        p.sharding_axes = {std::move(split.axes)};
+      }
       p.name = arg_name;
       p.opcode = HloOpcode::kParameter;
       p.shape = shape;
@@ -472,7 +492,9 @@ class Reader {
         const std::vector<std::string_view> each = split_top_level(r);
         for (size_t k = 0; k < each.size() && k < results.size(); ++k) {
           host_results_.push_back(is_host_memory_kind(each[k]));
-          result_tiles_.push_back(argument_tiles(each[k], results[k].dims.size()));
+          Split split = argument_split(each[k], results[k].dims.size());
+          result_tiles_.push_back(std::move(split.tiles));
+          result_axes_.push_back(std::move(split.axes));
         }
       }
     }
@@ -870,7 +892,7 @@ class Reader {
       inst.buffer_placement = buffer_placement_attribute(body);
     }
     // What the model of XLA:GPU needs to see a reduction over a dot's batch dimensions.
-    if (opname == "stablehlo.transpose") {
+    if (opname == "stablehlo.transpose" || opname == "stablehlo.broadcast_in_dim") {
       inst.dimensions = int_list_after(body, "dims = [");
     } else if (opname == "stablehlo.reduce") {
       inst.dimensions = int_list_after(body, "dimensions = [");
@@ -880,7 +902,24 @@ class Reader {
         inst.reducer = hlo_opcode_from_name(body.substr(at + 18, end - at - 18));
       }
     } else if (opname == "stablehlo.dot_general") {
+      // "batching_dims = [0] x [0], contracting_dims = [2] x [1]"
       inst.lhs_batch_dims = int_list_after(body, "batching_dims = [");
+      if (const size_t at = body.find("batching_dims = ["); at != std::string_view::npos)
+        inst.rhs_batch_dims = int_list_after(body.substr(at), "] x [");
+      inst.lhs_contracting_dims = int_list_after(body, "contracting_dims = [");
+      if (const size_t at = body.find("contracting_dims = ["); at != std::string_view::npos)
+        inst.rhs_contracting_dims = int_list_after(body.substr(at), "] x [");
+    } else if (opname == "stablehlo.gather" || opname == "stablehlo.scatter") {
+      HloInstruction::GatherDims& g = inst.gather_dims;
+      const bool gather = opname == "stablehlo.gather";
+      g.window = int_list_after(body, gather ? "offset_dims = [" : "update_window_dims = [");
+      g.collapsed = int_list_after(body, gather ? "collapsed_slice_dims = [" : "inserted_window_dims = [");
+      g.operand_batching =
+          int_list_after(body, gather ? "operand_batching_dims = [" : "input_batching_dims = [");
+      g.indices_batching = int_list_after(
+          body, gather ? "start_indices_batching_dims = [" : "scatter_indices_batching_dims = [");
+      if (const size_t at = body.find("index_vector_dim = "); at != std::string_view::npos)
+        std::from_chars(body.data() + at + 19, body.data() + body.size(), g.index_vector_dim);
     } else if (opname == "stablehlo.get_tuple_element") {
       // "%t[1]" (pretty) or "<{index = 1 : i32}>" (generic): the element read.
       const size_t at = body.find("index = ");
@@ -956,6 +995,7 @@ class Reader {
   std::vector<PendingManual> manuals_;
   std::vector<bool> host_results_;                   // main's results in host memory, by position
   std::vector<std::vector<uint64_t>> result_tiles_;  // and how each is split across devices
+  std::vector<std::vector<std::string>> result_axes_;
   std::unordered_map<std::string, std::unordered_map<std::string, uint64_t>> meshes_;  // name -> axis sizes
   // Locations: the one on the line being read, each instruction's, and the module's aliases.
   struct Located {

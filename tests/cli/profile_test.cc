@@ -111,14 +111,14 @@ TEST(ProfileCommand, LiveProfileSaysWhetherTheNextStepFits) {
       testing::run_cli({"plan", "--model", "gpt", "--device", "h200", "--live-profile", prof, "--json"});
   ASSERT_LE(plan.code, 1) << plan.err;
   EXPECT_TRUE(nlohmann::json::parse(plan.out).contains("live_profile"));
-  // A sharded program before partitioning: the step is one device running all of it, and it says so.
+  // A sharded program: the step is one device's share (partitioned), and the table says so.
   const auto sharded =
       testing::run_cli({"hlo", std::string(MEMFIT_TEST_DATA_DIR) + "/xla/cpu8_gpt_fsdp8.stablehlo.mlir.gz",
                         "--live-profile", prof});
   ASSERT_EQ(sharded.code, 0) << sharded.err;
-  EXPECT_NE(sharded.out.find("the program is sharded: that step is one device running all of it"),
-            std::string::npos)
-      << sharded.out;
+  EXPECT_NE(sharded.out.find("every figure below is one device's"), std::string::npos) << sharded.out;
+  EXPECT_NE(sharded.out.find("the step's peak"), std::string::npos) << sharded.out;
+  EXPECT_EQ(sharded.out.find("one device running all of it"), std::string::npos) << sharded.out;
   const auto no_device = testing::run_cli({"hlo", hlo, "--live-profile", prof, "--profile-device", "cuda:7"});
   EXPECT_EQ(no_device.code, 2);
   EXPECT_NE(no_device.err.find("no device 'cuda:7'"), std::string::npos) << no_device.err;

@@ -559,7 +559,9 @@ TEST(XlaGpuModel, AShardedArgumentsShareOfEachDevice) {
   EXPECT_EQ(plan->per_device_alias_bytes, 32u * 4);  // the donated argument's share, written over
   // That share, the second result as its own sharding splits it (250 rows), the results' tuple table.
   EXPECT_EQ(plan->per_device_output_bytes, 32u * 4 + 250 * 64 * 4 + 2 * 8);
-  EXPECT_EQ(plan->argument_bytes, (1000u * 64 + 64 * 64 + 64 * 30 + 64) * 4);
+  // Partitioned: the plan is one device's.
+  EXPECT_TRUE(plan->partitioned);
+  EXPECT_EQ(plan->argument_bytes, plan->per_device_argument_bytes);
 
   // The same in HLO text: the ENTRY root's tuple sharding splits its results.
   auto hlo = parse_program_text(R"(HloModule jit_f, buffer_donor={ (1, {}) }
@@ -580,18 +582,22 @@ ENTRY main.5 {
   EXPECT_EQ(hlo_plan->per_device_alias_bytes, 32u * 4);
 }
 
-// with_sharding_constraint's Sharding custom call (and shard_map's shape changes) take no memory: planned as
-// one device running all of it, they are XLA's ShardingRemover's, a bitcast of their operand - where a custom
-// call would be a copy of its own.
+// with_sharding_constraint's Sharding custom call and shard_map's shape changes take no memory: the
+// partitioner leaves nothing of the first (its operand already holds that share) and XLA's ShardingRemover
+// makes the others bitcasts (xla/service/sharding_remover.cc) - where a custom call would be a copy of its
+// own. shard_map's body is written in each device's shapes already.
 TEST(XlaGpuModel, ShardingAnnotationsAreNoBuffers) {
   HloModule m = lowered(R"(HloModule jit_f
 
 ENTRY main.1 {
-  p = f32[1024,1024]{1,0} parameter(0)
+  p = f32[1024,1024]{1,0} parameter(0), sharding={devices=[8,1]<=[8]}
   n = f32[1024,1024]{1,0} negate(p)
   c = f32[1024,1024]{1,0} custom-call(n), custom_call_target="Sharding", sharding={devices=[8,1]<=[8]}
-  f = f32[1024,1024]{1,0} custom-call(c), custom_call_target="SPMDFullToShardShape", sharding={manual}
-  ROOT e = f32[1024,1024]{1,0} exponential(f)
+  f = f32[128,1024]{1,0} custom-call(c), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  e = f32[128,1024]{1,0} exponential(f)
+  s = f32[128,1024]{1,0} custom-call(e), custom_call_target="Sharding", sharding={manual}
+  g = f32[1024,1024]{1,0} custom-call(s), custom_call_target="SPMDShardToFullShape", sharding={devices=[8,1]<=[8]}
+  ROOT t = f32[1024,1024]{1,0} negate(g)
 }
 )");
   auto modeled = model_xla_gpu(HloModule(m));
@@ -600,8 +606,9 @@ ENTRY main.1 {
     EXPECT_NE(x.opcode, HloOpcode::kCustomCall) << x.name;
   auto plan = plan_hlo(std::move(m));
   ASSERT_TRUE(plan.ok()) << plan.error().message();
-  // The negation is written where the result goes (its one reader is elementwise); as copies, the two
-  // custom calls held 4 MiB of temp.
+  // Each device's share in and out (128 rows), nothing gathered; as copies, the four custom calls held 2 MiB.
+  EXPECT_EQ(plan->argument_bytes, 128u * 1024 * 4);
+  EXPECT_EQ(plan->output_bytes, 128u * 1024 * 4);
   EXPECT_EQ(plan->temp_bytes, 0u);
 }
 

@@ -27,6 +27,7 @@ Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers)
   j["source"] = plan.source;
   if (plan.partitions > 1) {
     j["partitions"] = plan.partitions;
+    j["partitioned"] = plan.partitioned;
     j["per_device"] = {{"argument_bytes", plan.per_device_argument_bytes},
                        {"output_bytes", plan.per_device_output_bytes},
                        {"alias_bytes", plan.per_device_alias_bytes}};
@@ -144,19 +145,12 @@ void print_table(std::ostream& out, const std::string& path, const HloPlan& plan
         "  measured error; the compiled module, `compiled.as_text()`, gives XLA's figures exactly)\n",
         plan.source == "stablehlo" ? "StableHLO" : "lowered HLO");
   }
-  if (plan.partitions > 1) {
+  if (plan.partitioned) {
     out << fmt::format(
-        "  NOTE: the program is sharded over {} devices. Each device's share of its arguments and results\n"
-        "  comes from the shardings (arguments exact; an output as the donated argument it replaces, else\n"
-        "  whole); its temp is planned before partitioning, as one device running all of it, not each\n"
-        "  device's share (XLA's SPMD partitioner divides most temporaries). For per-device temp, compile "
-        "for\n"
-        "  the target mesh and run memfit hlo on compiled.as_text().\n",
+        "  the program is sharded over {} devices: memfit partitioned it as XLA's SPMD partitioner would,\n"
+        "  and every figure below is one device's (its arguments' share exact; the rest a model, see the\n"
+        "  caveats)\n",
         plan.partitions);
-    row("argument/dev", plan.per_device_argument_bytes, "each device's arguments");
-    row("output/dev", plan.per_device_output_bytes, "each device's results");
-    row("alias/dev", plan.per_device_alias_bytes, "each device's results written over donated arguments");
-    out << "  the whole program, one device running all of it:\n";
   }
   row("argument", plan.argument_bytes, "entry parameters");
   row("output", plan.output_bytes, "results, with their tuple tables");
@@ -270,34 +264,13 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       if (!fit.ok()) return fail(io, fit.error());
       next = *fit;
     }
-    // A sharded program before partitioning is decided only where the whole program fits one device, or
-    // where each device's arguments and results alone do not: its share of the temp is the partitioner's.
+    // A sharded program is planned for one device (its share), so the verdict is each device's.
     std::optional<bool> fits;
     std::string verdict;
     if (limit) {
-      const uint64_t fixed_per_device =
-          plan->per_device_argument_bytes + plan->per_device_output_bytes -
-          std::min(plan->per_device_alias_bytes,
-                   plan->per_device_argument_bytes + plan->per_device_output_bytes);
-      if (plan->peak_bytes <= *limit) {
-        fits = true;
-        verdict = plan->partitions > 1 ? "fits (one device running all of it would)" : "fits";
-      } else if (plan->partitions <= 1) {
-        fits = false;
-        verdict = "does NOT fit";
-      } else if (fixed_per_device > *limit) {
-        fits = false;
-        verdict = fmt::format("does NOT fit: each device's arguments and results alone take {}",
-                              format_bytes(fixed_per_device));
-      } else {
-        verdict = fmt::format(
-            "is not decided before partitioning:\n"
-            "  one device running all of it needs {}; each device's arguments and results take {}, and its\n"
-            "  share of the temp is XLA's SPMD partitioner's to make (compile for the mesh and run memfit "
-            "hlo\n"
-            "  on compiled.as_text())",
-            format_bytes(plan->peak_bytes), format_bytes(fixed_per_device));
-      }
+      fits = plan->peak_bytes <= *limit;
+      verdict = *fits ? (plan->partitioned ? "fits on each device" : "fits")
+                      : (plan->partitioned ? "does NOT fit on each device" : "does NOT fit");
     }
     if (options->json) {
       Json j = hlo_run_to_json(*run, options->buffers);
@@ -315,13 +288,9 @@ Action add_hlo_command(CLI::App& app, Io& io) {
       if (fits.value_or(false)) io.out << order_caveat(plan->peak_upper_bytes, *limit);
       if (run->xla) print_comparison(io.out, source_read->buffer_assignment_path, *run->xla);
       if (next) print_next_step(io.out, options->live_profile, *next);
-      if (next && plan->partitions > 1)
-        io.out
-            << "  (the program is sharded: that step is one device running all of it, an upper bound; each\n"
-               "  device's share of its temp is not known before partitioning)\n";
     }
     if (next && next->fits) return *next->fits ? kExitOk : kExitFinding;
-    if (limit) return fits.value_or(false) ? kExitOk : kExitFinding;  // undecided is not "fits"
+    if (limit) return fits.value_or(false) ? kExitOk : kExitFinding;
     return kExitOk;
   };
 }

@@ -59,11 +59,13 @@ struct HloPlan {
   // program before optimization, run through memfit's model of XLA:GPU (plan/xla_gpu_model.h) first - a
   // prediction for an H100/H200-class GPU.
   std::string source = "optimized";
-  // A program before partitioning sharded over this many devices (HloModule::num_partitions): planned
-  // whole, as one device running all of it - not each device's share.
+  // A program before partitioning sharded over this many devices (HloModule::num_partitions).
   uint64_t partitions = 1;
-  // Such a program's entry as each device holds it, from its shardings (per_device_entry_sizes): arguments
-  // exact, an output as the donated argument it replaces, else whole. Zero for a program on one device.
+  // Whether memfit partitioned it as XLA's SPMD partitioner would (HloModule::partitioned): every figure
+  // below is then one device's. Else (no sharding splits an array) each device runs all of it.
+  bool partitioned = false;
+  // Such a program's entry as each device holds it (per_device_entry_sizes): arguments exact. Zero for a
+  // program on one device.
   uint64_t per_device_argument_bytes = 0;
   uint64_t per_device_output_bytes = 0;
   uint64_t per_device_alias_bytes = 0;
@@ -104,6 +106,13 @@ struct HloPlan {
 // A lowered program that copies values to the host: XLA's latency-hiding scheduler reorders it after its
 // memory scheduler (xla/service/latency_hiding_scheduler.cc runs only on computations holding asynchronous
 // ops, the copies among them), and the model keeps the memory scheduler's order. Measured on the H200.
+// Said of every program memfit partitions (xla_spmd_partitioner.cc), beside what it approximated there.
+inline constexpr std::string_view kPartitionCaveat =
+    "memfit partitioned this program as XLA's SPMD partitioner would, modeled: shardings propagated forward "
+    "from the arguments' (XLA also propagates backward and weighs strategies by cost), a collective where a "
+    "value is read with another sharding, each its own buffer (XLA combines small ones); the arguments' "
+    "shares are exact";
+
 inline constexpr std::string_view kHostOffloadCaveat =
     "this program copies values to the host, and XLA's latency-hiding scheduler reorders such a program "
     "(memfit keeps its memory scheduler's order): the one measured on the H200, "

@@ -61,8 +61,19 @@ struct HloInstruction {
   // _xla_buffer_placement ("pinned_host", "unpinned_host", "device"): jax.device_put(x, memory_kind=...) and
   // offloading remat policies. Empty otherwise.
   std::string buffer_placement;
-  std::vector<int64_t> dimensions;          // reduce: the dimensions reduced; transpose: the permutation
-  std::vector<int64_t> lhs_batch_dims;      // dot: lhs_batch_dims= (StableHLO batching_dims, left side)
+  std::vector<int64_t> dimensions;      // reduce: the dimensions reduced; transpose: the permutation
+  std::vector<int64_t> lhs_batch_dims;  // dot: lhs_batch_dims= (StableHLO batching_dims, left side)
+  // dot: the other dimension numbers (StableHLO's batching_dims right side, contracting_dims both sides),
+  // which the model of XLA's SPMD partitioner needs to map a dot's shardings.
+  std::vector<int64_t> rhs_batch_dims, lhs_contracting_dims, rhs_contracting_dims;
+  // gather and scatter: their dimension numbers - gather's offset_dims, collapsed_slice_dims,
+  // operand_batching_dims, start_indices_batching_dims; scatter's update_window_dims, inserted_window_dims,
+  // input_batching_dims, scatter_indices_batching_dims - and index_vector_dim (-1: not given).
+  struct GatherDims {
+    std::vector<int64_t> window, collapsed, operand_batching, indices_batching;
+    int64_t index_vector_dim = -1;
+  };
+  GatherDims gather_dims;
   HloOpcode reducer = HloOpcode::kUnknown;  // reduce (StableHLO): the combining op when it is one op
   // output_to_operand_aliasing={{out}: (operand, {index})}: outputs written in place over an operand.
   struct OperandAlias {
@@ -77,6 +88,12 @@ struct HloInstruction {
   // sharding={devices=[8,1]<=[8]} or {{...}, {...}}, StableHLO's mhlo.sharding or sdy.sharding on main's
   // arguments and results). An empty list: every device holds it whole.
   std::vector<std::vector<uint64_t>> sharding_tiles;
+  // Beside sharding_tiles (same layout), which device axis splits each dimension: a token per dimension, ""
+  // when it is whole. Two dimensions split by one token are split the same way across the devices (the
+  // same mesh axis): Shardy's axis names ("data", "data,model"), or for an HLO sharding the devices' order
+  // along that tile dimension (sharding_axis_tokens). An empty list: no sharding given (the compiler's
+  // choice). Also read for a Sharding custom call (jax.lax.with_sharding_constraint).
+  std::vector<std::vector<std::string>> sharding_axes;
   // What the buffer is for, when memfit built the program (model zoo): parameters, optimizer_state,
   // gradients, activations, temporaries. Empty for parsed modules.
   std::string category;
@@ -132,6 +149,10 @@ struct HloModule {
   // sharding={devices=[...]}, StableHLO's mhlo.num_partitions); 1 when none. A compiled module is already
   // one device's program.
   uint64_t num_partitions = 1;
+  // Set by the model of XLA:GPU (plan/xla_gpu_model.h) when it partitioned such a program as XLA's SPMD
+  // partitioner would: every shape is then one device's share. partition_notes: where it approximated.
+  bool partitioned = false;
+  std::vector<std::string> partition_notes;
   HloPlatform platform = HloPlatform::kUnknown;
   std::vector<HloAlias> aliases;
   // Donated arguments with no output named (HLO's buffer_donor=, StableHLO's jax.buffer_donor, which JAX
@@ -157,6 +178,13 @@ uint64_t sharding_devices(std::string_view sharding);
 // "{devices=[8,1]<=[8]}" -> {8, 1}; "{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}" -> {1, 4} (the
 // last tile dimension replicates); "{replicated}", "{maximal device=0}" or anything else -> {} (whole).
 std::vector<uint64_t> sharding_tiles(std::string_view sharding, size_t rank);
+
+// Which device axis splits each of an array's `rank` dimensions under an HLO sharding attribute's value
+// (HloInstruction::sharding_axes): "" for a whole dimension; else a token naming how the devices are ordered
+// along that tile dimension ("{devices=[2,1,4]<=[8] last_tile_dim_replicate}" and
+// "{devices=[1,2]<=[2,4]T(1,0) last_tile_dim_replicate}" give equal tokens to dimensions split by the same
+// devices). Every token "" when sharding_tiles gives {} (held whole).
+std::vector<std::string> sharding_axis_tokens(std::string_view sharding, size_t rank);
 
 // The most instructions memfit reads in one module: ten times the largest modules it is built for
 // (ARCHITECTURE.md), a bound on memory and time for text that is not a real program.
