@@ -693,7 +693,7 @@ Expected<HloModule> model_xla_gpu(HloModule lowered) {
   if (sharded) {
     // One device's program (xla_spmd_partitioner.cc); its donors are paired with its results after, by the
     // shapes each device holds, as XLA pairs them in the partitioned module.
-    MEMFIT_RETURN_IF_ERROR(xla_gpu_internal::partition_spmd(m));
+    MEMFIT_RETURN_IF_ERROR(partition_for_each_device(m));
     alias_buffer_donors(m);
   }
   for (HloComputation& c : m.computations) remove_sharding_annotations(c);

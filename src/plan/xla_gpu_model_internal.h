@@ -17,12 +17,6 @@
 
 namespace memfit::xla_gpu_internal {
 
-// XLA's SPMD partitioning of a program sharded over several devices (xla_spmd_partitioner.cc): the entry
-// becomes one device's program, each array its share, with the collectives between the shares; sets
-// module.partitioned and the notes on what it approximated. Nothing changes when no sharding splits an
-// array.
-Status partition_spmd(HloModule& module);
-
 // What an opcode is to fusion, resolved once per instruction.
 enum class Role {
   kCheap,      // elementwise or data movement XLA fuses into its consumers and duplicates freely

@@ -25,6 +25,7 @@
 #include <unordered_set>
 
 #include "memfit/core/checked.h"
+#include "memfit/plan/xla_gpu_model.h"
 #include "xla_gpu_model_internal.h"
 
 namespace memfit::xla_gpu_internal {
@@ -342,6 +343,7 @@ class Partitioner {
         return r;
       }
       case HloOpcode::kGetTupleElement: {
+        if (n != 1) return all_whole("a get-tuple-element");
         const auto& v = sh(x.operands[0]);
         const size_t k = static_cast<size_t>(std::max<int64_t>(x.tuple_index, 0));
         if (!s.is_tuple() && k < v.size() && v[k].axis.size() == s.dims.size())
@@ -365,7 +367,7 @@ class Partitioner {
       default:
         break;
     }
-    if (s.is_tuple()) return all_whole(fmt::format("a {}", x.opcode_name()));
+    if (s.is_tuple() || n == 0) return all_whole(fmt::format("a {}", x.opcode_name()));
     const size_t rank = s.dims.size();
     for (size_t k = 0; k < n; ++k)
       if (op_shape(k) == nullptr || op_shape(k)->is_tuple())
@@ -747,6 +749,12 @@ class Partitioner {
   }
 
   Rule dot(const HloInstruction& x, Rule& r) {
+    if (x.operands.size() != 2) {
+      for (size_t k = 0; k < x.operands.size(); ++k)
+        r.want[k] = whole(global_shape(x.operands[k])->dims.size());
+      r.out.push_back(whole(x.shape.dims.size()));
+      return r;
+    }
     const Shape& ls = *global_shape(x.operands[0]);
     const Shape& rs = *global_shape(x.operands[1]);
     const auto& lb = x.lhs_batch_dims;
@@ -927,9 +935,13 @@ class Partitioner {
 
 }  // namespace
 
-Status partition_spmd(HloModule& m) {
+}  // namespace memfit::xla_gpu_internal
+
+namespace memfit {
+
+Status partition_for_each_device(HloModule& m) {
   if (m.num_partitions <= 1 || m.partitioned) return ok_status();
-  return Partitioner(m).run();
+  return xla_gpu_internal::Partitioner(m).run();
 }
 
-}  // namespace memfit::xla_gpu_internal
+}  // namespace memfit

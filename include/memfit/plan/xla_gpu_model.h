@@ -80,6 +80,14 @@ bool is_lowered_module(const HloModule& module);
 // In the program's own order.
 Expected<HloModule> model_xla_gpu(HloModule lowered);
 
+// XLA's SPMD partitioning of a program sharded over several devices (src/plan/xla_spmd_partitioner.cc,
+// after xla/service/spmd/spmd_partitioner.cc): the entry becomes one device's program, each array its
+// share, with the collectives between the shares (all-gather, all-reduce, reduce-scatter) where a value is
+// read with another sharding; sets module.partitioned and module.partition_notes (what ran whole). Calls are
+// partitioned once inlined (model_xla_gpu runs this after inlining). Nothing but the flag changes when no
+// sharding splits an array. An error only for more than 64 device axes.
+Status partition_for_each_device(HloModule& lowered);
+
 // XLA:GPU's SubByteNormalization(SET_ELEMENT_SIZE) (xla/hlo/transforms/simplifiers/sub_byte_normalization.cc,
 // run by gpu_compiler.cc before layout assignment, entry parameters and results included): arrays of 4-bit
 // types (s4, u4, f4e2m1fn) are packed two to a byte. A lowered program has no layouts to say so; a compiled

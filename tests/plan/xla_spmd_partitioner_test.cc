@@ -1,0 +1,268 @@
+// The model of XLA's SPMD partitioning (src/plan/xla_spmd_partitioner.cc): a sharded program before
+// partitioning becomes one device's program, its collectives where XLA's partitioner puts them; planned on
+// JAX's own sharded programs (cpu8_*), each device's share against the same step run on the per-device batch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "memfit/core/file_io.h"
+#include "memfit/core/json.h"
+#include "memfit/plan/hlo_plan.h"
+#include "memfit/plan/xla_gpu_model.h"
+#include "memfit/program/model_spec.h"
+#include "memfit/program/model_zoo.h"
+#include "memfit/program/stablehlo_module.h"
+
+namespace memfit {
+namespace {
+
+// A lowered program partitioned for one device, and its instructions of one opcode.
+HloModule spmd_model(const std::string& text) {
+  auto m = parse_hlo_module(text);
+  EXPECT_TRUE(m.ok()) << m.error().message();
+  if (!m.ok()) return HloModule();
+  const Status partitioned = partition_for_each_device(*m);
+  EXPECT_TRUE(partitioned.ok()) << partitioned.error().message();
+  EXPECT_TRUE(m->partitioned);
+  return std::move(*m);
+}
+
+std::vector<std::string> spmd_shapes_of(const HloModule& m, HloOpcode op) {
+  std::vector<std::string> shapes;
+  for (const HloInstruction& x : m.entry()->instructions)
+    if (x.opcode == op) shapes.push_back(x.shape.to_string());
+  return shapes;
+}
+
+std::string spmd_shape_named(const HloModule& m, const std::string& name) {
+  for (const HloInstruction& x : m.entry()->instructions)
+    if (x.name == name) return x.shape.to_string();
+  return "(none)";
+}
+
+// Data parallel: the batch split over 8 devices, the weight replicated. Each device computes its rows; the
+// weight's gradient, a dot over the split batch, is each device's partial sum, all-reduced once where the
+// update reads it, whole - and nothing is gathered.
+TEST(SpmdPartitioner, ADataParallelGradientIsSummedOnceAndNothingGathered) {
+  const HloModule m = spmd_model(R"(HloModule jit_step
+
+ENTRY main {
+  x = f32[64,256]{1,0} parameter(0), sharding={devices=[8,1]<=[8]}
+  w = f32[256,512]{1,0} parameter(1), sharding={replicated}
+  y = f32[64,512]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[64,512]{1,0} tanh(y)
+  g = f32[256,512]{1,0} dot(x, t), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  n = f32[256,512]{1,0} subtract(w, g)
+  ROOT r = (f32[256,512]{1,0}, f32[64,512]{1,0}) tuple(n, t), sharding={{replicated}, {devices=[8,1]<=[8]}}
+}
+)");
+  ASSERT_NE(m.entry(), nullptr);
+  EXPECT_EQ(spmd_shape_named(m, "x"), "f32[8,256]");
+  EXPECT_EQ(spmd_shape_named(m, "y"), "f32[8,512]");
+  EXPECT_EQ(spmd_shapes_of(m, HloOpcode::kAllReduce), std::vector<std::string>{"f32[256,512]"});
+  EXPECT_TRUE(spmd_shapes_of(m, HloOpcode::kAllGather).empty());
+  EXPECT_TRUE(spmd_shapes_of(m, HloOpcode::kReduceScatter).empty());
+}
+
+// FSDP: the weight's rows split over the same axis as the batch. A dot cannot split both by one axis, so
+// the smaller operand, here the weight, is gathered where it is read - once for each pass, as XLA gathers it
+// (the compiled cpu8_gpt_fsdp8 gathers each weight twice) - and the gradient, summed over the batch, is
+// reduce-scattered to the weight's rows because the update reads it split so.
+TEST(SpmdPartitioner, AnFsdpWeightIsGatheredForEachPassAndItsGradientReduceScattered) {
+  const HloModule m = spmd_model(R"(HloModule jit_step
+
+ENTRY main {
+  x = f32[1024,256]{1,0} parameter(0), sharding={devices=[8,1]<=[8]}
+  w = f32[256,512]{1,0} parameter(1), sharding={devices=[8,1]<=[8]}
+  y = f32[1024,512]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[1024,512]{1,0} tanh(y)
+  dx = f32[1024,256]{1,0} dot(t, w), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  g = f32[256,512]{1,0} dot(dx, t), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  n = f32[256,512]{1,0} subtract(w, g)
+  ROOT r = (f32[256,512]{1,0}, f32[1024,256]{1,0}) tuple(n, dx)
+}
+)");
+  ASSERT_NE(m.entry(), nullptr);
+  EXPECT_EQ(spmd_shape_named(m, "w"), "f32[32,512]");
+  EXPECT_EQ(spmd_shapes_of(m, HloOpcode::kAllGather),
+            (std::vector<std::string>{"f32[256,512]", "f32[256,512]"}));
+  EXPECT_EQ(spmd_shapes_of(m, HloOpcode::kReduceScatter), std::vector<std::string>{"f32[32,512]"});
+  EXPECT_TRUE(spmd_shapes_of(m, HloOpcode::kAllReduce).empty());
+  EXPECT_EQ(spmd_shape_named(m, "n"), "f32[32,512]");
+}
+
+// Tensor parallelism (Megatron's MLP) over a 'model' axis of 4 beside a 'data' axis of 2: the first matrix
+// split by columns, the second by rows. The hidden activations are each device's columns; the second
+// product sums over the split dimension, all-reduced; nothing is gathered. The two axes are told apart by
+// the devices' order in the shardings (<=[2,4]T(1,0) is the 'model' axis of a data x model mesh).
+TEST(SpmdPartitioner, ATensorParallelMlpSumsItsRowSplitProduct) {
+  const HloModule m = spmd_model(R"(HloModule jit_step
+
+ENTRY main {
+  x = f32[16,512]{1,0} parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+  w1 = f32[512,2048]{1,0} parameter(1), sharding={devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  w2 = f32[2048,512]{1,0} parameter(2), sharding={devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  h = f32[16,2048]{1,0} dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  a = f32[16,2048]{1,0} tanh(h)
+  o = f32[16,512]{1,0} dot(a, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT e = f32[16,512]{1,0} exponential(o)
+}
+)");
+  ASSERT_NE(m.entry(), nullptr);
+  EXPECT_EQ(spmd_shape_named(m, "h"), "f32[8,512]");
+  EXPECT_EQ(spmd_shapes_of(m, HloOpcode::kAllReduce), std::vector<std::string>{"f32[8,512]"});
+  EXPECT_TRUE(spmd_shapes_of(m, HloOpcode::kAllGather).empty());
+}
+
+// An embedding lookup and its gradient: the indices split by batch give each device its rows of the
+// lookup; the gradient, scattered from each device's rows into the whole table, is a partial sum read
+// whole (all-reduced).
+TEST(SpmdPartitioner, AnEmbeddingLookupSplitsByTheIndicesBatch) {
+  const HloModule m = spmd_model(R"(HloModule jit_step
+
+region_add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  table = f32[1000,64]{1,0} parameter(0), sharding={replicated}
+  ids = s32[32,16,1]{2,1,0} parameter(1), sharding={devices=[8,1,1]<=[8]}
+  rows = f32[32,16,64]{2,1,0} gather(table, ids), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,64}
+  up = f32[32,16,64]{2,1,0} tanh(rows)
+  zero = f32[] constant(0)
+  zeros = f32[1000,64]{1,0} broadcast(zero), dimensions={}
+  grad = f32[1000,64]{1,0} scatter(zeros, ids, up), update_window_dims={2}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=2, to_apply=region_add
+  ROOT new = f32[1000,64]{1,0} subtract(table, grad)
+}
+)");
+  ASSERT_NE(m.entry(), nullptr);
+  EXPECT_EQ(spmd_shape_named(m, "rows"), "f32[4,16,64]");
+  EXPECT_EQ(spmd_shape_named(m, "grad"), "f32[1000,64]");
+  EXPECT_EQ(spmd_shapes_of(m, HloOpcode::kAllReduce), std::vector<std::string>{"f32[1000,64]"});
+  EXPECT_TRUE(spmd_shapes_of(m, HloOpcode::kAllGather).empty());
+}
+
+// What no rule partitions (here a sort) runs whole on every device, its operands gathered, and the plan
+// says so.
+TEST(SpmdPartitioner, WhatItDoesNotPartitionRunsWholeAndIsSaid) {
+  auto m = parse_hlo_module(R"(HloModule jit_step
+
+cmp {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+
+ENTRY main {
+  x = f32[64,128]{1,0} parameter(0), sharding={devices=[8,1]<=[8]}
+  s = f32[64,128]{1,0} sort(x), dimensions={0}, to_apply=cmp
+  ROOT e = f32[64,128]{1,0} exponential(s)
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  auto plan = plan_hlo(std::move(*m));
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  EXPECT_TRUE(plan->partitioned);
+  EXPECT_EQ(plan->argument_bytes, 8u * 128 * 4);
+  bool said = false;
+  for (const std::string& c : plan->caveats) said = said || c.find("sort runs whole") != std::string::npos;
+  EXPECT_TRUE(said);
+  EXPECT_GE(plan->temp_bytes, 64u * 128 * 4);  // the gathered operand
+}
+
+// The axis tokens: two shardings split a dimension alike exactly when the devices are ordered alike along
+// it, whatever the tile assignment's form.
+TEST(SpmdPartitioner, TellsMeshAxesApartByTheDevicesOrder) {
+  const auto data_axis = sharding_axis_tokens("{devices=[2,1,4]<=[8] last_tile_dim_replicate}", 2);
+  const auto data_too = sharding_axis_tokens("{devices=[1,2,4]<=[8] last_tile_dim_replicate}", 2);
+  const auto model_axis = sharding_axis_tokens("{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}", 2);
+  const auto model_too = sharding_axis_tokens("{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}", 2);
+  const auto listed = sharding_axis_tokens("{devices=[4,1,2]0,2,4,6,1,3,5,7 last_tile_dim_replicate}", 2);
+  ASSERT_EQ(data_axis.size(), 2u);
+  EXPECT_FALSE(data_axis[0].empty());
+  EXPECT_TRUE(data_axis[1].empty());
+  EXPECT_EQ(data_axis[0], data_too[1]);
+  EXPECT_EQ(model_axis[0], model_too[1]);
+  EXPECT_NE(model_axis[0], data_axis[0]);
+  // Devices listed: the same axis only when they are ordered alike along the dimension (the 'model' axis puts
+  // device d at position d % 4).
+  EXPECT_NE(listed[0], model_axis[0]);
+  EXPECT_EQ(sharding_axis_tokens("{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}", 2)[0],
+            model_axis[0]);
+  EXPECT_EQ(sharding_axis_tokens("{replicated}", 3), std::vector<std::string>(3));
+}
+
+std::string spmd_data(const std::string& name) { return std::string(MEMFIT_TEST_DATA_DIR) + "/xla/" + name; }
+
+Json spmd_program(const std::string& name) {
+  auto text = read_file(spmd_data("programs.json"));
+  EXPECT_TRUE(text.ok());
+  if (!text.ok()) return Json();
+  auto parsed = parse_json(*text, "programs.json");
+  EXPECT_TRUE(parsed.ok());
+  if (!parsed.ok()) return Json();
+  for (const Json& p : (*parsed)["programs"])
+    if (p["name"] == name) return p;
+  return Json();
+}
+
+Expected<HloPlan> spmd_plan_file(const std::string& file) {
+  MEMFIT_ASSIGN_OR_RETURN(std::string text, read_file(spmd_data(file)));
+  MEMFIT_ASSIGN_OR_RETURN(HloModule module, parse_program_text(text));
+  return plan_hlo(std::move(module));
+}
+
+// JAX's own data-parallel GPT step over 8 devices (reference_programs.py, lowered in the same process as
+// its compile): partitioned, each device's temp is within 5% of the same step's on one device with the
+// per-device batch (the zoo's lowered program of that config), the difference the gradients' all-reduces.
+// Both front ends give the same figure; FSDP and tensor parallelism hold each device's arguments exactly and
+// far less temp than one device running all of it.
+TEST(SpmdPartitioner, JaxsDataParallelStepIsThePerDeviceBatchsStep) {
+  const Json p = spmd_program("cpu8_gpt_replicated_dp8");
+  ASSERT_FALSE(p.is_null());
+  Json config = p["config"];
+  config.erase("sharding");
+  config.erase("mesh");
+  config.erase("mesh_axes");
+  config.erase("cpu8");  // the same step for one GPU: the lowered program
+  config.erase("backend");
+  config["batch"] = config["batch"].get<uint64_t>() / 8;
+  auto spec = model_spec_from_json(config);
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  auto one = build_step_module(*spec);
+  ASSERT_TRUE(one.ok()) << one.error().message();
+  auto per_batch = plan_hlo(std::move(*one));
+  ASSERT_TRUE(per_batch.ok()) << per_batch.error().message();
+
+  auto whole = spmd_plan_file("cpu8_gpt_single.lowered.hlo.txt.gz");
+  ASSERT_TRUE(whole.ok()) << whole.error().message();
+  uint64_t dp_temp = 0;
+  for (const char* suffix : {".lowered.hlo.txt.gz", ".stablehlo.mlir.gz"}) {
+    SCOPED_TRACE(suffix);
+    auto dp = spmd_plan_file(std::string("cpu8_gpt_replicated_dp8") + suffix);
+    ASSERT_TRUE(dp.ok()) << dp.error().message();
+    EXPECT_TRUE(dp->partitioned);
+    const double error = (static_cast<double>(dp->temp_bytes) - static_cast<double>(per_batch->temp_bytes)) /
+                         static_cast<double>(per_batch->temp_bytes);
+    EXPECT_LE(std::abs(error), 0.05) << dp->temp_bytes << " against " << per_batch->temp_bytes;
+    if (dp_temp != 0) {
+      EXPECT_EQ(dp->temp_bytes, dp_temp);
+    }
+    dp_temp = dp->temp_bytes;
+  }
+  for (const char* name : {"cpu8_gpt_fsdp8", "cpu8_gpt_tp4_dp2"}) {
+    SCOPED_TRACE(name);
+    const Json q = spmd_program(name);
+    auto plan = spmd_plan_file(std::string(name) + ".lowered.hlo.txt.gz");
+    ASSERT_TRUE(plan.ok()) << plan.error().message();
+    EXPECT_EQ(plan->argument_bytes, q["xla_memory_analysis"]["argument_size_in_bytes"].get<uint64_t>());
+    EXPECT_LT(plan->temp_bytes * 4, whole->temp_bytes);
+  }
+}
+
+}  // namespace
+}  // namespace memfit
