@@ -85,30 +85,63 @@ class Partitioner {
       m_.partitioned = true;
       return ok_status();
     }
-    for (const HloInstruction& x : entry->instructions) names_.insert(x.name);
-    for (const HloInstruction& x : entry->instructions)
-      for (const std::string& o : x.operands) users_[o].push_back(x.opcode);
-    const std::vector<uint32_t> order = instruction_post_order(*entry);
-    std::vector<HloInstruction> in = std::move(entry->instructions);
-    entry->instructions.clear();
-    out_.reserve(in.size() + in.size() / 4);
-    for (uint32_t k : order) MEMFIT_RETURN_IF_ERROR(place(std::move(in[k])));
+    for (size_t c = 0; c < m_.computations.size(); ++c) {
+      computation_[m_.computations[c].name] = c;
+      for (const HloInstruction& x : m_.computations[c].instructions) {
+        names_.insert(x.name);
+        for (const std::string& o : x.operands) users_[o].push_back(x.opcode);
+        const auto at = static_cast<uint32_t>(readers_all_.size());
+        reader_index_[x.name] = at;
+        readers_all_.push_back({x.name, x.opcode, x.operands, x.tuple_index, x.shape.dims.size()});
+        for (const std::string& o : x.operands) readers_[o].push_back(at);
+      }
+    }
+    for (const HloInstruction& p : entry->instructions)
+      if (p.opcode == HloOpcode::kParameter && !p.shape.is_tuple())
+        if (auto g = given(p, 0, p.shape)) given_parameters_[p.name] = *g;
+    MEMFIT_RETURN_IF_ERROR(partition(*entry, nullptr, nullptr));
     if (too_many_axes_)
       return invalid_argument(
           fmt::format("the program's shardings name more than {} device axes", kMostAxes));
-    for (HloInstruction& x : out_) {
+    for (HloInstruction& x : entry->instructions) {
       if (x.opcode == HloOpcode::kParameter || x.is_root) {
         x.sharding_tiles.clear();
         x.sharding_axes.clear();
       }
     }
-    entry->instructions = std::move(out_);
     m_.partitioned = true;
     m_.partition_notes.assign(notes_.begin(), notes_.end());
     return ok_status();
   }
 
  private:
+  // Partitions one computation in place: the entry (`params` null: its parameters' own shardings), or a
+  // loop's body or condition, whose one parameter is the loop's tuple, held as `params` says; a body's
+  // results are resharded to `root_want` so that every iteration sees its values alike.
+  Status partition(HloComputation& comp, const std::vector<Sh>* params, const std::vector<Sh>* root_want) {
+    std::vector<HloInstruction> outer = std::move(out_);
+    std::unordered_map<std::string, size_t> outer_placed = std::move(placed_);
+    const std::vector<Sh>* outer_params = loop_params_;
+    const std::vector<Sh>* outer_root = root_want_;
+    out_.clear();
+    placed_.clear();
+    loop_params_ = params;
+    root_want_ = root_want;
+    const std::vector<uint32_t> order = instruction_post_order(comp);
+    std::vector<HloInstruction> in = std::move(comp.instructions);
+    comp.instructions.clear();
+    out_.reserve(in.size() + in.size() / 4);
+    Status status = ok_status();
+    for (uint32_t k : order)
+      if (status.ok()) status = place(std::move(in[k]));
+    comp.instructions = std::move(out_);
+    out_ = std::move(outer);
+    placed_ = std::move(outer_placed);
+    loop_params_ = outer_params;
+    root_want_ = outer_root;
+    return status;
+  }
+
   int axis_id(const std::string& token, uint64_t parts) {
     for (size_t k = 0; k < axes_.size(); ++k)
       if (axes_[k].first == token) return static_cast<int>(k);
@@ -264,22 +297,112 @@ class Partitioner {
         gathered.axis[d] = kWhole;
         gather_dims.push_back(static_cast<int64_t>(d));
       }
-    if (!gather_dims.empty()) emit(HloOpcode::kAllGather, "all_gather", gathered, gather_dims);
+    if (!gather_dims.empty()) {
+      emit(HloOpcode::kAllGather, "all_gather", gathered, gather_dims);
+      // A weight's gather runs shortly before the op that reads it: XLA's latency-hiding scheduler overlaps
+      // it with the work just before and caps the collectives in flight. Its only operand is a parameter,
+      // ready from the start, so memory's list scheduler would start every weight's gather at once; it is
+      // tied to the reader's other operands (read there anyway: no value lives longer) to keep it near.
+      if (weights_.contains(value)) {
+        HloInstruction& g = out_.back();
+        for (const std::string& o : reader.operands)
+          if (o != value && global_.contains(o) && !global_shape(o)->is_tuple() && !weights_.contains(o))
+            g.operands.push_back(o);
+      }
+    }
     if (!(have == want)) emit(HloOpcode::kSlice, "slice", resolved(want), {});  // each device's share
     return cur;
+  }
+
+  // The sharding of a split array of `rank` that an elementwise op combines with element k of loop `loop`'s
+  // results, within six elementwise steps of it; none when there is none.
+  std::optional<Sh> split_read_beside(const std::string& loop, size_t k, size_t rank) {
+    std::vector<std::string> frontier;
+    for (uint32_t u : readers_[loop])
+      if (readers_all_[u].op == HloOpcode::kGetTupleElement &&
+          readers_all_[u].tuple_index == static_cast<int64_t>(k))
+        frontier.push_back(readers_all_[u].name);
+    for (int depth = 0; depth < 6 && !frontier.empty(); ++depth) {
+      std::vector<std::string> next;
+      for (const std::string& v : frontier) {
+        for (uint32_t u : readers_[v]) {
+          const Reader& r = readers_all_[u];
+          const Role role = role_of(r.op);
+          if ((role != Role::kCheap && role != Role::kExpensive) || r.rank != rank) continue;
+          for (const std::string& o : r.operands) {
+            if (o == v) continue;
+            const Shape* os = global_shape(o);  // null: not placed yet (split_of looks further)
+            if (os != nullptr && (os->is_tuple() || os->dims.size() != rank)) continue;
+            if (auto split = split_of(o, rank, 3)) return split;
+          }
+          next.push_back(r.name);
+        }
+      }
+      frontier = std::move(next);
+    }
+    return std::nullopt;
+  }
+
+  // How value `name` of `rank` is split: as placed, else (not placed yet) as the entry parameter it is or
+  // that an elementwise op of it within `depth` steps reads says. None when whole or not known.
+  std::optional<Sh> split_of(const std::string& name, size_t rank, int depth) {
+    const auto& have = sh(name);
+    if (have.size() == 1 && have[0].axis.size() == rank)
+      return have[0].axis == whole(rank).axis ? std::nullopt : std::optional<Sh>(resolved(have[0]));
+    auto at = reader_index_.find(name);
+    if (at == reader_index_.end() || depth == 0) return std::nullopt;
+    const Reader& r = readers_all_[at->second];
+    if (r.op == HloOpcode::kParameter) {
+      auto g = given_parameters_.find(name);
+      if (g == given_parameters_.end() || !g->second.split()) return std::nullopt;
+      return g->second;
+    }
+    const Role role = role_of(r.op);
+    if ((role != Role::kCheap && role != Role::kExpensive) || r.rank != rank) return std::nullopt;
+    for (const std::string& o : r.operands) {
+      const Shape* os = global_shape(o);
+      if (os != nullptr && (os->is_tuple() || os->dims.size() != rank)) continue;
+      if (auto split = split_of(o, rank, depth - 1)) return split;
+    }
+    return std::nullopt;
+  }
+
+  // The tuple `tuple` (held as `have`) rebuilt with its elements resharded to `want`, before `reader`.
+  std::string retuple(const std::string& tuple, const std::vector<Sh>& have, const std::vector<Sh>& want,
+                      const HloInstruction& reader) {
+    auto at = placed_.find(tuple);
+    if (at == placed_.end() || out_[at->second].opcode != HloOpcode::kTuple) return tuple;
+    HloInstruction t = out_[at->second];
+    if (t.operands.size() != want.size()) return tuple;
+    Shape global = *global_shape(tuple);
+    for (size_t k = 0; k < want.size(); ++k) {
+      t.operands[k] = reshard(t.operands[k], have[k], want[k], reader);
+      if (k < t.shape.elements.size() && k < global.elements.size())
+        t.shape.elements[k] = local(global.elements[k], want[k]);
+    }
+    t.name = fresh(tuple, "tuple");
+    t.is_root = false;
+    t.line = reader.line;
+    global_[t.name] = global;
+    sh_[t.name] = want;
+    placed_[t.name] = out_.size();
+    const std::string name = t.name;
+    out_.push_back(std::move(t));
+    return name;
   }
 
   // Whether a tuple's reader runs whole on every device (so the tuple's elements are read whole).
   bool read_whole(const HloInstruction& tuple) {
     for (HloOpcode u : users_[tuple.name])
-      if (u != HloOpcode::kGetTupleElement && u != HloOpcode::kOptimizationBarrier && u != HloOpcode::kTuple)
+      if (u != HloOpcode::kGetTupleElement && u != HloOpcode::kOptimizationBarrier &&
+          u != HloOpcode::kTuple && u != HloOpcode::kWhile)
         return true;
     return false;
   }
 
   void note(std::string what) { notes_.insert(std::move(what)); }
 
-  Rule decide(const HloInstruction& x) {
+  Rule decide(HloInstruction& x) {
     Rule r;
     const size_t n = x.operands.size();
     r.want.assign(n, std::nullopt);
@@ -307,6 +430,16 @@ class Partitioner {
 
     switch (x.opcode) {
       case HloOpcode::kParameter: {
+        if (loop_params_ != nullptr) {  // a loop's tuple, held as the loop's operand is
+          if (s.is_tuple() && loop_params_->size() == s.elements.size()) {
+            r.out = *loop_params_;
+          } else if (s.is_tuple()) {
+            for (const Shape& e : s.elements) r.out.push_back(whole(e.is_tuple() ? 0 : e.dims.size()));
+          } else {
+            r.out.push_back(whole(s.dims.size()));
+          }
+          return r;
+        }
         if (s.is_tuple()) {
           for (size_t k = 0; k < s.elements.size(); ++k)
             r.out.push_back(given(x, k, s.elements[k]).value_or(whole(s.elements[k].dims.size())));
@@ -328,7 +461,10 @@ class Partitioner {
             continue;
           }
           Sh w = whole_reader ? whole(os->dims.size()) : resolved(op_sh(k));
-          if (x.is_root)
+          if (x.is_root && root_want_ != nullptr && k < root_want_->size() &&
+              (*root_want_)[k].axis.size() == os->dims.size())
+            w = (*root_want_)[k];
+          else if (x.is_root)
             if (auto g = given(x, k, *os)) w = *g;
           r.want[k] = w;
           r.out.push_back(w);
@@ -352,6 +488,72 @@ class Partitioner {
           r.out.push_back(whole(s.is_tuple() ? 0 : s.dims.size()));
         return r;
       }
+      case HloOpcode::kWhile: {
+        // jax.lax.scan and fori_loop: the body runs on each device's share of the carried values, held
+        // as the loop's operand holds them (the body's results resharded to match).
+        const std::vector<Sh> init = n == 1 ? sh(x.operands[0]) : std::vector<Sh>();
+        if (!s.is_tuple() || init.size() != s.elements.size()) return all_whole("a loop");
+        HloComputation* body = nullptr;
+        HloComputation* condition = nullptr;
+        for (const std::string& c : x.called) {
+          auto at = computation_.find(c);
+          if (at == computation_.end()) continue;
+          HloComputation& comp = m_.computations[at->second];
+          const HloInstruction* root = comp.root();
+          if (root != nullptr && root->shape.type == PrimitiveType::kPred && !root->shape.is_tuple())
+            condition = &comp;
+          else
+            body = &comp;
+        }
+        if (body == nullptr || partitioned_.contains(body->name) ||
+            (condition != nullptr && partitioned_.contains(condition->name)))
+          return all_whole("a loop whose body another loop runs too");
+        if (trial_) {  // a loop inside a loop being tried: taken as it comes
+          r.out = init;
+          return r;
+        }
+        // A carried value the loop starts whole but its body splits (a scan's stacked outputs, begun as
+        // zeros and written a split layer at a time) is carried split: XLA's propagation splits the zeros
+        // too. The body is tried once on a copy to see what it makes of each value.
+        std::vector<Sh> carried = init;
+        {
+          HloComputation copy = *body;
+          const auto saved_sums = sums_;
+          const auto saved_notes = notes_;
+          trial_ = true;
+          Status tried = partition(copy, &init, nullptr);
+          trial_ = false;
+          const HloInstruction* root = copy.root();
+          if (tried.ok() && root != nullptr && root->opcode == HloOpcode::kTuple &&
+              root->operands.size() == init.size()) {
+            for (size_t k = 0; k < init.size(); ++k) {
+              const auto& got = sh(root->operands[k]);
+              if (got.size() != 1 || got[0].axis.size() != init[k].axis.size()) continue;
+              for (size_t d = 0; d < init[k].axis.size(); ++d) {
+                const int a = got[0].axis[d];
+                if (carried[k].axis[d] == kWhole && a != kWhole &&
+                    std::find(carried[k].axis.begin(), carried[k].axis.end(), a) == carried[k].axis.end())
+                  carried[k].axis[d] = a;
+              }
+            }
+          }
+          sums_ = saved_sums;
+          notes_ = saved_notes;
+        }
+        // A value the loop adds to and the step later combines with a split one (FSDP's accumulated
+        // gradients, read by the update beside the split parameter) is carried split like it: XLA's
+        // propagation, which also runs backward from readers, splits the accumulator's zeros.
+        for (size_t k = 0; k < carried.size(); ++k)
+          if (!carried[k].split())
+            if (auto hint = split_read_beside(x.name, k, carried[k].axis.size())) carried[k] = *hint;
+        if (!(carried == init)) x.operands[0] = retuple(x.operands[0], init, carried, x);
+        partitioned_.insert(body->name);
+        if (condition != nullptr) partitioned_.insert(condition->name);
+        status_ = partition(*body, &carried, &carried);
+        if (status_.ok() && condition != nullptr) status_ = partition(*condition, &carried, nullptr);
+        r.out = carried;
+        return r;
+      }
       case HloOpcode::kOptimizationBarrier: {
         if (n == 1 && s.is_tuple() && sh(x.operands[0]).size() == s.elements.size()) {
           r.out = sh(x.operands[0]);
@@ -367,6 +569,8 @@ class Partitioner {
       default:
         break;
     }
+    if (x.opcode == HloOpcode::kCustomCall && x.custom_call_target.starts_with("__cudnn$fmha"))
+      return batched_kernel(x, r);
     if (s.is_tuple() || n == 0) return all_whole(fmt::format("a {}", x.opcode_name()));
     const size_t rank = s.dims.size();
     for (size_t k = 0; k < n; ++k)
@@ -472,9 +676,34 @@ class Partitioner {
       case HloOpcode::kScatter:
         if (n != 3) return all_whole("a variadic scatter");
         return scatter(x, r);
+      case HloOpcode::kConvolution: {
+        // Without its dimension labels, the batch-leading layout JAX's NHWC convolutions use: a result as
+        // long as the input in its leading dimension is split like it (the forward convolution and the
+        // input's gradient); a kernel's gradient, which sums over that dimension of both operands, is each
+        // device's partial sum. The kernel is read whole.
+        if (n != 2) return all_whole("a convolution");
+        const Shape& a = *op_shape(0);
+        const Shape& b = *op_shape(1);
+        const int batch = a.dims.empty() ? kWhole : op_sh(0).axis[0];
+        Sh wa = whole(a.dims.size()), wb = whole(b.dims.size());
+        Sh out = whole(rank);
+        if (batch != kWhole && rank == a.dims.size() && s.dims[0] == a.dims[0]) {
+          out.axis[0] = wa.axis[0] = batch;
+        } else if (batch != kWhole && !b.dims.empty() && b.dims[0] == a.dims[0]) {
+          wa.axis[0] = wb.axis[0] = batch;
+          out.partial = uint64_t{1} << batch;
+        } else if (op_split(x, 0) || op_split(x, 1)) {
+          note("a convolution split other than by its leading dimension runs whole on every device");
+        }
+        r.want[0] = wa;
+        r.want[1] = wb;
+        r.out.push_back(out);
+        return r;
+      }
       case HloOpcode::kSlice:
       case HloOpcode::kDynamicSlice:
       case HloOpcode::kPad:
+      case HloOpcode::kReduceWindow:  // pooling: split where the window leaves the size (batch, channels)
       case HloOpcode::kReverse: {
         const Shape& os = *op_shape(0);
         if (os.dims.size() != rank) return all_whole(fmt::format("a {}", x.opcode_name()));
@@ -591,9 +820,19 @@ class Partitioner {
       while (mj + 1 < j && out_dims[mj] == 1) ++mj;
       bool keep = pi == pj && mj < j;
       for (size_t d = gi; d < i; ++d)
-        if (have.axis[d] != kWhole && (d != mi || !keep || out_dims[mj] % parts(have.axis[d]) != 0))
+        if (have.axis[d] != kWhole && (d != mi || !keep)) keep = false;
+      if (keep && mi < i && have.axis[mi] != kWhole) {
+        // The split lands on the group's major dimension; where that does not divide (a batch of 64 over 8
+        // devices reshaped into 4 microbatches of 16), on the first that does: each device then holds
+        // another set of rows, which XLA's partitioner brings about with an all-to-all of a share's size
+        // (not modeled as a buffer).
+        size_t target = mj;
+        while (target < j && out_dims[target] % parts(have.axis[mi]) != 0) ++target;
+        if (target < j)
+          out.axis[target] = have.axis[mi];
+        else
           keep = false;
-      if (keep && mi < i && have.axis[mi] != kWhole) out.axis[mj] = have.axis[mi];
+      }
       if (!keep)
         for (size_t d = gi; d < i; ++d) have.axis[d] = kWhole;
     }
@@ -748,6 +987,35 @@ class Partitioner {
     return os != nullptr && !os->is_tuple() && array_sh(x.operands[k], os->dims.size()).split();
   }
 
+  // cuDNN's fused attention (dot_product_attention with implementation='cudnn'): batch-parallel, as its
+  // SPMD rule in JAX (jax/_src/cudnn/fused_attention_stablehlo.py) keeps q, k, v and the results split by
+  // batch (and heads); each device runs the kernel on its share. Operands and results of one leading size
+  // are split by the axis that splits the first operand's leading dimension; the rest is read whole.
+  Rule batched_kernel(const HloInstruction& x, Rule& r) {
+    const Shape& s = x.shape;
+    const Shape* first = x.operands.empty() ? nullptr : global_shape(x.operands[0]);
+    int axis = kWhole;
+    uint64_t lead = 0;
+    if (first != nullptr && !first->is_tuple() && !first->dims.empty()) {
+      axis = array_sh(x.operands[0], first->dims.size()).axis[0];
+      lead = first->dims[0];
+    }
+    auto split_lead = [&](const Shape& a) {
+      Sh w = whole(a.is_tuple() ? 0 : a.dims.size());
+      if (axis != kWhole && !a.is_tuple() && !a.dims.empty() && a.dims[0] == lead) w.axis[0] = axis;
+      return w;
+    };
+    for (size_t k = 0; k < x.operands.size(); ++k) {
+      const Shape* os = global_shape(x.operands[k]);
+      if (os != nullptr && !os->is_tuple()) r.want[k] = split_lead(*os);
+    }
+    if (s.is_tuple())
+      for (const Shape& e : s.elements) r.out.push_back(split_lead(e));
+    else
+      r.out.push_back(split_lead(s));
+    return r;
+  }
+
   Rule dot(const HloInstruction& x, Rule& r) {
     if (x.operands.size() != 2) {
       for (size_t k = 0; k < x.operands.size(); ++k)
@@ -795,8 +1063,11 @@ class Partitioner {
     }
     Sh L = resolved(array_sh(x.operands[0], ls.dims.size()));
     Sh R = resolved(array_sh(x.operands[1], rs.dims.size()));
-    // On a tie the right operand (x @ W: the weight) is gathered.
-    const bool lhs_smaller = ls.leaf_bytes() < rs.leaf_bytes();
+    // Which operand gives up a split the other needs: a weight (a parameter as read, cast or transposed)
+    // beside an activation, as FSDP's weights are gathered; else the smaller, the right one on a tie
+    // (x @ W: the weight).
+    const bool lhs_weight = weights_.contains(x.operands[0]), rhs_weight = weights_.contains(x.operands[1]);
+    const bool lhs_smaller = lhs_weight != rhs_weight ? lhs_weight : ls.leaf_bytes() < rs.leaf_bytes();
     Sh out;
     for (int round = 0; round < 16; ++round) {
       out = whole(x.shape.dims.size());
@@ -870,10 +1141,19 @@ class Partitioner {
   }
 
   Status place(HloInstruction x) {
+    if (!status_.ok()) return status_;
     for (std::string& o : x.operands)
       if (auto f = forward_.find(o); f != forward_.end()) o = f->second;
     global_[x.name] = x.shape;
+    // A weight as read: an entry parameter, or a cast, transpose, reshape or copy of one.
+    if ((x.opcode == HloOpcode::kParameter && loop_params_ == nullptr && !x.shape.is_tuple()) ||
+        ((x.opcode == HloOpcode::kConvert || x.opcode == HloOpcode::kTranspose ||
+          x.opcode == HloOpcode::kReshape || x.opcode == HloOpcode::kBitcast ||
+          x.opcode == HloOpcode::kCopy) &&
+         x.operands.size() == 1 && weights_.contains(x.operands[0])))
+      weights_.insert(x.name);
     Rule r = decide(x);
+    if (!status_.ok()) return status_;
     for (size_t k = 0; k < x.operands.size() && k < r.want.size(); ++k) {
       if (!r.want[k]) continue;
       const Shape* os = global_shape(x.operands[k]);
@@ -924,6 +1204,25 @@ class Partitioner {
   std::unordered_map<std::string, std::vector<Sh>> sh_;
   std::unordered_map<std::string, Shape> global_;
   std::unordered_map<std::string, std::vector<HloOpcode>> users_;
+  std::unordered_map<std::string, size_t> computation_;  // by name
+  // Every instruction as read, for looking ahead at a value's readers (the instructions themselves move).
+  struct Reader {
+    std::string name;
+    HloOpcode op;
+    std::vector<std::string> operands;
+    int64_t tuple_index;
+    size_t rank;
+  };
+  std::vector<Reader> readers_all_;
+  std::unordered_map<std::string, std::vector<uint32_t>> readers_;
+  std::unordered_map<std::string, uint32_t> reader_index_;
+  std::unordered_map<std::string, Sh> given_parameters_;  // the entry's, as annotated
+  std::unordered_set<std::string> weights_;               // values that are a parameter as read
+  std::unordered_set<std::string> partitioned_;           // loop bodies and conditions done
+  const std::vector<Sh>* loop_params_ = nullptr;          // the computation being partitioned is a loop's
+  const std::vector<Sh>* root_want_ = nullptr;
+  Status status_ = ok_status();
+  bool trial_ = false;  // a loop body tried on a copy: nested loops are not entered
   std::unordered_set<std::string> names_;
   std::unordered_map<std::string, std::pair<std::string, Sh>> sums_;  // value|want -> summed value
   std::unordered_map<std::string, size_t> placed_;                    // where each value is in out_

@@ -35,18 +35,22 @@ Expected<HloModule> build_step_module(const ModelSpec& spec, StepArguments* argu
   module.name = "jit_step";
   module.is_scheduled = true;
   module.platform = spec.backend == Backend::kCpu ? HloPlatform::kCpu : HloPlatform::kGpu;
-  if (zoo::mlp_lowers(spec) || zoo::transformer_lowers(spec) || zoo::flax_cnn_lowers(spec) ||
+  const bool sharded = zoo::lowers_sharded(spec);
+  if (sharded || zoo::mlp_lowers(spec) || zoo::transformer_lowers(spec) || zoo::flax_cnn_lowers(spec) ||
       zoo::flax_encoder_lowers(spec)) {
-    // The program JAX traces, planned through the model of XLA:GPU (plan/xla_gpu_model.h).
+    // The program JAX traces, planned through the model of XLA:GPU (plan/xla_gpu_model.h); over several
+    // devices, the whole program with its arguments' shardings, partitioned by that model.
+    const ModelSpec one = sharded ? zoo::unsharded(spec) : spec;
     StepArguments args;
-    if (spec.model == ModelFamily::kMlp)
-      zoo::build_mlp_lowered(spec, module, args);
-    else if (spec.model == ModelFamily::kFlaxCnn)
-      zoo::build_flax_cnn_lowered(spec, module, args);
-    else if (spec.model == ModelFamily::kFlaxEncoder)
-      zoo::build_flax_encoder_lowered(spec, module, args);
+    if (one.model == ModelFamily::kMlp)
+      zoo::build_mlp_lowered(one, module, args);
+    else if (one.model == ModelFamily::kFlaxCnn)
+      zoo::build_flax_cnn_lowered(one, module, args);
+    else if (one.model == ModelFamily::kFlaxEncoder)
+      zoo::build_flax_encoder_lowered(one, module, args);
     else
-      zoo::build_transformer_lowered(spec, module, args);
+      zoo::build_transformer_lowered(one, module, args);
+    if (sharded) zoo::shard_lowered_step(spec, module, args);
     if (arguments != nullptr) *arguments = args;
     MEMFIT_RETURN_IF_ERROR(check_sizes(module));
     return module;

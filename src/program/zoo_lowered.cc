@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <string_view>
 #include <utility>
@@ -128,10 +129,99 @@ LoweredEmitter::V LoweredEmitter::binary(const char* opcode, const V& a, const V
   return push(make(a.shape, opcode, {a.name, b.name}));
 }
 
+namespace {
+
+// The k-element subsets of `from`, each in order.
+void subsets(const std::vector<int64_t>& from, size_t k, size_t start, std::vector<int64_t>& cur,
+             std::vector<std::vector<int64_t>>& out) {
+  if (cur.size() == k) {
+    out.push_back(cur);
+    return;
+  }
+  for (size_t i = start; i < from.size(); ++i) {
+    cur.push_back(from[i]);
+    subsets(from, k, i + 1, cur, out);
+    cur.pop_back();
+  }
+}
+
+// dot_general's contracting dimensions for operands `a` and `b` (batch dimensions `batch`, the same on both)
+// and result `out` (batch, a's free, b's free): the writers give only the result's shape, so the dimension
+// numbers JAX would print are found from the sizes - each operand's free dimensions in order are the
+// result's, contracted sizes pair up - and where sizes alone allow several (a square weight, a sequence as
+// long as the model is wide), the ones JAX writes: a's last dimensions with b's first (x @ W) or, in the
+// backward pass (`transposed`), b's last (dy @ W.T); else the same positions on both sides (a weight's
+// gradient, contracting batch and sequence).
+void number_dot(HloInstruction& i, const Shape& a, const Shape& b, const std::vector<int64_t>& batch,
+                bool transposed) {
+  auto rest = [&](size_t rank) {
+    std::vector<int64_t> r;
+    for (size_t d = 0; d < rank; ++d)
+      if (std::find(batch.begin(), batch.end(), static_cast<int64_t>(d)) == batch.end())
+        r.push_back(static_cast<int64_t>(d));
+    return r;
+  };
+  const std::vector<int64_t> la = rest(a.dims.size()), lb = rest(b.dims.size());
+  const size_t k = batch.size();
+  if (i.shape.dims.size() < k || la.size() + lb.size() < i.shape.dims.size() - k) return;
+  const size_t twice = la.size() + lb.size() - (i.shape.dims.size() - k);
+  if (twice % 2 != 0 || twice / 2 > la.size() || twice / 2 > lb.size()) return;
+  const size_t nc = twice / 2;
+  std::vector<std::vector<int64_t>> ca, cb;
+  std::vector<int64_t> cur;
+  subsets(la, nc, 0, cur, ca);
+  subsets(lb, nc, 0, cur, cb);
+  auto free_match = [&](const Shape& s, const std::vector<int64_t>& all, const std::vector<int64_t>& c,
+                        size_t at) {
+    size_t o = at;
+    for (int64_t d : all) {
+      if (std::find(c.begin(), c.end(), d) != c.end()) continue;
+      if (o >= i.shape.dims.size() || s.dims[static_cast<size_t>(d)] != i.shape.dims[o]) return false;
+      ++o;
+    }
+    return true;
+  };
+  const std::vector<int64_t>* best_a = nullptr;
+  const std::vector<int64_t>* best_b = nullptr;
+  const std::vector<int64_t> a_last(la.end() - static_cast<std::ptrdiff_t>(nc), la.end());
+  const std::vector<int64_t> b_end =
+      transposed ? std::vector<int64_t>(lb.end() - static_cast<std::ptrdiff_t>(nc), lb.end())
+                 : std::vector<int64_t>(lb.begin(), lb.begin() + static_cast<std::ptrdiff_t>(nc));
+  auto rank_of = [&](const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
+    if (x == a_last) return y == b_end ? 0 : 1;
+    return x == y ? 2 : 3;
+  };
+  auto better = [&](const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
+    if (best_a == nullptr) return true;
+    return rank_of(x, y) < rank_of(*best_a, *best_b);
+  };
+  for (const auto& x : ca) {
+    if (!free_match(a, la, x, k)) continue;
+    for (const auto& y : cb) {
+      if (!free_match(b, lb, y, k + la.size() - nc)) continue;
+      bool pairs = true;
+      for (size_t j = 0; j < nc; ++j)
+        pairs = pairs && a.dims[static_cast<size_t>(x[j])] == b.dims[static_cast<size_t>(y[j])];
+      if (pairs && better(x, y)) {
+        best_a = &x;
+        best_b = &y;
+      }
+    }
+  }
+  if (best_a == nullptr) return;
+  i.lhs_batch_dims = batch;
+  i.rhs_batch_dims = batch;
+  i.lhs_contracting_dims = *best_a;
+  i.rhs_contracting_dims = *best_b;
+}
+
+}  // namespace
+
 LoweredEmitter::V LoweredEmitter::dot(const V& a, const V& b, const std::vector<uint64_t>& dims,
                                       PrimitiveType type, size_t batch_dims) {
   HloInstruction i = make(array(type, dims), "dot", {a.name, b.name});
   for (size_t d = 0; d < batch_dims; ++d) i.lhs_batch_dims.push_back(static_cast<int64_t>(d));
+  number_dot(i, a.shape, b.shape, i.lhs_batch_dims, op_name_.find("transpose(") != std::string::npos);
   return push(std::move(i));
 }
 
@@ -140,6 +230,8 @@ LoweredEmitter::V LoweredEmitter::batched_dot(const V& a, const V& b, const std:
                                               const std::vector<int64_t>& lhs_batch_dims) {
   HloInstruction i = make(array(type, dims), "dot", {a.name, b.name});
   i.lhs_batch_dims = lhs_batch_dims;
+  // flax's attention einsums ('bqhd,bkhd->bhqk'): the heads and batch at the same places on both sides.
+  number_dot(i, a.shape, b.shape, lhs_batch_dims, op_name_.find("transpose(") != std::string::npos);
   return push(std::move(i));
 }
 
@@ -225,14 +317,45 @@ LoweredEmitter::V LoweredEmitter::slice(const V& x, size_t dim, uint64_t size) {
   return push(make(shape, "slice", {x.name}));
 }
 
+namespace {
+
+// jnp.take_along_axis's gather and scatter (indices one rank above the operand, [..., 1, 1]): every
+// dimension but the last is a batching dimension of both, the last indexed (dimension numbers as JAX
+// writes them); else a table's rows at [..., 1] indices (an embedding lookup and its transpose).
+// `rows`: the gather's result, or the scatter's updates.
+void number_gather(HloInstruction& i, const Shape& operand, const Shape& indices, const Shape& rows,
+                   bool scatter) {
+  HloInstruction::GatherDims& g = i.gather_dims;
+  const auto rank = static_cast<int64_t>(operand.dims.size());
+  g.index_vector_dim = static_cast<int64_t>(indices.dims.size()) - 1;
+  if (indices.dims.size() == operand.dims.size() + 1 && rows.dims.size() == operand.dims.size() &&
+      rank >= 1) {
+    for (int64_t d = 0; d + 1 < rank; ++d) {
+      g.operand_batching.push_back(d);
+      g.indices_batching.push_back(d);
+    }
+    g.collapsed = {rank - 1};
+    return;
+  }
+  g.collapsed = {0};
+  // The width of a row: the result's (an update's) last dimension.
+  g.window = {static_cast<int64_t>((scatter ? indices.dims.size() : i.shape.dims.size()) - 1)};
+}
+
+}  // namespace
+
 LoweredEmitter::V LoweredEmitter::gather(const V& table, const V& indices) {
   std::vector<uint64_t> dims(indices.shape.dims.begin(), indices.shape.dims.end() - 1);
   dims.push_back(table.shape.dims.back());
-  return push(make(array(table.shape.type, dims), "gather", {table.name, indices.name}));
+  HloInstruction i = make(array(table.shape.type, dims), "gather", {table.name, indices.name});
+  number_gather(i, table.shape, indices.shape, i.shape, false);
+  return push(std::move(i));
 }
 
 LoweredEmitter::V LoweredEmitter::gather(const V& x, const V& indices, const std::vector<uint64_t>& dims) {
-  return push(make(array(x.shape.type, dims), "gather", {x.name, indices.name}));
+  HloInstruction i = make(array(x.shape.type, dims), "gather", {x.name, indices.name});
+  number_gather(i, x.shape, indices.shape, i.shape, false);
+  return push(std::move(i));
 }
 
 LoweredEmitter::V LoweredEmitter::all_reduce_sum(const V& x) {
@@ -243,6 +366,7 @@ LoweredEmitter::V LoweredEmitter::all_reduce_sum(const V& x) {
 
 LoweredEmitter::V LoweredEmitter::scatter(const V& operand, const V& indices, const V& updates) {
   HloInstruction i = make(operand.shape, "scatter", {operand.name, indices.name, updates.name});
+  number_gather(i, operand.shape, indices.shape, updates.shape, true);
   i.called.push_back(region("add"));
   return push(std::move(i));
 }

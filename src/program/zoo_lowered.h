@@ -254,25 +254,39 @@ LoweredEmitter::V accumulate_gradients(LoweredEmitter& e, uint64_t microbatches,
                                        const MicrobatchStep& step, std::vector<LoweredEmitter::V>& grads);
 
 // The transformer configurations written as lowered programs (zoo_transformer_lowered.cc): GPT and ViT
-// inference and training on one GPU, unrolled or scanned (any remat policy and optimizer; accumulation as a
-// scan, around the layers' scans too), GPT decode (one GPU or tensor parallel). The rest is still written as
-// XLA's fused program (zoo_gpt.cc, zoo_vit.cc, zoo_transformer.cc).
+// inference and training on one GPU (several through lowers_sharded), unrolled or scanned (any remat policy
+// and optimizer; accumulation as a scan, around the layers' scans too), GPT decode (one GPU or tensor
+// parallel). The rest is still written as XLA's fused program (zoo_gpt.cc, zoo_vit.cc, zoo_transformer.cc).
 bool transformer_lowers(const ModelSpec& spec);
 void build_transformer_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 
-// The MLP configurations written as lowered programs (zoo_mlp_lowered.cc): one GPU, gradient accumulation
-// as a scan, the remat policies that keep values on the device, every optimizer. The others (sharded,
-// XLA:CPU, host offload) are still written as XLA's fused program (zoo_mlp.cc).
+// The MLP configurations written as lowered programs (zoo_mlp_lowered.cc): one GPU (several through
+// lowers_sharded), gradient accumulation as a scan, the remat policies that keep values on the device, every
+// optimizer. The others (XLA:CPU, host offload) are still written as XLA's fused program (zoo_mlp.cc).
 bool mlp_lowers(const ModelSpec& spec);
 void build_mlp_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 // The flax conv net on one GPU, as JAX lowers it (zoo_flax_cnn_lowered.cc).
 bool flax_cnn_lowers(const ModelSpec& spec);
 void build_flax_cnn_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 
-// The flax encoder on one GPU in fp32 (training under any remat policy, accumulation as a scan, inference),
-// as JAX lowers it (zoo_flax_encoder_lowered.cc); mixed and bf16 precision (which reference_programs.py
-// does not build) and several devices are still written as XLA's fused program (zoo_flax_encoder.cc).
+// The flax encoder on one GPU (several through lowers_sharded) in fp32, mixed or bf16 precision (training
+// under any remat policy, accumulation as a scan, inference), as JAX lowers it
+// (zoo_flax_encoder_lowered.cc); scanned layers are still written as XLA's fused program
+// (zoo_flax_encoder.cc).
 bool flax_encoder_lowers(const ModelSpec& spec);
 void build_flax_encoder_lowered(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
+
+// A step over several GPUs (data parallel, FSDP, tensor parallel; training - scanned, accumulated - or
+// inference) written as JAX lowers it (zoo_sharding.cc): the one-device program of the global batch,
+// its arguments annotated with the shardings reference_programs.py gives them, which the model of XLA's SPMD
+// partitioner (plan/xla_gpu_model.h) turns into each device's program. Several devices' other steps are
+// still written as XLA's fused per-device program.
+bool lowers_sharded(const ModelSpec& spec);
+// The spec on one device, the whole batch: what the lowered writer writes before the shardings.
+ModelSpec unsharded(const ModelSpec& spec);
+// Annotates `module` (written for unsharded(spec)) with spec's mesh: the batch split over 'data', the
+// parameters and optimizer state as spec.sharding splits them; donation as buffer donors (JAX's form for a
+// sharded step), and `arguments`' bytes become each device's.
+void shard_lowered_step(const ModelSpec& spec, HloModule& module, StepArguments& arguments);
 
 }  // namespace memfit::zoo
