@@ -85,17 +85,34 @@ class Partitioner {
       m_.partitioned = true;
       return ok_status();
     }
+    // What the passes look up by name, gathered once. Readers are kept only where they are asked for: of
+    // tuples (whether a loop or a call reads them), and of everything when the program has loops (a loop's
+    // results read beside a split value). A deep step is 10^5 instructions: no more strings than needed.
+    size_t count = 0;
+    bool loops = false;
     for (size_t c = 0; c < m_.computations.size(); ++c) {
       computation_[m_.computations[c].name] = c;
       for (const HloInstruction& x : m_.computations[c].instructions) {
-        names_.insert(x.name);
-        for (const std::string& o : x.operands) users_[o].push_back(x.opcode);
+        ++count;
+        loops = loops || x.opcode == HloOpcode::kWhile;
+        if (x.opcode == HloOpcode::kTuple) users_[x.name];
+        // Names the partitioner could make are kept, so that it makes none twice.
+        if (x.name.find(".spmd_") != std::string::npos) names_.insert(x.name);
+      }
+    }
+    for (const HloComputation& c : m_.computations) {
+      for (const HloInstruction& x : c.instructions) {
+        for (const std::string& o : x.operands)
+          if (auto u = users_.find(o); u != users_.end()) u->second.push_back(x.opcode);
+        if (!loops) continue;
         const auto at = static_cast<uint32_t>(readers_all_.size());
         reader_index_[x.name] = at;
         readers_all_.push_back({x.name, x.opcode, x.operands, x.tuple_index, x.shape.dims.size()});
         for (const std::string& o : x.operands) readers_[o].push_back(at);
       }
     }
+    global_.reserve(count + count / 4);
+    sh_.reserve(count + count / 4);
     for (const HloInstruction& p : entry->instructions)
       if (p.opcode == HloOpcode::kParameter && !p.shape.is_tuple())
         if (auto g = given(p, 0, p.shape)) given_parameters_[p.name] = *g;
@@ -225,7 +242,6 @@ class Partitioner {
       c.op_name = reader.op_name;
       c.line = reader.line;
       cur = c.name;
-      placed_[cur] = out_.size();
       out_.push_back(std::move(c));
       have = to;
     };
@@ -780,10 +796,15 @@ class Partitioner {
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return global_shape(x.operands[a])->leaf_bytes() > global_shape(x.operands[b])->leaf_bytes();
     });
+    std::vector<const Sh*> held;
+    for (size_t k : order) {
+      const auto& v = sh(x.operands[k]);
+      if (v.size() == 1 && v[0].axis.size() == rank) held.push_back(&v[0]);
+    }
     Sh out = whole(rank);
     for (size_t d = 0; d < rank; ++d) {
-      for (size_t k : order) {
-        const int a = array_sh(x.operands[k], rank).axis[d];
+      for (const Sh* h : held) {
+        const int a = h->axis[d];
         if (a == kWhole || std::find(out.axis.begin(), out.axis.end(), a) != out.axis.end()) continue;
         out.axis[d] = a;
         break;
@@ -1183,7 +1204,8 @@ class Partitioner {
       root_want = given(x, 0, global).value_or(resolved(r.out[0]));
     }
     sh_[name] = std::move(r.out);
-    placed_[name] = out_.size();
+    // Only broadcasts (remade from their operand) and tuples (rebuilt for a loop) are looked for again.
+    if (x.opcode == HloOpcode::kBroadcast || x.opcode == HloOpcode::kTuple) placed_[name] = out_.size();
     out_.push_back(std::move(x));
     // A result returned with a sharding other than the one it was computed with.
     if (root_want && !(sh_[name][0] == *root_want)) {
@@ -1225,8 +1247,8 @@ class Partitioner {
   bool trial_ = false;  // a loop body tried on a copy: nested loops are not entered
   std::unordered_set<std::string> names_;
   std::unordered_map<std::string, std::pair<std::string, Sh>> sums_;  // value|want -> summed value
-  std::unordered_map<std::string, size_t> placed_;                    // where each value is in out_
-  std::unordered_map<std::string, std::string> forward_;              // an annotation -> the value it names
+  std::unordered_map<std::string, size_t> placed_;        // where each broadcast and tuple is in out_
+  std::unordered_map<std::string, std::string> forward_;  // an annotation -> the value it names
   std::vector<HloInstruction> out_;
   std::set<std::string> notes_;
   uint64_t counter_ = 0;
