@@ -793,7 +793,12 @@ class Partitioner {
       const Shape* os = global_shape(x.operands[k]);
       if (os != nullptr && os->dims.size() == rank) order.push_back(k);
     }
+    // A weight (or a broadcast of one) goes last: XLA's propagation splits the activations by batch and
+    // gathers what they are combined with - a layer norm's scale, FSDP-split along the features, would
+    // otherwise split the activations it scales by feature instead of by batch.
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const bool wa = weights_.contains(x.operands[a]), wb = weights_.contains(x.operands[b]);
+      if (wa != wb) return wb;
       return global_shape(x.operands[a])->leaf_bytes() > global_shape(x.operands[b])->leaf_bytes();
     });
     std::vector<const Sh*> held;
@@ -1166,11 +1171,11 @@ class Partitioner {
     for (std::string& o : x.operands)
       if (auto f = forward_.find(o); f != forward_.end()) o = f->second;
     global_[x.name] = x.shape;
-    // A weight as read: an entry parameter, or a cast, transpose, reshape or copy of one.
+    // A weight as read: an entry parameter, or a cast, transpose, reshape, copy or broadcast of one.
     if ((x.opcode == HloOpcode::kParameter && loop_params_ == nullptr && !x.shape.is_tuple()) ||
         ((x.opcode == HloOpcode::kConvert || x.opcode == HloOpcode::kTranspose ||
           x.opcode == HloOpcode::kReshape || x.opcode == HloOpcode::kBitcast ||
-          x.opcode == HloOpcode::kCopy) &&
+          x.opcode == HloOpcode::kCopy || x.opcode == HloOpcode::kBroadcast) &&
          x.operands.size() == 1 && weights_.contains(x.operands[0])))
       weights_.insert(x.name);
     Rule r = decide(x);

@@ -152,20 +152,21 @@ void subsets(const std::vector<int64_t>& from, size_t k, size_t start, std::vect
 // long as the model is wide), the ones JAX writes: a's last dimensions with b's first (x @ W) or, in the
 // backward pass (`transposed`), b's last (dy @ W.T); else the same positions on both sides (a weight's
 // gradient, contracting batch and sequence).
-void number_dot(HloInstruction& i, const Shape& a, const Shape& b, const std::vector<int64_t>& batch,
-                bool transposed) {
-  auto rest = [&](size_t rank) {
+bool number_dot(HloInstruction& i, const Shape& a, const Shape& b, const std::vector<int64_t>& batch,
+                const std::vector<int64_t>& rhs_batch, bool transposed) {
+  auto rest = [&](size_t rank, const std::vector<int64_t>& of) {
     std::vector<int64_t> r;
     for (size_t d = 0; d < rank; ++d)
-      if (std::find(batch.begin(), batch.end(), static_cast<int64_t>(d)) == batch.end())
+      if (std::find(of.begin(), of.end(), static_cast<int64_t>(d)) == of.end())
         r.push_back(static_cast<int64_t>(d));
     return r;
   };
-  const std::vector<int64_t> la = rest(a.dims.size()), lb = rest(b.dims.size());
+  const std::vector<int64_t> la = rest(a.dims.size(), batch), lb = rest(b.dims.size(), rhs_batch);
   const size_t k = batch.size();
-  if (i.shape.dims.size() < k || la.size() + lb.size() < i.shape.dims.size() - k) return;
+  if (rhs_batch.size() != k || i.shape.dims.size() < k || la.size() + lb.size() < i.shape.dims.size() - k)
+    return false;
   const size_t twice = la.size() + lb.size() - (i.shape.dims.size() - k);
-  if (twice % 2 != 0 || twice / 2 > la.size() || twice / 2 > lb.size()) return;
+  if (twice % 2 != 0 || twice / 2 > la.size() || twice / 2 > lb.size()) return false;
   const size_t nc = twice / 2;
   std::vector<std::vector<int64_t>> ca, cb;
   std::vector<int64_t> cur;
@@ -208,11 +209,12 @@ void number_dot(HloInstruction& i, const Shape& a, const Shape& b, const std::ve
       }
     }
   }
-  if (best_a == nullptr) return;
+  if (best_a == nullptr) return false;
   i.lhs_batch_dims = batch;
-  i.rhs_batch_dims = batch;
+  i.rhs_batch_dims = rhs_batch;
   i.lhs_contracting_dims = *best_a;
   i.rhs_contracting_dims = *best_b;
+  return true;
 }
 
 }  // namespace
@@ -221,7 +223,8 @@ LoweredEmitter::V LoweredEmitter::dot(const V& a, const V& b, const std::vector<
                                       PrimitiveType type, size_t batch_dims) {
   HloInstruction i = make(array(type, dims), "dot", {a.name, b.name});
   for (size_t d = 0; d < batch_dims; ++d) i.lhs_batch_dims.push_back(static_cast<int64_t>(d));
-  number_dot(i, a.shape, b.shape, i.lhs_batch_dims, op_name_.find("transpose(") != std::string::npos);
+  number_dot(i, a.shape, b.shape, i.lhs_batch_dims, i.lhs_batch_dims,
+             op_name_.find("transpose(") != std::string::npos);
   return push(std::move(i));
 }
 
@@ -230,8 +233,23 @@ LoweredEmitter::V LoweredEmitter::batched_dot(const V& a, const V& b, const std:
                                               const std::vector<int64_t>& lhs_batch_dims) {
   HloInstruction i = make(array(type, dims), "dot", {a.name, b.name});
   i.lhs_batch_dims = lhs_batch_dims;
-  // flax's attention einsums ('bqhd,bkhd->bhqk'): the heads and batch at the same places on both sides.
-  number_dot(i, a.shape, b.shape, lhs_batch_dims, op_name_.find("transpose(") != std::string::npos);
+  // flax's attention einsums ('bqhd,bkhd->bhqk'): the heads and batch at the same places on both sides,
+  // else (a transpose's 'bhqk,bkhd->bqhd') the first dimensions of b of their sizes that number it.
+  const bool transposed = op_name_.find("transpose(") != std::string::npos;
+  if (!number_dot(i, a.shape, b.shape, lhs_batch_dims, lhs_batch_dims, transposed)) {
+    std::vector<int64_t> all(b.shape.dims.size()), cur;
+    for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int64_t>(d);
+    std::vector<std::vector<int64_t>> choices;
+    subsets(all, lhs_batch_dims.size(), 0, cur, choices);
+    for (const auto& rb : choices) {
+      bool sizes = true;
+      for (size_t k = 0; k < rb.size() && sizes; ++k)
+        sizes =
+            static_cast<size_t>(lhs_batch_dims[k]) < a.shape.dims.size() &&
+            b.shape.dims[static_cast<size_t>(rb[k])] == a.shape.dims[static_cast<size_t>(lhs_batch_dims[k])];
+      if (sizes && number_dot(i, a.shape, b.shape, lhs_batch_dims, rb, transposed)) break;
+    }
+  }
   return push(std::move(i));
 }
 
