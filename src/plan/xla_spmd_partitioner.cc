@@ -11,11 +11,19 @@
 //   dimensions split another way, a slice (fused into the reader: no buffer) of the ones it holds whole.
 // - A dot or reduce over a split dimension leaves each device a partial sum, summed where it is read: an
 //   all-reduce, or a reduce-scatter when the reader wants that axis split (XLA's ReduceScatterCreator).
-// - A dot whose operands split one axis two ways gathers the smaller operand (XLA's dot handler chooses by
-//   cost among more strategies; gathering the weight is what it does for FSDP's weights).
-// - Gathers and scatters split along their batch (index) dimensions; a sharded table is gathered whole.
-// - Loops, calls, sorts, convolutions and custom calls run whole on every device.
-// Collectives are not combined (XLA's AllReduceCombiner groups small ones): each is its own buffer.
+// - A dot whose operands split one axis two ways gathers the weight (a parameter as read), else the smaller
+//   operand (XLA's dot handler chooses by cost among more strategies; gathering the weight is what it does
+//   for FSDP's weights). An elementwise op's split follows its activations, not a weight it reads.
+// - Gathers and scatters split along their batch (index and batching) dimensions; a table split along the
+//   rows it indexes is each device's partial sum where the result's split leaves the axis free, else
+//   gathered whole.
+// - A loop's body runs on each device's share of the carried values: tried once on a copy to see which
+//   values it splits (a scan's stacked outputs), with a look at the readers of its results for the ones
+//   XLA's backward propagation would split (an accumulator beside a split parameter).
+// - cuDNN's fused attention, convolutions and pooling split by batch; calls (inlined before), sorts,
+//   conditionals and other custom calls run whole on every device, named in a caveat.
+// Collectives are not combined (XLA's AllReduceCombiner groups small ones): each is its own buffer; a
+// weight's gather is tied to its reader's other operands so the memory scheduler does not hoist it.
 #include <fmt/format.h>
 
 #include <algorithm>
