@@ -30,12 +30,8 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
   // the list scheduler's on a tie (hlo_memory_scheduler.cc): so only the kept schedule is packed.
   const bool from_stablehlo = module.from_stablehlo;
   const uint64_t partitions = module.num_partitions;
+  // A sharded program comes back as one device's (partition_for_each_device): every figure is that device's.
   MEMFIT_ASSIGN_OR_RETURN(HloModule in_program_order, model_xla_gpu(std::move(module)));
-  // Each device's share of the entry, from the shardings the model keeps (and the donors it paired).
-  EntrySizes per_device;
-  if (partitions > 1) {
-    MEMFIT_ASSIGN_OR_RETURN(per_device, per_device_entry_sizes(in_program_order));
-  }
   copy_donated_parameters(in_program_order);
   HloModule listed = list_scheduled(HloModule(in_program_order));
   remove_unneeded_donation_copies(in_program_order);
@@ -65,9 +61,6 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
     best.caveats.emplace_back(kPartitionCaveat);
     for (const std::string& note : in_program_order.partition_notes) best.caveats.push_back(note);
   }
-  best.per_device_argument_bytes = per_device.argument_bytes;
-  best.per_device_output_bytes = per_device.output_bytes;
-  best.per_device_alias_bytes = per_device.alias_bytes;
   return best;
 }
 

@@ -685,17 +685,13 @@ void pack_four_bit_types(HloModule& m) {
 Expected<HloModule> model_xla_gpu(HloModule lowered) {
   HloModule m = std::move(lowered);
   pack_four_bit_types(m);
-  const bool sharded = m.num_partitions > 1;
-  if (!sharded) alias_buffer_donors(m);
   if (m.from_stablehlo)
     for (HloComputation& c : m.computations) xla_gpu_internal::xla_post_order(c);
   MEMFIT_RETURN_IF_ERROR(inline_calls(m));
-  if (sharded) {
-    // One device's program (xla_spmd_partitioner.cc); its donors are paired with its results after, by the
-    // shapes each device holds, as XLA pairs them in the partitioned module.
-    MEMFIT_RETURN_IF_ERROR(partition_for_each_device(m));
-    alias_buffer_donors(m);
-  }
+  // A sharded program becomes one device's (xla_spmd_partitioner.cc); donors are then paired with results by
+  // the shapes each device holds, as XLA pairs them in the partitioned module.
+  MEMFIT_RETURN_IF_ERROR(partition_for_each_device(m));
+  alias_buffer_donors(m);
   for (HloComputation& c : m.computations) remove_sharding_annotations(c);
   MEMFIT_RETURN_IF_ERROR(xla_gpu_internal::insert_while_copies(m));
   for (HloComputation& c : m.computations) xla_gpu_internal::place_offloaded_values(c);

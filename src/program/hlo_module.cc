@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <map>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -1011,122 +1010,41 @@ Status validate_hlo_module(const HloModule& module) {
   return ok_status();
 }
 
-namespace {
-
-// An array's share of each device: each dimension split into its tiles, rounded up (XLA pads the last shard);
-// the whole array when `tiles` is not one per dimension.
-std::optional<uint64_t> share_bytes(const Shape& s, const std::vector<uint64_t>& tiles) {
-  if (tiles.size() != s.dims.size()) return s.own_bytes();
-  std::vector<uint64_t> dims = s.dims;
-  for (size_t d = 0; d < dims.size(); ++d) dims[d] = (dims[d] + tiles[d] - 1) / tiles[d];
-  auto bytes = array_bytes(s.type, dims, s.packed_element_bits);
-  return bytes.ok() ? std::optional<uint64_t>(*bytes) : std::nullopt;
-}
-
-// The tiles splitting the array at `index` of an instruction's shape (HloInstruction::sharding_tiles).
-const std::vector<uint64_t>& tiles_at(const HloInstruction& i, const std::vector<uint64_t>& index) {
-  static const std::vector<uint64_t> kWhole;
-  if (index.empty() && !i.shape.is_tuple() && i.sharding_tiles.size() == 1) return i.sharding_tiles[0];
-  if (index.size() == 1 && i.shape.is_tuple() && index[0] < i.sharding_tiles.size())
-    return i.sharding_tiles[index[0]];
-  return kWhole;
-}
-
-// entry_sizes and per_device_entry_sizes: the same walk, arrays whole or each device's share.
-Expected<EntrySizes> sizes_of_entry(const HloModule& module, bool per_device) {
+Expected<EntrySizes> entry_sizes(const HloModule& module) {
   const HloComputation* entry = module.entry();
   if (entry == nullptr) return invalid_argument("the module has no ENTRY computation");
   const HloInstruction* root = entry->root();
   if (root == nullptr) return invalid_argument("the ENTRY computation is empty");
   // Each shape was checked when parsed; their sums are checked here (four f32[2^60] parameters are 2^64 B).
   const Error overflow = invalid_argument("the module's argument or output bytes overflow 64 bits");
-  // Adds each array of `shape` - `bytes_of(array, index)` - to its memory space's total, and with `tables`
-  // each tuple's pointer table (on the device).
-  auto walk = [&](const Shape& shape, uint64_t& device, uint64_t& host, bool tables,
-                  const auto& bytes_of) -> Status {
-    std::vector<std::pair<const Shape*, std::vector<uint64_t>>> stack{{&shape, {}}};
+  // Adds each array of `shape` to its memory space's total, and with `tables` each tuple's pointer table (on
+  // the device).
+  auto walk = [&](const Shape& shape, uint64_t& device, uint64_t& host, bool tables) -> Status {
+    std::vector<const Shape*> stack{&shape};
     while (!stack.empty()) {
-      auto [s, index] = std::move(stack.back());
+      const Shape* s = stack.back();
       stack.pop_back();
-      std::optional<uint64_t> bytes = s->own_bytes();
-      if (!s->is_tuple()) {
-        bytes = bytes_of(*s, index);
-      } else if (!tables) {
-        bytes = 0;
-      }
+      const uint64_t bytes = s->is_tuple() && !tables ? 0 : s->own_bytes();
       uint64_t& total = s->memory_space == kHostMemorySpace ? host : device;
-      const auto sum = bytes ? checked_add(total, *bytes) : std::nullopt;
+      const auto sum = checked_add(total, bytes);
       if (!sum) return overflow;
       total = *sum;
-      for (size_t k = 0; k < s->elements.size(); ++k) {
-        std::vector<uint64_t> element = index;
-        element.push_back(k);
-        stack.emplace_back(&s->elements[k], std::move(element));
-      }
+      for (const Shape& e : s->elements) stack.push_back(&e);
     }
     return ok_status();
   };
-  auto whole = [](const Shape& s, const std::vector<uint64_t>&) {
-    return std::optional<uint64_t>(s.own_bytes());
-  };
   EntrySizes sizes;
-  std::unordered_map<int64_t, const HloInstruction*> parameters;
-  for (const HloInstruction& i : entry->instructions) {
-    if (i.opcode != HloOpcode::kParameter) continue;
-    parameters[i.parameter_number] = &i;
-    auto share = [&](const Shape& s, const std::vector<uint64_t>& index) {
-      return share_bytes(s, tiles_at(i, index));
-    };
-    if (per_device) {
-      MEMFIT_RETURN_IF_ERROR(walk(i.shape, sizes.argument_bytes, sizes.host_argument_bytes, false, share));
-    } else {
-      MEMFIT_RETURN_IF_ERROR(walk(i.shape, sizes.argument_bytes, sizes.host_argument_bytes, false, whole));
-    }
-  }
-  // An output written over an argument takes what the argument takes: each device's share of it.
-  std::map<std::vector<uint64_t>, uint64_t> aliased;  // output index -> bytes
+  for (const HloInstruction& i : entry->instructions)
+    if (i.opcode == HloOpcode::kParameter)
+      MEMFIT_RETURN_IF_ERROR(walk(i.shape, sizes.argument_bytes, sizes.host_argument_bytes, false));
   for (const HloAlias& a : module.aliases) {
     const Shape* out = root->shape.at(a.output_index);
     if (out == nullptr)
       return invalid_argument("input_output_alias names an output index the root does not have");
-    const auto p = parameters.find(a.parameter);
-    const Shape* in = p == parameters.end() ? nullptr : p->second->shape.at(a.parameter_index);
-    if (!per_device || in == nullptr) {
-      MEMFIT_RETURN_IF_ERROR(walk(*out, sizes.alias_bytes, sizes.host_alias_bytes, false, whole));
-      continue;
-    }
-    auto share = [&](const Shape& s, const std::vector<uint64_t>& sub) {
-      std::vector<uint64_t> index = a.parameter_index;
-      index.insert(index.end(), sub.begin(), sub.end());
-      std::vector<uint64_t> output = a.output_index;
-      output.insert(output.end(), sub.begin(), sub.end());
-      const auto bytes = share_bytes(s, tiles_at(*p->second, index));
-      if (bytes) aliased[output] = *bytes;
-      return bytes;
-    };
-    MEMFIT_RETURN_IF_ERROR(walk(*in, sizes.alias_bytes, sizes.host_alias_bytes, false, share));
+    MEMFIT_RETURN_IF_ERROR(walk(*out, sizes.alias_bytes, sizes.host_alias_bytes, false));
   }
-  auto output_share = [&](const Shape& s, const std::vector<uint64_t>& index) {
-    if (const auto a = aliased.find(index); a != aliased.end()) return std::optional<uint64_t>(a->second);
-    return share_bytes(s, tiles_at(*root, index));
-  };
-  if (per_device) {
-    MEMFIT_RETURN_IF_ERROR(
-        walk(root->shape, sizes.output_bytes, sizes.host_output_bytes, true, output_share));
-  } else {
-    MEMFIT_RETURN_IF_ERROR(walk(root->shape, sizes.output_bytes, sizes.host_output_bytes, true, whole));
-  }
+  MEMFIT_RETURN_IF_ERROR(walk(root->shape, sizes.output_bytes, sizes.host_output_bytes, true));
   return sizes;
-}
-
-}  // namespace
-
-Expected<EntrySizes> entry_sizes(const HloModule& module) {
-  return sizes_of_entry(module, /*per_device=*/false);
-}
-
-Expected<EntrySizes> per_device_entry_sizes(const HloModule& module) {
-  return sizes_of_entry(module, /*per_device=*/true);
 }
 
 }  // namespace memfit

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "memfit/core/bytes.h"
 #include "profile_writer.h"
 
 namespace memfit::cli {
@@ -111,14 +112,19 @@ TEST(ProfileCommand, LiveProfileSaysWhetherTheNextStepFits) {
       testing::run_cli({"plan", "--model", "gpt", "--device", "h200", "--live-profile", prof, "--json"});
   ASSERT_LE(plan.code, 1) << plan.err;
   EXPECT_TRUE(nlohmann::json::parse(plan.out).contains("live_profile"));
-  // A sharded program: the step is one device's share (partitioned), and the table says so.
-  const auto sharded =
-      testing::run_cli({"hlo", std::string(MEMFIT_TEST_DATA_DIR) + "/xla/cpu8_gpt_fsdp8.stablehlo.mlir.gz",
-                        "--live-profile", prof});
+  // A sharded program: the step is one device's share (partitioned), and the table says so - its peak and
+  // arguments those of `memfit hlo --json`, each device's.
+  const std::string sharded_program =
+      std::string(MEMFIT_TEST_DATA_DIR) + "/xla/cpu8_gpt_fsdp8.stablehlo.mlir.gz";
+  const auto sharded = testing::run_cli({"hlo", sharded_program, "--live-profile", prof});
   ASSERT_EQ(sharded.code, 0) << sharded.err;
   EXPECT_NE(sharded.out.find("every figure below is one device's"), std::string::npos) << sharded.out;
-  EXPECT_NE(sharded.out.find("the step's peak"), std::string::npos) << sharded.out;
-  EXPECT_EQ(sharded.out.find("one device running all of it"), std::string::npos) << sharded.out;
+  const auto per_device = nlohmann::json::parse(testing::run_cli({"hlo", sharded_program, "--json"}).out);
+  EXPECT_NE(sharded.out.find(fmt::format("the step's peak {} with its {} of arguments",
+                                         format_bytes(per_device["peak_bytes"].get<uint64_t>()),
+                                         format_bytes(per_device["argument_bytes"].get<uint64_t>()))),
+            std::string::npos)
+      << sharded.out;
   const auto no_device = testing::run_cli({"hlo", hlo, "--live-profile", prof, "--profile-device", "cuda:7"});
   EXPECT_EQ(no_device.code, 2);
   EXPECT_NE(no_device.err.find("no device 'cuda:7'"), std::string::npos) << no_device.err;

@@ -555,13 +555,12 @@ TEST(XlaGpuModel, AShardedArgumentsShareOfEachDevice) {
   ASSERT_TRUE(plan.ok()) << plan.error().message();
   EXPECT_EQ(plan->partitions, 8u);
   // 1000 rows over 8 devices: 125 each; 64 columns over 2: 32; 30 columns over 4: 8 (rounded up); 64 over 2.
-  EXPECT_EQ(plan->per_device_argument_bytes, (125u * 64 + 64 * 32 + 64 * 8 + 32) * 4);
-  EXPECT_EQ(plan->per_device_alias_bytes, 32u * 4);  // the donated argument's share, written over
+  EXPECT_EQ(plan->argument_bytes, (125u * 64 + 64 * 32 + 64 * 8 + 32) * 4);
+  EXPECT_EQ(plan->alias_bytes, 32u * 4);  // the donated argument's share, written over
   // That share, the second result as its own sharding splits it (250 rows), the results' tuple table.
-  EXPECT_EQ(plan->per_device_output_bytes, 32u * 4 + 250 * 64 * 4 + 2 * 8);
+  EXPECT_EQ(plan->output_bytes, 32u * 4 + 250 * 64 * 4 + 2 * 8);
   // Partitioned: the plan is one device's.
   EXPECT_TRUE(plan->partitioned);
-  EXPECT_EQ(plan->argument_bytes, plan->per_device_argument_bytes);
 
   // The same in HLO text: the ENTRY root's tuple sharding splits its results.
   auto hlo = parse_program_text(R"(HloModule jit_f, buffer_donor={ (1, {}) }
@@ -577,9 +576,9 @@ ENTRY main.5 {
   ASSERT_TRUE(hlo.ok()) << hlo.error().message();
   auto hlo_plan = plan_hlo(std::move(*hlo));
   ASSERT_TRUE(hlo_plan.ok()) << hlo_plan.error().message();
-  EXPECT_EQ(hlo_plan->per_device_argument_bytes, (125u * 64 + 32) * 4);
-  EXPECT_EQ(hlo_plan->per_device_output_bytes, 32u * 4 + 250 * 64 * 4 + 2 * 8);
-  EXPECT_EQ(hlo_plan->per_device_alias_bytes, 32u * 4);
+  EXPECT_EQ(hlo_plan->argument_bytes, (125u * 64 + 32) * 4);
+  EXPECT_EQ(hlo_plan->output_bytes, 32u * 4 + 250 * 64 * 4 + 2 * 8);
+  EXPECT_EQ(hlo_plan->alias_bytes, 32u * 4);
 }
 
 // with_sharding_constraint's Sharding custom call and shard_map's shape changes take no memory: the

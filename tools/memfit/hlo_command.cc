@@ -25,12 +25,9 @@ Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers)
   j["file"] = path;
   j["module"] = plan.module;
   j["source"] = plan.source;
-  if (plan.partitions > 1) {
+  if (plan.partitions > 1) {  // every figure is then one device's
     j["partitions"] = plan.partitions;
     j["partitioned"] = plan.partitioned;
-    j["per_device"] = {{"argument_bytes", plan.per_device_argument_bytes},
-                       {"output_bytes", plan.per_device_output_bytes},
-                       {"alias_bytes", plan.per_device_alias_bytes}};
   }
   j["instructions"] = plan.instructions;
   j["argument_bytes"] = plan.argument_bytes;

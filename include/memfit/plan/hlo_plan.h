@@ -62,13 +62,8 @@ struct HloPlan {
   // A program before partitioning sharded over this many devices (HloModule::num_partitions).
   uint64_t partitions = 1;
   // Whether memfit partitioned it as XLA's SPMD partitioner would (HloModule::partitioned): every figure
-  // below is then one device's. Else (no sharding splits an array) each device runs all of it.
+  // below is then one device's (its arguments' share exact).
   bool partitioned = false;
-  // Such a program's entry as each device holds it (per_device_entry_sizes): arguments exact. Zero for a
-  // program on one device.
-  uint64_t per_device_argument_bytes = 0;
-  uint64_t per_device_output_bytes = 0;
-  uint64_t per_device_alias_bytes = 0;
   uint64_t instructions = 0;            // in sequential computations (fusion bodies not counted)
   uint64_t argument_bytes = 0;          // memory_analysis().argument_size_in_bytes
   uint64_t output_bytes = 0;            // output_size_in_bytes

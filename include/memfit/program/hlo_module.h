@@ -212,10 +212,4 @@ struct EntrySizes {
 // host memory counts in the host_* figures, as xla/pjrt/compiled_memory_stats.cc sorts allocations.
 Expected<EntrySizes> entry_sizes(const HloModule& module);
 
-// The same for each device of a program before partitioning: a parameter's share as its sharding splits it
-// (each split dimension rounded up, as XLA's SPMD partitioner pads), an output aliased to a parameter that
-// parameter's share, another output as the root's sharding splits it where one is given, else whole (its
-// sharding is then the compiler's choice).
-Expected<EntrySizes> per_device_entry_sizes(const HloModule& module);
-
 }  // namespace memfit
