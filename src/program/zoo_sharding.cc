@@ -6,42 +6,47 @@
 #include <string>
 #include <vector>
 
-#include "memfit/core/checked.h"
+#include "zoo_sharding.h"
+
 #include "zoo_lowered.h"
 
 namespace memfit::zoo {
 
-namespace {
-
-bool has(const std::string& name, const char* part) { return name.find(part) != std::string::npos; }
-
-// How reference_programs.py's spec_for splits an argument named `name` of `dims`: the axis name per
-// dimension ("" whole). FSDP: the largest dimension (the first of the largest) over 'data' when it divides;
-// tensor parallel: wqkv and w1 by columns, wo and w2 by rows, the embedding by vocabulary over 'model'; the
-// batch by its leading dimension over 'data'.
-std::vector<std::string> split_of(const ModelSpec& spec, const HloInstruction& p) {
-  const std::vector<uint64_t>& d = p.shape.dims;
+std::vector<std::string> parameter_split(const ModelSpec& spec, std::string_view name,
+                                         const std::vector<uint64_t>& d) {
   std::vector<std::string> axes(d.size());
   if (d.empty()) return axes;
-  const std::string& name = p.op_name;
+  auto has = [&](std::string_view part) { return name.find(part) != std::string_view::npos; };
   const uint64_t data = spec.axis_size("data"), model = spec.axis_size("model");
-  if (name.starts_with("batch[")) {
-    if (data > 1 && d[0] % data == 0) axes[0] = "data";
-    return axes;
-  }
-  if (p.category != "parameters" && p.category != "optimizer_state") return axes;
   if (spec.sharding == ShardingKind::kFsdp && data > 1) {
     const size_t ax = static_cast<size_t>(std::max_element(d.begin(), d.end()) - d.begin());
     if (d[ax] % data == 0) axes[ax] = "data";
   } else if (spec.sharding == ShardingKind::kTp && model > 1 && d.size() >= 2) {
-    if ((has(name, "wqkv") || has(name, "w1")) && d.back() % model == 0)
+    if ((has("wqkv") || has("w1")) && d.back() % model == 0)
       axes.back() = "model";
-    else if ((has(name, "'wo'") || has(name, "w2")) && d[d.size() - 2] % model == 0)
+    else if ((has("'wo'") || has("w2")) && d[d.size() - 2] % model == 0)
       axes[d.size() - 2] = "model";
-    else if (has(name, "embed") && d[0] % model == 0)
+    else if (has("embed") && d[0] % model == 0)
       axes[0] = "model";
   }
   return axes;
+}
+
+namespace {
+
+// An entry argument's split: the batch by its leading dimension over 'data', a parameter or its optimizer
+// state by parameter_split, the rest whole.
+std::vector<std::string> split_of(const ModelSpec& spec, const HloInstruction& p) {
+  const std::vector<uint64_t>& d = p.shape.dims;
+  if (p.op_name.starts_with("batch[")) {
+    std::vector<std::string> axes(d.size());
+    const uint64_t data = spec.axis_size("data");
+    if (!d.empty() && data > 1 && d[0] % data == 0) axes[0] = "data";
+    return axes;
+  }
+  if (p.category != "parameters" && p.category != "optimizer_state")
+    return std::vector<std::string>(d.size());
+  return parameter_split(spec, p.op_name, d);
 }
 
 }  // namespace

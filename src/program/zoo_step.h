@@ -19,6 +19,7 @@
 #include "memfit/core/text.h"
 #include "memfit/program/adafactor.h"
 #include "memfit/program/model_zoo.h"
+#include "zoo_sharding.h"
 
 namespace memfit::zoo {
 
@@ -250,34 +251,13 @@ struct Ctx {
   RematPolicy remat;
 };
 
-// Per-device shape of a parameter, as reference_programs.py shards it: FSDP splits the largest dimension
-// over 'data' when it divides; TP splits the q/k/v and first MLP matrix by columns, the output projection
-// and second MLP matrix by rows and the embedding by vocabulary over 'model'.
+// Per-device shape of a parameter, as reference_programs.py shards it (parameter_split).
 inline std::vector<uint64_t> local_dims(const Ctx& c, const std::string& name,
                                         const std::vector<uint64_t>& dims) {
   std::vector<uint64_t> d = dims;
-  if (d.empty()) return d;
-  if (c.s.sharding == ShardingKind::kFsdp) {
-    // The largest dimension that divides (the reference's rule when the largest one does).
-    std::vector<size_t> order(d.size());
-    for (size_t i = 0; i < d.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return d[a] > d[b]; });
-    for (size_t ax : order) {
-      if (d[ax] % c.data == 0) {
-        d[ax] /= c.data;
-        break;
-      }
-    }
-  } else if (c.s.sharding == ShardingKind::kTp && d.size() >= 2) {
-    if ((name.find("wqkv") != std::string::npos || name.find("w1") != std::string::npos) &&
-        d.back() % c.tp == 0)
-      d.back() /= c.tp;
-    else if ((name.find("wo") != std::string::npos || name.find("w2") != std::string::npos) &&
-             d[d.size() - 2] % c.tp == 0)
-      d[d.size() - 2] /= c.tp;
-    else if (name.find("embed") != std::string::npos && d[0] % c.tp == 0)
-      d[0] /= c.tp;
-  }
+  const std::vector<std::string> axes = parameter_split(c.s, name, dims);
+  for (size_t k = 0; k < d.size(); ++k)
+    if (!axes[k].empty()) d[k] /= c.s.axis_size(axes[k]);  // the split divides (parameter_split)
   return d;
 }
 
