@@ -125,9 +125,6 @@ class Partitioner {
       if (p.opcode == HloOpcode::kParameter && !p.shape.is_tuple())
         if (auto g = given(p, 0, p.shape)) given_parameters_[p.name] = *g;
     MEMFIT_RETURN_IF_ERROR(partition(*entry, nullptr, nullptr));
-    if (too_many_axes_)
-      return invalid_argument(
-          fmt::format("the program's shardings name more than {} device axes", kMostAxes));
     for (HloInstruction& x : entry->instructions) {
       if (x.opcode == HloOpcode::kParameter || x.is_root) {
         x.sharding_tiles.clear();
@@ -171,7 +168,9 @@ class Partitioner {
     for (size_t k = 0; k < axes_.size(); ++k)
       if (axes_[k].first == token) return static_cast<int>(k);
     if (axes_.size() >= kMostAxes) {
-      too_many_axes_ = true;
+      if (status_.ok())
+        status_ =
+            invalid_argument(fmt::format("the program's shardings name more than {} device axes", kMostAxes));
       return kWhole;
     }
     axes_.emplace_back(token, std::max<uint64_t>(parts, 1));
@@ -339,7 +338,9 @@ class Partitioner {
   }
 
   // The sharding of a split array of `rank` that an elementwise op combines with element k of loop `loop`'s
-  // results, within six elementwise steps of it; none when there is none.
+  // results, within six elementwise steps of it; none when there is none. Six: an optimizer reaches the
+  // parameter or its moment from an accumulated gradient in three (the mean's divide, the moment's product
+  // and sum: adam, adamw, sgd's product with the rate), a cast in and out of mixed precision adds two.
   std::optional<Sh> split_read_beside(const std::string& loop, size_t k, size_t rank) {
     std::vector<std::string> frontier;
     for (uint32_t u : readers_[loop])
@@ -1235,7 +1236,6 @@ class Partitioner {
 
   HloModule& m_;
   std::vector<std::pair<std::string, uint64_t>> axes_;  // token, parts
-  bool too_many_axes_ = false;
   std::unordered_map<std::string, std::vector<Sh>> sh_;
   std::unordered_map<std::string, Shape> global_;
   std::unordered_map<std::string, std::vector<HloOpcode>> users_;

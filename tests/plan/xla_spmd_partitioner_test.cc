@@ -1,8 +1,11 @@
 // The model of XLA's SPMD partitioning (src/plan/xla_spmd_partitioner.cc): a sharded program before
 // partitioning becomes one device's program, its collectives where XLA's partitioner puts them; planned on
 // JAX's own sharded programs (cpu8_*), each device's share against the same step run on the per-device batch.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -333,6 +336,25 @@ TEST(SpmdPartitioner, LoopsRunOnEachDevicesShare) {
     EXPECT_GE(a->temp_bytes, b->temp_bytes - b->temp_bytes / 10)
         << a->temp_bytes << " against " << b->temp_bytes;
   }
+}
+
+// A partial sum is a bit per device axis: a program naming more than 64 axes (here 65 parameters, each split
+// along devices ordered its own way) is refused in a sentence, not wrapped.
+TEST(SpmdPartitioner, MoreAxesThanItCountsAreRefused) {
+  std::string text = "HloModule jit_f\n\nENTRY main {\n";
+  std::vector<uint32_t> order = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (int k = 0; k < 65; ++k) {
+    std::next_permutation(order.begin(), order.end());
+    text += fmt::format("  p{} = f32[8]{{0}} parameter({}), sharding={{devices=[8]{}}}\n", k, k,
+                        fmt::join(order, ","));
+  }
+  text += "  ROOT t = (f32[8]{0}) tuple(p0)\n}\n";
+  auto m = parse_hlo_module(text);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const Status partitioned = partition_for_each_device(*m);
+  ASSERT_FALSE(partitioned.ok());
+  EXPECT_NE(partitioned.error().message().find("more than 64 device axes"), std::string::npos)
+      << partitioned.error().message();
 }
 
 }  // namespace
