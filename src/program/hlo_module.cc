@@ -302,6 +302,19 @@ Expected<std::vector<HloInstruction::OperandAlias>> parse_operand_aliases(std::s
 
 namespace {
 
+// The numbers of a list "4,1,2" (no brackets); none when one does not read.
+std::optional<std::vector<uint64_t>> number_list(std::string_view list) {
+  std::vector<uint64_t> out;
+  for (std::string_view item : split_top(list)) {
+    item = trim(item);
+    uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || end != item.data() + item.size()) return std::nullopt;
+    out.push_back(v);
+  }
+  return out;
+}
+
 // The tile assignment's dimensions of an HLO sharding, "{devices=[2,1,4]<=[8] ...}" -> {2, 1, 4}; none when
 // it has none ({replicated}, {maximal device=0}) or they do not read.
 std::optional<std::vector<uint64_t>> tile_dimensions(std::string_view sharding) {
@@ -310,14 +323,8 @@ std::optional<std::vector<uint64_t>> tile_dimensions(std::string_view sharding) 
   const std::string_view rest = sharding.substr(at + 9);
   const size_t close = rest.find(']');
   if (close == std::string_view::npos) return std::nullopt;
-  std::vector<uint64_t> dims;
-  for (std::string_view dim : split_top(rest.substr(0, close))) {
-    uint64_t d = 0;
-    dim = trim(dim);
-    const auto [end, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), d);
-    if (ec != std::errc() || end != dim.data() + dim.size() || d == 0) return std::nullopt;
-    dims.push_back(d);
-  }
+  auto dims = number_list(rest.substr(0, close));
+  if (!dims || std::find(dims->begin(), dims->end(), uint64_t{0}) != dims->end()) return std::nullopt;
   return dims;
 }
 
@@ -355,19 +362,6 @@ std::vector<uint64_t> sharding_tiles(std::string_view sharding, size_t rank) {
 }
 
 namespace {
-
-// The numbers of a list "4,1,2" (no brackets); none when one does not read.
-std::optional<std::vector<uint64_t>> number_list(std::string_view list) {
-  std::vector<uint64_t> out;
-  for (std::string_view item : split_top(list)) {
-    item = trim(item);
-    uint64_t v = 0;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (ec != std::errc() || end != item.data() + item.size()) return std::nullopt;
-    out.push_back(v);
-  }
-  return out;
-}
 
 // The device at each tile of an HLO sharding, tiles in row-major order: "<=[2,4]T(1,0)" is iota(8) shaped
 // [2,4] and transposed (xla/hlo/ir/tile_assignment.h's IotaTileAssignment), else the devices listed.
