@@ -44,7 +44,7 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
                                                     : plan_modeled(in_program_order, program_model, options));
   // The top of the range: the post order's packed temp. Packing can make the kept schedule's block the
   // larger of the two.
-  if (keep_listed) {
+  if (keep_listed && options.pack) {
     MEMFIT_RETURN_IF_ERROR(device_temp_total(program_model, options));
     const uint64_t post_order_temp =
         best_heap(program_model.heap_intervals, options.alignment_bytes).heap_bytes;
@@ -127,7 +127,15 @@ Expected<HloPlan> plan_modeled(const HloModule& module, const BufferModel& model
   plan.host_alias_bytes = sizes.host_alias_bytes;
 
   MEMFIT_ASSIGN_OR_RETURN(uint64_t all_temp, device_temp_total(model, options));
-  const HeapAssignment heap = best_heap(model.heap_intervals, options.alignment_bytes);
+  // The fullest moment of the temp block, on the heap's clock: its bytes are the no-fragmentation bound.
+  const LiveBytesPeak temp_peak = live_bytes_peak(model.heap_intervals);
+  HeapAssignment heap;
+  if (options.pack) {
+    heap = best_heap(model.heap_intervals, options.alignment_bytes);
+  } else {
+    heap.offsets.assign(model.heap_intervals.size(), 0);
+    heap.heap_bytes = temp_peak.bytes;
+  }
   // Host memory (offloaded activations) is its own heap: XLA reports it as host_temp, apart from the device.
   for (const HeapInterval& iv : model.host_heap_intervals) {
     const auto sum = checked_add(all_temp, iv.size_bytes + options.alignment_bytes);
@@ -137,11 +145,11 @@ Expected<HloPlan> plan_modeled(const HloModule& module, const BufferModel& model
   // Each host value is one copy over the host link.
   for (const HeapInterval& iv : model.host_heap_intervals) plan.host_value_bytes += iv.size_bytes;
   if (!model.host_heap_intervals.empty())
-    plan.host_temp_bytes = best_heap(model.host_heap_intervals, options.alignment_bytes).heap_bytes;
+    plan.host_temp_bytes = options.pack
+                               ? best_heap(model.host_heap_intervals, options.alignment_bytes).heap_bytes
+                               : live_bytes_peak(model.host_heap_intervals).bytes;
   plan.temp_bytes = heap.heap_bytes;
   plan.packing = heap.packing;
-  // The fullest moment of the temp block, on the heap's clock: its bytes are the no-fragmentation bound.
-  const LiveBytesPeak temp_peak = live_bytes_peak(model.heap_intervals);
   plan.temp_lower_bound_bytes = temp_peak.bytes;
   plan.pass_peaks = pass_peaks(module, model);
   // Sizes come from checked shapes; the sums are checked too (a module can claim petabytes).

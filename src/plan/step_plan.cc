@@ -75,10 +75,14 @@ bool lines_extend(const ModelSpec& spec) {
 Expected<StepPlan> plan_step_extended(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
                                       double memory_fraction, bool verdict_only) {
   // Deeper than memfit builds whole, the fallback is plan_step's extension from 64, 128 and 192 layers.
-  if ((lines_extend(spec) || spec.model == ModelFamily::kFlaxEncoder) && !spec.scan &&
-      spec.remat_layers.empty() && spec.blocks() >= kFitExtrapolationFromLayers) {
-    Expected<StepPlan> p =
-        extrapolate_step_plan(spec, kFitExtrapolationLayers, capacity_bytes, memory_fraction);
+  // A flax encoder's small plans serve only a verdict (lines_extend): planned for nothing where a figure is
+  // wanted, and unpacked where they are (their bytes live at once are all the verdict reads).
+  const bool verdict_line = !lines_extend(spec) && spec.model == ModelFamily::kFlaxEncoder && verdict_only &&
+                            capacity_bytes.has_value();
+  if ((lines_extend(spec) || verdict_line) && !spec.scan && spec.remat_layers.empty() &&
+      spec.blocks() >= kFitExtrapolationFromLayers) {
+    Expected<StepPlan> p = step_plan_internal::extrapolate(spec, kFitExtrapolationLayers, capacity_bytes,
+                                                           memory_fraction, /*pack=*/!verdict_line);
     if (p.ok() && lines_extend(spec) && p->extrapolation_wobble_bytes <= kFitWobbleBytes) return p;
     // Over the pool whatever the packing: the bytes live at once already are (see the header).
     if (p.ok() && verdict_only && capacity_bytes && p->peak_at_least_bytes > p->limit_bytes) return p;
@@ -102,12 +106,13 @@ void set_capacity(StepPlan& plan, std::optional<uint64_t> capacity_bytes, double
 }
 
 Expected<StepPlan> plan_whole_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
-                                   double memory_fraction) {
+                                   double memory_fraction, bool pack) {
   StepPlan plan;
   plan.spec = spec;
   MEMFIT_ASSIGN_OR_RETURN(HloModule module, build_step_module(spec, &plan.arguments));
   HloPlanOptions options;
   options.top = 8;
+  options.pack = pack;
   MEMFIT_ASSIGN_OR_RETURN(plan.hlo, plan_hlo(std::move(module), options));
   plan.peak_bytes = plan.hlo.peak_bytes;
   plan.peak_upper_bytes = plan.hlo.peak_upper_bytes;
@@ -314,6 +319,23 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
   // A member planned ahead may be planned for nothing (the one before it fits), so one is taken only when
   // no other trial can be: with the longest family first in `order`, its second member would otherwise
   // be taken before every other family's first.
+  // Whether its family stops before member `i`: a member before it that is done fits (or was itself not
+  // planned), or two done members one after the other stop helping (stops_helping) - looked for all the way
+  // back, as a member that ran ahead can finish before the one it ran beside.
+  auto stopped_before = [&](size_t i) {
+    for (size_t j = previous[i]; j != SIZE_MAX; j = previous[j]) {
+      if (state[j] != State::kDone) continue;
+      if (family_over[j]) return true;
+      const size_t k = previous[j];
+      if (k == SIZE_MAX || state[k] != State::kDone) continue;
+      const auto& last = plans[j];
+      const auto& before = plans[k];
+      if (last && before && last->ok() && before->ok() &&
+          stops_helping((*last)->peak_bytes, (*before)->peak_bytes))
+        return true;
+    }
+    return false;
+  };
   auto take = [&](std::unique_lock<std::mutex>& lock) -> size_t {
     for (;;) {
       bool waiting = false;
@@ -321,6 +343,14 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
       for (size_t i : order) {
         if (state[i] != State::kWaiting) continue;
         const size_t p = previous[i];
+        if (stopped_before(i)) {
+          state[i] = State::kDone;  // not shown: a member before it fits, or the family stopped helping
+          family_over[i] = true;
+          ++finished;
+          if (progress) progress(finished, order.size());
+          changed.notify_all();
+          continue;
+        }
         // Its family's member before it is being planned: wait for it - or, running ahead, plan beside it
         // when the one before that is done (one member ahead at most: a member that fits stops the rest).
         if (p != SIZE_MAX && state[p] != State::kDone) {
@@ -330,20 +360,12 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
           waiting = true;
           continue;
         }
-        // More of the same no longer helps (stops_helping): not planned, nor the rest.
-        auto stopped_helping = [&] {
-          if (p == SIZE_MAX || previous[p] == SIZE_MAX || state[previous[p]] != State::kDone) return false;
-          const auto& last = plans[p];
-          const auto& before = plans[previous[p]];
-          if (!last || !before || !last->ok() || !before->ok()) return false;
-          return stops_helping((*last)->peak_bytes, (*before)->peak_bytes);
-        };
-        if (p != SIZE_MAX && (family_over[p] || stopped_helping())) {
-          state[i] = State::kDone;  // not shown: a member before it fits, or the family stopped helping
-          family_over[i] = true;
-          ++finished;
-          if (progress) progress(finished, order.size());
-          changed.notify_all();
+        // The member before it ran ahead of its own predecessor, which is still being planned: whether that
+        // one fits, or the family stops helping, is not known yet. Without this wait (and stopped_before's
+        // look all the way back) a family ran on past a long plan one member after another: the 300-layer
+        // flax encoder's data-parallel stack planned all six device counts where two are shown.
+        if (p != SIZE_MAX && previous[p] != SIZE_MAX && state[previous[p]] != State::kDone) {
+          waiting = true;
           continue;
         }
         state[i] = State::kPlanning;
@@ -424,18 +446,23 @@ void describe_offload(std::vector<Trial>& trials, const std::vector<std::optiona
       fmt::format("{} to the host and back each step (>= {:.0f} ms of PCIe at 64 GB/s), {} pinned",
                   format_bytes(p.offloaded_bytes), ms, format_bytes(p.host_peak_bytes));
   // The same step keeping those values on the device: the baseline if it already is, else its trial.
-  uint64_t kept_on_device = 0;
+  // Either may be an estimate (it cannot fit: peak_is_estimate). Where one could fit, its figure is under
+  // the pool and the other's estimate over it, so the comparison stands. Where neither can, both are the
+  // bytes live at once on their lines, and they compare what the device holds: planned whole, the two
+  // differ by the heap's packing alone (a 128-layer flax encoder's offload 96 KB under of 462 MB, the same
+  // bytes live at once; tests/plan/step_plan_test.cc). The note marks an estimate as the rows do.
+  const StepPlan* kept_plan = nullptr;
   if (baseline.spec.remat == RematPolicy::kDotsNoBatch && baseline.spec.remat_layers.empty()) {
-    kept_on_device = baseline.peak_bytes;
+    kept_plan = &baseline;
   } else if (kept != SIZE_MAX) {
-    kept_on_device = plans[kept]->peak_bytes;
+    kept_plan = &*plans[kept];
   }
-  if (kept_on_device != 0 && p.peak_bytes >= kept_on_device) {
+  if (kept_plan != nullptr && p.peak_bytes >= kept_plan->peak_bytes) {
     row.only_moves_to_host = true;
     row.cost_note += fmt::format(
         "; only moves memory to the host: XLA copies each value just before the backward pass reads it, "
-        "so the device peak is no lower than remat dots_no_batch's ({})",
-        format_bytes(kept_on_device));
+        "so the device peak is no lower than remat dots_no_batch's ({}{})",
+        peak_is_estimate(*kept_plan) ? "~" : "", format_bytes(kept_plan->peak_bytes));
   }
 }
 
@@ -635,10 +662,9 @@ void FitSearch::add_location() {
   add("location", "offload saved activations to pinned host memory",
       remat_code(spec_, "offload_dot_with_no_batch_dims('device', 'pinned_host')"), 0.25, "", s,
       memory_fraction_);
-  if (trials_.size() > before) {
-    offload_trial_ = before;
-    trials_[before].exact_figure = true;  // compared with remat dots_no_batch's (describe_offload)
-  }
+  // Compared with remat dots_no_batch's (describe_offload), as planned: a figure where either could fit,
+  // where neither can, two estimates.
+  if (trials_.size() > before) offload_trial_ = before;
 }
 
 // 3. shapes: precision, rematerialization, accumulation, batch.
@@ -689,10 +715,7 @@ void FitSearch::add_shapes() {
       const size_t before = trials_.size();
       add("shapes", fmt::format("remat {}", to_string(r.policy)), remat_code(spec_, r.jax_policy), r.cost,
           r.note, s, memory_fraction_, false, kStackRemat);
-      if (r.policy == RematPolicy::kDotsNoBatch && trials_.size() > before) {
-        dots_no_batch_trial_ = before;
-        trials_[before].exact_figure = true;  // compared with the offload's (describe_offload)
-      }
+      if (r.policy == RematPolicy::kDotsNoBatch && trials_.size() > before) dots_no_batch_trial_ = before;
     }
   }
   add_accumulation(spec_);

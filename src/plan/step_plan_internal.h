@@ -9,8 +9,14 @@
 
 namespace memfit::step_plan_internal {
 
+// `pack`: HloPlanOptions::pack - false for a plan that serves only to show a step cannot fit.
 Expected<StepPlan> plan_whole_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
-                                   double memory_fraction);
+                                   double memory_fraction, bool pack = true);
+
+// extrapolate_step_plan, its depths planned with `pack` (false: each depth's temp the bytes live at once, the
+// extended figures then a lower bound's line: for plan_step_extended's verdicts).
+Expected<StepPlan> extrapolate(const ModelSpec& spec, uint64_t layers, std::optional<uint64_t> capacity_bytes,
+                               double memory_fraction, bool pack);
 
 // The pool and the verdict, once the peak is known.
 void set_capacity(StepPlan& plan, std::optional<uint64_t> capacity_bytes, double memory_fraction);

@@ -18,6 +18,10 @@ namespace memfit {
 struct HloPlanOptions {
   uint64_t alignment_bytes = 256;  // XLA:GPU's buffer alignment (kXlaAllocatedBufferAlignBytes)
   size_t top = 10;                 // groups of buffers listed at the peak
+  // false: the temp block is not packed - temp_bytes (and temp_upper_bytes) are the bytes live at once, the
+  // no-fragmentation bound, and no buffer has an offset. For a search that needs only to know a step cannot
+  // fit (a deep plan's two packings are half its time); the peak it gives is a lower bound.
+  bool pack = true;
 };
 
 struct PlannedBuffer {
