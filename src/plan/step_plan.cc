@@ -175,8 +175,7 @@ struct Trial {
   // The trial whose program this one is (only XLA's pool differs): planned once, its limit taken anew.
   size_t same_program_as = SIZE_MAX;
   int stack_group = 0;  // a change a combined round may stack (kStack*), 0: none
-  // Its figure is the step's own or is compared with another trial's: never an estimate (plan_step_extended's
-  // verdict_only).
+  // Its figure is the step's own: never an estimate (plan_step_extended's verdict_only).
   bool exact_figure = false;
 };
 
@@ -240,8 +239,8 @@ struct OnTop {
   }
 };
 
-// The order trials are taken in: the changes planned whole whatever the depth (the step itself, the offload
-// pair: exact_figure) first, then the longest family, each family's members in order, then the other changes
+// The order trials are taken in: the one planned whole whatever the depth (the step itself: exact_figure)
+// first, then the longest family, each family's members in order, then the other changes
 // of their own in the seed's order (a 300-layer flax encoder's fit: its step, taken last as it was, ran alone
 // at the end - 10.3 s, 9.3-9.6 s so). A member waits for the one before it, and is not planned at
 // all when that one (or an earlier one) fits - it would not be shown. A thread takes the first trial in
@@ -316,9 +315,6 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
   std::mutex mutex;
   std::condition_variable changed;
   // The next trial to plan, under the lock; SIZE_MAX when none is left. Marks the ones it passes over.
-  // A member planned ahead may be planned for nothing (the one before it fits), so one is taken only when
-  // no other trial can be: with the longest family first in `order`, its second member would otherwise
-  // be taken before every other family's first.
   // Whether its family stops before member `i`: a member before it that is done fits (or was itself not
   // planned), or two done members one after the other stop helping (stops_helping) - looked for all the way
   // back, as a member that ran ahead can finish before the one it ran beside.
@@ -336,6 +332,9 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
     }
     return false;
   };
+  // A member planned ahead may be planned for nothing (the one before it fits), so one is taken only when
+  // no other trial can be: with the longest family first in `order`, its second member would otherwise
+  // be taken before every other family's first.
   auto take = [&](std::unique_lock<std::mutex>& lock) -> size_t {
     for (;;) {
       bool waiting = false;
@@ -447,10 +446,11 @@ void describe_offload(std::vector<Trial>& trials, const std::vector<std::optiona
                   format_bytes(p.offloaded_bytes), ms, format_bytes(p.host_peak_bytes));
   // The same step keeping those values on the device: the baseline if it already is, else its trial.
   // Either may be an estimate (it cannot fit: peak_is_estimate). Where one could fit, its figure is under
-  // the pool and the other's estimate over it, so the comparison stands. Where neither can, both are the
-  // bytes live at once on their lines, and they compare what the device holds: planned whole, the two
-  // differ by the heap's packing alone (a 128-layer flax encoder's offload 96 KB under of 462 MB, the same
-  // bytes live at once; tests/plan/step_plan_test.cc). The note marks an estimate as the rows do.
+  // the pool and the other's estimate over it, so the comparison stands. Where neither can, both are
+  // estimates from the same depths (a flax encoder's the bytes live at once), and they compare what the
+  // device holds: planned whole, the two differ by the heap's packing alone (a 128-layer flax encoder's
+  // offload 96 KB under of 462 MB, the same bytes live at once; tests/plan/step_plan_test.cc). The note marks
+  // an estimate as the rows do.
   const StepPlan* kept_plan = nullptr;
   if (baseline.spec.remat == RematPolicy::kDotsNoBatch && baseline.spec.remat_layers.empty()) {
     kept_plan = &baseline;

@@ -149,8 +149,8 @@ struct FitResult {
 // devices: step "combined", costs summed. A GPT or ViT step of 128 or more unrolled layers is planned at
 // 16, 32 and 48 layers and extended where that is exact (each figure grows alike and the leading pass stays
 // ahead) or, a flax encoder's too, where the change cannot fit whatever the packing (peak_approximate), else
-// as plan_step plans it (whole, or past 512 layers from 64, 128 and 192); the step itself, and the figures
-// compared with each other (offload against remat dots_no_batch), are never approximate. The plans run on
+// as plan_step plans it (whole, or past 512 layers from 64, 128 and 192); the step itself is never
+// approximate. The plans run on
 // every core; `progress` (may be empty) hears each one finish (done, total), from one thread at a time.
 Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction = 0.75,
                              const std::function<void(size_t, size_t)>& progress = {});
