@@ -323,18 +323,17 @@ Action add_fit_command(CLI::App& app, Io& io) {
                                                       2 * kExtrapolationLayers, 3 * kExtrapolationLayers)
                                         : "; the rest whole";
         const size_t alike = fit->programs_extrapolated - fit->programs_approximate;
-        const std::string wobbled =
-            fit->programs_approximate == 0
-                ? ""
-                : fmt::format(
-                      "; {} more where the figures did not grow alike, marked ~ (estimates): the "
-                      "bytes live at once are over the pool, so they cannot fit whatever the packing",
-                      fit->programs_approximate);
-        io.out << fmt::format(
-            "  ({} of the {} plans made at {}, {} and {} layers and extended, where each figure grew "
-            "alike{}{})\n",
-            alike, fit->programs_planned, kFitExtrapolationLayers, 2 * kFitExtrapolationLayers,
-            3 * kFitExtrapolationLayers, wobbled, rest);
+        // The lines taken as figures (each figure grew alike), and those kept for a verdict alone.
+        std::string how;
+        if (alike > 0) how = fmt::format("{} where each figure grew alike", alike);
+        if (fit->programs_approximate > 0)
+          how += fmt::format(
+              "{}{} marked ~ (estimates): the bytes live at once are over the pool, so they cannot fit "
+              "whatever the packing",
+              how.empty() ? "" : "; ", fit->programs_approximate);
+        io.out << fmt::format("  (of the {} plans, {} made at {}, {} and {} layers and extended - {}{})\n",
+                              fit->programs_planned, fit->programs_extrapolated, kFitExtrapolationLayers,
+                              2 * kFitExtrapolationLayers, 3 * kFitExtrapolationLayers, how, rest);
       } else if (!b.extrapolated_from.empty()) {
         io.out << fmt::format(
             "  (more than {} unrolled layers: each plan below is made at {}, {} and {} layers and "
