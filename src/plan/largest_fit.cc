@@ -94,8 +94,9 @@ Expected<LargestFit> largest_fitting(const ModelSpec& spec, const std::string& k
   // doubles too), so a peak far from any line costs a few plans more than bisection alone. `memfit fit
   // --model flax_encoder --layers 300 --capacity 80GiB --precision mixed --remat full --largest batch`: 12
   // plans by doubling and bisecting (1, 2, 4, ... 64, 48, 56, 60, 58, 57), 38 s; 6 so (1, 2, 32, 65, 57,
-  // 58: batch 1 and 2 peak in the optimizer's update, not on the activations' line, whose 509 kFurthest
-  // holds back). A 2-layer GPT's training sequence (attention's scores: the peak curves) in 1 GiB: 21 plans
+  // 58: batch 1 and 2 peak in the optimizer's update, not on the activations' line - the line through them
+  // guessed 509, kFurthest held it to 32). A 2-layer GPT's training sequence (attention's scores: the peak
+  // curves) in 1 GiB: 21 plans
   // -> 7; in 4 GiB 23 -> 10; a decode step's sequence in 2 GiB (its KV cache: a line) 33 -> 8.
   struct Known {
     uint64_t value = 0;  // in steps; 0: none
