@@ -91,16 +91,18 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
   const bool upper_packed = keep_listed && options.pack;
   if (upper_packed) MEMFIT_RETURN_IF_ERROR(device_temp_total(program, options));
   std::optional<Expected<HloPlan>> kept;
+  auto plan_kept = [&] {
+    kept.emplace(keep_listed ? plan_modeled(listed, list, options)
+                             : plan_modeled(in_program_order, program, options));
+  };
   uint64_t post_order_temp = 0;
-  run_beside(
-      [&] {
-        if (upper_packed)
-          post_order_temp = best_heap(program.heap_intervals, options.alignment_bytes).heap_bytes;
-      },
-      [&] {
-        kept.emplace(keep_listed ? plan_modeled(listed, list, options)
-                                 : plan_modeled(in_program_order, program, options));
-      });
+  if (upper_packed) {
+    run_beside(
+        [&] { post_order_temp = best_heap(program.heap_intervals, options.alignment_bytes).heap_bytes; },
+        plan_kept);
+  } else {
+    plan_kept();  // nothing to pack beside it: no thread
+  }
   if (!kept->ok()) return kept->error();
   HloPlan best = std::move(**kept);
   if (upper_packed) {

@@ -77,8 +77,8 @@ Expected<StepPlan> plan_step_extended(const ModelSpec& spec, std::optional<uint6
   // Deeper than memfit builds whole, the fallback is plan_step's extension from 64, 128 and 192 layers.
   // A flax encoder's small plans serve only a verdict (lines_extend): planned for nothing where a figure is
   // wanted, and unpacked where they are (their bytes live at once are all the verdict reads).
-  const bool verdict_line = !lines_extend(spec) && spec.model == ModelFamily::kFlaxEncoder && verdict_only &&
-                            capacity_bytes.has_value();
+  const bool verdict_line =
+      spec.model == ModelFamily::kFlaxEncoder && verdict_only && capacity_bytes.has_value();
   if ((lines_extend(spec) || verdict_line) && !spec.scan && spec.remat_layers.empty() &&
       spec.blocks() >= kFitExtrapolationFromLayers) {
     Expected<StepPlan> p = step_plan_internal::extrapolate(spec, kFitExtrapolationLayers, capacity_bytes,

@@ -32,9 +32,10 @@ struct LargestFit {
 // The boundary between the values of `key` whose step fits XLA's pool of `capacity_bytes` and those whose
 // does not: the peak grows with the batch and with the sequence. Each value is planned where the line
 // through the values planned nearest the boundary crosses the pool (the Illinois rule where the peak
-// curves), a few of them at most before bisecting (doubling with no value over the pool yet): 4-6 plans
-// where the peak grows linearly, about log2(value) where it curves. `key` is "batch", or "seq" for a model
-// with a sequence (gpt, flax_encoder). `progress` (may be empty) hears each value as it is planned.
+// curves), bisecting after a dozen such values (doubling with no value over the pool yet): 4-8 plans where
+// the peak grows linearly, 7-10 where it curves (doubling and bisecting took 10-33). `key` is "batch", or
+// "seq" for a model with a sequence (gpt, flax_encoder). `progress` (may be empty) hears each value as it is
+// planned.
 Expected<LargestFit> largest_fitting(const ModelSpec& spec, const std::string& key, uint64_t capacity_bytes,
                                      double memory_fraction = 0.75,
                                      const std::function<void(const std::string&)>& progress = {});
