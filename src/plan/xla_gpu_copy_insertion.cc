@@ -91,6 +91,7 @@ Status insert_while_copies(HloModule& m) {
         copy.shape = c.instructions[def->second].shape;
         copy.operands = {v};
         copy.op_name = "copy insertion (while " + loop.name + ")";
+        copy.category = c.instructions[def->second].category;  // a copy of the same kind of data
         copy.line = loop.line;
         init.operands[k] = copy.name;
         copies.emplace_back(init_it->second, std::move(copy));

@@ -193,8 +193,12 @@ class EncoderStep {
     // The lookup's transpose: a scatter-add of the cotangent into zeros of the table's shape.
     e_.set_category("gradients");
     e_.set_op_name("jit(step)/transpose(jvp(Encoder))/Embed_0");
-    grads_[kEmbedding] =
-        as_parameter(e_.scatter(e_.splat(ct_, params_[kEmbedding].shape.dims), token_rows_, g));
+    // (jnp.take's transpose, a nested jit reading the index the forward's returned)
+    const std::vector<uint64_t>& table = params_[kEmbedding].shape.dims;
+    grads_[kEmbedding] = as_parameter(
+        e_.call("_take_transpose", {token_rows_, g}, [&](const std::vector<V>& a) -> std::vector<V> {
+          return {e_.scatter(e_.splat(ct_, table), a[0], a[1])};
+        })[0]);
     grads.clear();
     for (size_t slot : order_) grads.push_back(grads_[slot]);
     return loss;
@@ -336,17 +340,26 @@ class EncoderStep {
 
   // nn.Embed: jnp.take(embedding, tokens, axis=0) in its default fill mode - a negative token wraps, the rows
   // gathered, and a row whose token is out of range filled with NaN (a select over the gathered rows).
+  // jnp.take is a nested jit (`jit(_take)`): a call returning the rows and the index its transpose reads.
   V embed() {
     const V table = e_.astype(params_[kEmbedding], ct_);  // promote_dtype(embedding, dtype=...)
-    const std::vector<uint64_t> bs = {batch_, s_.seq};
-    const V negative = e_.compare(tokens_, e_.splat(PrimitiveType::kS32, bs));
-    const V wrapped =
-        e_.select(negative, e_.binary("add", tokens_, e_.splat(PrimitiveType::kS32, bs)), tokens_);
-    token_rows_ = e_.reshape(wrapped, {batch_, s_.seq, 1});
-    const V in_range = e_.compare(wrapped, e_.splat(PrimitiveType::kS32, bs));
-    const V rows = e_.gather(table, token_rows_);
-    const std::vector<uint64_t>& dims = rows.shape.dims;
-    return e_.select(e_.broadcast(in_range, dims, {0, 1}), rows, e_.splat(ct_, dims));
+    const std::vector<uint64_t> bs = {batch_, s_.seq}, index_dims = {batch_, s_.seq, 1};
+    const std::vector<V> taken = e_.call("_take", {table, tokens_}, [&](const std::vector<V>& a) {
+      const V negative = e_.compare(a[1], e_.splat(PrimitiveType::kS32, bs));
+      const V wrapped = e_.select(negative, e_.binary("add", a[1], e_.splat(PrimitiveType::kS32, bs)), a[1]);
+      const V index = e_.reshape(wrapped, index_dims);
+      // 0 <= index <= rows - 1 for every index of a row (jnp.all over the index's last axis)
+      const V in_range =
+          e_.reduce_and(e_.binary("and", e_.compare(index, e_.splat(PrimitiveType::kS32, index_dims)),
+                                  e_.compare(index, e_.splat(PrimitiveType::kS32, index_dims))),
+                        {2});
+      const V rows = e_.gather(a[0], index);
+      const std::vector<uint64_t>& dims = rows.shape.dims;
+      return std::vector<V>{e_.select(e_.broadcast(in_range, dims, {0, 1}), rows, e_.splat(ct_, dims)),
+                            index};
+    });
+    token_rows_ = taken[1];
+    return taken[0];
   }
 
   // flax.linen.LayerNorm over the last axis: mean = E[x], var = max(E[x^2] - mean^2, 0),

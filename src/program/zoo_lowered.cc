@@ -7,6 +7,8 @@
 #include <string_view>
 #include <utility>
 
+#include "memfit/core/name_map.h"
+
 namespace memfit::zoo {
 namespace {
 
@@ -27,6 +29,42 @@ std::string_view primitive_of(std::string_view opcode) {
   for (const auto& [hlo, jax] : kNames)
     if (hlo == opcode) return jax;
   return opcode;
+}
+
+// Whether the root of `c` reads each instruction, directly or through others; parameters always count
+// (a function's signature keeps its arguments, read or not), and so does each element of a tuple that
+// counts (JAX's translation to HLO takes every result of a loop or a call, read or not: a scan's unread
+// counter is a get-tuple-element nothing reads, which begins a walk of XLA's post order where it is written).
+std::vector<bool> read_by_root(const HloComputation& c) {
+  NameMap<uint32_t> index;
+  index.reserve(c.instructions.size());
+  for (uint32_t k = 0; k < c.instructions.size(); ++k) index.emplace(c.instructions[k].name, k);
+  std::vector<bool> read(c.instructions.size(), false);
+  std::vector<uint32_t> stack;
+  for (uint32_t k = 0; k < c.instructions.size(); ++k) {
+    if (c.instructions[k].opcode == HloOpcode::kParameter) read[k] = true;
+    if (c.instructions[k].is_root) {
+      read[k] = true;
+      stack.push_back(k);
+    }
+  }
+  while (!stack.empty()) {
+    const uint32_t k = stack.back();
+    stack.pop_back();
+    for (const std::string& o : c.instructions[k].operands) {
+      const auto* at = index.find(o);
+      if (at == nullptr || read[at->second]) continue;
+      read[at->second] = true;
+      stack.push_back(at->second);
+    }
+  }
+  for (uint32_t k = 0; k < c.instructions.size(); ++k) {
+    const HloInstruction& x = c.instructions[k];
+    if (read[k] || x.opcode != HloOpcode::kGetTupleElement || x.operands.size() != 1) continue;
+    const auto* tuple = index.find(x.operands[0]);
+    read[k] = tuple != nullptr && read[tuple->second];
+  }
+  return read;
 }
 
 }  // namespace
@@ -253,29 +291,30 @@ LoweredEmitter::V LoweredEmitter::batched_dot(const V& a, const V& b, const std:
   return push(std::move(i));
 }
 
-const std::string& LoweredEmitter::region(const char* opcode) {
-  for (const auto& [op, name] : regions_)
-    if (op == opcode) return name;
+const std::string& LoweredEmitter::region(const char* opcode, PrimitiveType type) {
+  for (const Region& r : regions_)
+    if (r.opcode == opcode && r.type == type) return r.computation;
   HloComputation region;
-  region.name = fmt::format("region_{}", opcode);
+  region.name = type == PrimitiveType::kF32 ? fmt::format("region_{}", opcode)
+                                            : fmt::format("region_{}_{}", opcode, primitive_type_name(type));
   for (int64_t k = 0; k < 2; ++k) {
     HloInstruction p;
     p.name = fmt::format("{}.p{}", region.name, k);
     p.set_opcode("parameter");
-    p.shape = array(PrimitiveType::kF32, {});
+    p.shape = array(type, {});
     p.parameter_number = k;
     region.instructions.push_back(std::move(p));
   }
   HloInstruction combine;
   combine.name = fmt::format("{}.combine", region.name);
   combine.set_opcode(opcode);
-  combine.shape = array(PrimitiveType::kF32, {});
+  combine.shape = array(type, {});
   combine.operands = {region.instructions[0].name, region.instructions[1].name};
   combine.is_root = true;
   region.instructions.push_back(std::move(combine));
-  regions_.emplace_back(opcode, region.name);
+  regions_.push_back(Region{opcode, type, region.name});
   m_.computations.push_back(std::move(region));
-  return regions_.back().second;
+  return regions_.back().computation;
 }
 
 LoweredEmitter::V LoweredEmitter::reduce(const char* combiner, const V& x,
@@ -289,7 +328,10 @@ LoweredEmitter::V LoweredEmitter::reduce(const char* combiner, const V& x,
   const V init = scalar(x.shape.type);
   HloInstruction i = make(array(x.shape.type, dims), "reduce", {x.name, init.name});
   i.dimensions = reduced;
-  i.called.push_back(region(combiner));
+  // The combiner in the reduced type: a pred's "and" (jnp.all); sums and maxima of floats in f32, as
+  // the zoo wrote them before it reduced preds (a region's type holds no buffer).
+  i.called.push_back(
+      region(combiner, x.shape.type == PrimitiveType::kPred ? PrimitiveType::kPred : PrimitiveType::kF32));
   if (std::string_view(combiner) == "maximum") i.op_name = fmt::format("{}/reduce_max", op_name_);
   return push(std::move(i));
 }
@@ -317,6 +359,10 @@ LoweredEmitter::V LoweredEmitter::reduce_sum(const V& x, const std::vector<int64
 
 LoweredEmitter::V LoweredEmitter::reduce_max(const V& x, const std::vector<int64_t>& reduced) {
   return reduce("maximum", x, reduced);
+}
+
+LoweredEmitter::V LoweredEmitter::reduce_and(const V& x, const std::vector<int64_t>& reduced) {
+  return reduce("and", x, reduced);
 }
 
 LoweredEmitter::V LoweredEmitter::compare(const V& a, const V& b) {
@@ -510,6 +556,41 @@ std::vector<LoweredEmitter::V> LoweredEmitter::loop(
   return elements(push(std::move(w)));
 }
 
+std::vector<LoweredEmitter::V> LoweredEmitter::call(
+    const std::string& name, const std::vector<V>& operands,
+    const std::function<std::vector<V>(const std::vector<V>&)>& body) {
+  const std::string computation = fmt::format("{}.{}", name, calls_++);
+  std::vector<HloInstruction> outer = std::move(entry_);
+  std::vector<std::pair<PrimitiveType, V>> outer_scalars = std::move(scalars_);
+  entry_.clear();
+  scalars_.clear();
+  std::vector<V> parameters;
+  for (size_t k = 0; k < operands.size(); ++k) {
+    HloInstruction p = make(operands[k].shape, "parameter", {});
+    p.parameter_number = static_cast<int64_t>(k);
+    parameters.push_back(push(std::move(p)));
+  }
+  const std::vector<V> results = body(parameters);
+  Shape shape;
+  if (results.size() == 1) {
+    shape = results[0].shape;
+    root_array(results[0]);
+  } else {
+    root(results);
+    shape = entry_.back().shape;  // the root tuple root() wrote
+  }
+  seal(computation, false);
+  entry_ = std::move(outer);
+  scalars_ = std::move(outer_scalars);
+  std::vector<std::string> names;
+  for (const V& v : operands) names.push_back(v.name);
+  HloInstruction c = make(shape, "call", std::move(names));
+  c.called = {computation};  // to_apply=
+  const V called = push(std::move(c));
+  if (results.size() == 1) return {called};
+  return elements(called);
+}
+
 namespace {
 
 // 1 - b ** t
@@ -582,15 +663,24 @@ OptimizerState declare_optimizer_state(LoweredEmitter& e, const ModelSpec& spec,
     declare("v", false, state.v, state.v_argument, [](const AdafactorMoments& m) { return m.v; });
     return state;
   }
+  // optax.adamw's (ScaleByAdamState(count, mu, nu), EmptyState(), EmptyState()): the count first;
+  // reference_programs.py's own adam keeps (m, v, t).
+  const bool optax = spec.optimizer == OptimizerKind::kAdamW;
+  auto count = [&](const char* name) {
+    state.count_argument = static_cast<int64_t>(e.parameter_count());
+    state.count = optimizer_parameter(e, LoweredEmitter::array(PrimitiveType::kS32, {}), name, args);
+  };
+  if (optax) count("opt[0].count");
   for (int k = 0; k < 2; ++k) {
     std::vector<LoweredEmitter::V>& moment = k == 0 ? state.m : state.v;
     for (size_t i = 0; i < params.size(); ++i) {
-      moment.push_back(optimizer_parameter(e,
-                                           LoweredEmitter::array(PrimitiveType::kF32, params[i].shape.dims),
-                                           fmt::format("opt[{}]{}", k, key_of(i)), args));
+      const std::string name = optax ? fmt::format("opt[0].{}{}", k == 0 ? "mu" : "nu", key_of(i))
+                                     : fmt::format("opt[{}]{}", k, key_of(i));
+      moment.push_back(optimizer_parameter(
+          e, LoweredEmitter::array(PrimitiveType::kF32, params[i].shape.dims), name, args));
     }
   }
-  state.count = optimizer_parameter(e, LoweredEmitter::array(PrimitiveType::kS32, {}), "opt[2]", args);
+  if (!optax) count("opt[2]");
   return state;
 }
 
@@ -647,11 +737,12 @@ Gelu write_gelu(LoweredEmitter& e, const LoweredEmitter::V& z) {
 
 LoweredEmitter::V write_cross_entropy(LoweredEmitter& e, const LoweredEmitter::V& logits,
                                       const LoweredEmitter::V& labels, LoweredEmitter::V& dlogits) {
-  auto with = [&](const char* opcode, const LoweredEmitter::V& x, const LoweredEmitter::V& v,
-                  const std::vector<int64_t>& kept) {
+  using Value = LoweredEmitter::V;  // not V: a writer in the same unity batch has its own V
+  using Values = std::vector<Value>;
+  auto with = [&](const char* opcode, const Value& x, const Value& v, const std::vector<int64_t>& kept) {
     return e.binary(opcode, x, e.broadcast(v, x.shape.dims, kept));
   };
-  const std::vector<uint64_t>& dims = logits.shape.dims;
+  const std::vector<uint64_t> dims = logits.shape.dims;
   const size_t last = dims.size() - 1;
   const std::vector<uint64_t> rows(dims.begin(), dims.end() - 1);
   std::vector<uint64_t> kept = rows;
@@ -664,29 +755,48 @@ LoweredEmitter::V write_cross_entropy(LoweredEmitter& e, const LoweredEmitter::V
     all.push_back(static_cast<int64_t>(k));
   }
   const std::vector<int64_t> last_dim = {static_cast<int64_t>(last)};
-  const LoweredEmitter::V mx =
-      e.binary("maximum", e.reduce_max(logits, last_dim), e.splat(PrimitiveType::kF32, rows));
-  const LoweredEmitter::V shifted = with("subtract", logits, e.reshape(e.reshape(mx, kept), rows), row_dims);
-  const LoweredEmitter::V ex = e.unary("exponential", shifted);
-  const LoweredEmitter::V sum = e.reshape(e.reduce_sum(ex, last_dim), kept);
-  const LoweredEmitter::V logp = with("subtract", shifted, e.reshape(e.unary("log", sum), rows), row_dims);
-  // jnp's index: a negative label wraps
-  const LoweredEmitter::V label = e.reshape(labels, kept);
-  const LoweredEmitter::V wrapped =
-      e.select(e.compare(label, e.splat(PrimitiveType::kS32, kept)),
-               e.binary("add", label, e.splat(PrimitiveType::kS32, kept)), label);
-  const LoweredEmitter::V index = e.reshape(wrapped, index_dims);
-  const LoweredEmitter::V picked = e.gather(logp, index, kept);
+  // jax.nn.log_softmax, jnp.take_along_axis and their transposes are nested jits: each a call JAX prints
+  // (`jvp(jit(log_softmax))`, `transpose(jvp(jit(take_along_axis)))`, ...). Their reads decide the order
+  // of the program JAX prints - the scatter of the loss's cotangent reads the index the forward's call
+  // returns, so it comes after the forward pass, not first (it reads nothing else the forward computes).
+  // The log-probabilities, and the exp and row sums the transpose reads.
+  const Values softmax = e.call("log_softmax", {logits}, [&](const Values& x) -> Values {
+    const Value mx = e.binary("maximum", e.reduce_max(x[0], last_dim), e.splat(PrimitiveType::kF32, rows));
+    const Value shifted = with("subtract", x[0], e.reshape(e.reshape(mx, kept), rows), row_dims);
+    const Value ex = e.unary("exponential", shifted);
+    const Value sum = e.reshape(e.reduce_sum(ex, last_dim), kept);
+    return {with("subtract", shifted, e.reshape(e.unary("log", sum), rows), row_dims), ex, sum};
+  });
+  // take_along_axis(logp, labels[..., None]): jnp's index (a negative label wraps), its bounds check
+  // (an entry out of range reads NaN: jnp.all of 0 <= index <= n - 1), the gather; and the index, which
+  // the transpose reads.
+  const Values taken = e.call("take_along_axis", {softmax[0], e.reshape(labels, kept)}, [&](const Values& x) {
+    const Value label = x[1];
+    const Value wrapped = e.select(e.compare(label, e.splat(PrimitiveType::kS32, kept)),
+                                   e.binary("add", label, e.splat(PrimitiveType::kS32, kept)), label);
+    const Value index = e.reshape(wrapped, index_dims);
+    const Value in_range =
+        e.reduce_and(e.binary("and", e.compare(index, e.splat(PrimitiveType::kS32, index_dims)),
+                              e.compare(index, e.splat(PrimitiveType::kS32, index_dims))),
+                     {static_cast<int64_t>(index_dims.size() - 1)});
+    const Value picked = e.gather(x[0], index, kept);
+    return Values{e.select(in_range, picked, e.splat(PrimitiveType::kF32, kept)), index};
+  });
   e.set_category("outputs");  // the loss: one of the step's results
-  const LoweredEmitter::V loss =
-      e.unary("negate", e.binary("divide", e.reduce_sum(picked, all), e.scalar(PrimitiveType::kF32)));
+  const Value loss =
+      e.unary("negate", e.binary("divide", e.reduce_sum(taken[0], all), e.scalar(PrimitiveType::kF32)));
   e.set_category("temporaries");
   e.set_op_name("jit(step)/transpose(jvp())");
-  const LoweredEmitter::V dlogp =
-      e.scatter(e.splat(PrimitiveType::kF32, dims), index, e.splat(PrimitiveType::kF32, kept));
-  const LoweredEmitter::V r1 = e.reshape(e.reduce_sum(e.unary("negate", dlogp), last_dim), kept);
-  const LoweredEmitter::V r2 = e.reduce_sum(e.binary("divide", r1, sum), last_dim);
-  dlogits = e.binary("add", dlogp, e.binary("multiply", e.broadcast(r2, dims, row_dims), ex));
+  // Each picked entry's cotangent (-1/count) scattered into zeros at its index.
+  const Value dlogp = e.call("take_along_axis_transpose", {taken[1], e.splat(PrimitiveType::kF32, kept)},
+                             [&](const Values& x) -> Values {
+                               return {e.scatter(e.splat(PrimitiveType::kF32, dims), x[0], x[1])};
+                             })[0];
+  dlogits = e.call("log_softmax_transpose", {softmax[1], softmax[2], dlogp}, [&](const Values& x) -> Values {
+    const Value r1 = e.reshape(e.reduce_sum(e.unary("negate", x[2]), last_dim), kept);
+    const Value r2 = e.reduce_sum(e.binary("divide", r1, x[1]), last_dim);
+    return {e.binary("add", x[2], e.binary("multiply", e.broadcast(r2, dims, row_dims), x[0]))};
+  })[0];
   return loss;
 }
 
@@ -716,7 +826,15 @@ LoweredEmitter::V accumulate_gradients(LoweredEmitter& e, uint64_t microbatches,
   e.set_category("gradients");
   e.set_op_name("jit(step)/scan");
   std::vector<Value> carried = {e.scalar(PrimitiveType::kS32)};
-  for (const Value& p : params) carried.push_back(e.splat(PrimitiveType::kF32, p.shape.dims));
+  // Each sum begins as zeros, one broadcast per shape (JAX's lowering shares equal constants; XLA's copy
+  // insertion then gives each carried sum a copy of its own).
+  std::vector<Value> zeros;
+  for (const Value& p : params) {
+    auto same = std::find_if(zeros.begin(), zeros.end(),
+                             [&](const Value& z) { return z.shape.dims == p.shape.dims; });
+    if (same == zeros.end()) same = zeros.insert(zeros.end(), e.splat(PrimitiveType::kF32, p.shape.dims));
+    carried.push_back(*same);
+  }
   carried.push_back(e.scalar(PrimitiveType::kF32));
   for (const Value& whole : batch) {  // [B, ...] -> [microbatches, B / microbatches, ...]
     std::vector<uint64_t> dims = whole.shape.dims;
@@ -898,21 +1016,26 @@ void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<Lo
       const Value lr_m = e.binary("multiply", e.binary("divide", m, c1), splat(g));
       const Value denom = e.binary("add", e.unary("sqrt", e.binary("divide", v, c2)), splat(g));
       step = e.binary("divide", lr_m, denom);
-      if (spec.optimizer == OptimizerKind::kAdamW)
+      if (spec.optimizer == OptimizerKind::kAdamW) {
+        // optax: add_decayed_weights, then scale_by_learning_rate (-lr), and apply_updates adds it.
         step = e.binary("add", step, e.binary("multiply", e.binary("multiply", p, splat(p)), splat(p)));
+        step = e.binary("multiply", step, splat(step));
+      }
     } else {
       e.set_category("parameters");
       step = e.binary("multiply", g, splat(g));
     }
-    Value out = e.binary("subtract", p, step);
+    Value out = e.binary(spec.optimizer == OptimizerKind::kAdamW && state ? "add" : "subtract", p, step);
     if (params[k].shape.type != PrimitiveType::kF32) out = e.convert(out, params[k].shape.type);
     new_p.push_back(out);
   }
   std::vector<Value> outs = new_p;
-  if (state) {
+  if (state) {  // the state in the order its arguments are declared (declare_optimizer_state)
+    const bool count_first = spec.optimizer == OptimizerKind::kAdamW;
+    if (count_first) outs.push_back(new_count);
     outs.insert(outs.end(), new_m.begin(), new_m.end());
     outs.insert(outs.end(), new_v.begin(), new_v.end());
-    outs.push_back(new_count);
+    if (!count_first) outs.push_back(new_count);
   }
   std::vector<Value> results = outs;
   results.insert(results.end(), extra.begin(), extra.end());
@@ -930,6 +1053,15 @@ void LoweredEmitter::seal(std::string name, bool is_entry) {
   c.instructions = std::move(entry_);
   entry_.clear();
   scalars_.clear();
+  // Only what the root reads stays, as JAX lowers a function (its jaxpr's dead code eliminated: the
+  // recomputation jax.checkpoint writes before a block's transpose has no block output, which nothing
+  // reads). Kept, a value nothing reads would begin a walk of XLA's post order of its own - a rematted
+  // block's output pulled the recomputation before the cotangent's first GEMM, unlike JAX's program.
+  const std::vector<bool> read = read_by_root(c);
+  std::vector<uint32_t> kept;
+  for (uint32_t k = 0; k < read.size(); ++k)
+    if (read[k]) kept.push_back(k);
+  if (kept.size() < read.size()) reorder_instructions(c.instructions, kept);
   reorder_instructions(c.instructions, instruction_post_order(c));
   m_.computations.push_back(std::move(c));
 }

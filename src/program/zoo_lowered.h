@@ -98,6 +98,7 @@ class LoweredEmitter {
   // A sum over `reduced`; the result keeps the other dimensions in order.
   V reduce_sum(const V& x, const std::vector<int64_t>& reduced);
   V reduce_max(const V& x, const std::vector<int64_t>& reduced);
+  V reduce_and(const V& x, const std::vector<int64_t>& reduced);  // jnp.all over `reduced` of a pred
   // jax.checkpoint: what the recomputation reads goes through an optimization barrier (a tuple in, its
   // elements out), so XLA cannot move the recomputation into the forward pass.
   std::vector<V> barrier(const std::vector<V>& values);
@@ -120,6 +121,14 @@ class LoweredEmitter {
   std::vector<V> loop(const std::vector<V>& carried, uint64_t trips,
                       const std::function<std::vector<V>(const std::vector<V>&)>& body);
 
+  // A call of a function JAX lowers as a computation of its own (a nested jit: jax.nn.log_softmax,
+  // jnp.take_along_axis, and their transposes): `body` writes its instructions from its parameters (one
+  // per operand) and returns its results; the call's results are returned (a tuple's elements where there
+  // are several). XLA inlines it first (CallInliner); what it keeps is the program's order: a reader of a
+  // call's result comes after all the call reads, as JAX prints the program. `name` names the computation.
+  std::vector<V> call(const std::string& name, const std::vector<V>& operands,
+                      const std::function<std::vector<V>(const std::vector<V>&)>& body);
+
   // The step's results: a tuple, or (root_array) one array.
   void root(const std::vector<V>& values);
   void root_array(const V& value);
@@ -132,8 +141,9 @@ class LoweredEmitter {
  private:
   V push(HloInstruction i);
   HloInstruction make(const Shape& shape, const char* opcode, std::vector<std::string> operands);
-  // A reduction's combiner computation (one per opcode: "add", "maximum"), made on first use.
-  const std::string& region(const char* opcode);
+  // A reduction's combiner computation (one per opcode and type: "add", "maximum", "and" of preds), made
+  // on first use.
+  const std::string& region(const char* opcode, PrimitiveType type = PrimitiveType::kF32);
   V reduce(const char* combiner, const V& x, const std::vector<int64_t>& reduced);
   // A computation of the instructions written since `entry_` was emptied, in XLA's post order.
   void seal(std::string name, bool is_entry);
@@ -150,10 +160,16 @@ class LoweredEmitter {
   std::vector<std::pair<PrimitiveType, V>> scalars_;  // entry_'s scalar constant of each type (scalar())
   std::string category_;
   std::string op_name_;
-  std::vector<std::pair<std::string, std::string>> regions_;  // combiner opcode -> its computation
+  struct Region {
+    std::string opcode;
+    PrimitiveType type;
+    std::string computation;
+  };
+  std::vector<Region> regions_;  // each combiner's computation
   uint64_t counter_ = 0;
   uint64_t parameters_ = 0;
   uint64_t loops_ = 0;
+  uint64_t calls_ = 0;
 };
 
 // Entry parameters counted in the step's arguments: a model parameter (its elements and bytes) and an

@@ -52,6 +52,7 @@ struct BlockSaved {
   Norm ln1, ln2;
   V q, kt, v;        // [B,H,S,hd], [B,H,hd,S], [B,H,S,hd]
   V ex, sum, probs;  // the softmax's exp, its row sums ([B,H,S,1]) and the probabilities
+  V mask;            // GPT unrolled: the causal mask broadcast to the scores, as jnp.where returns it
   V inv_sum_sq;      // 1 / sum^2, when a scan saves it (empty: the transpose computes it)
   V merged;          // the heads' output, [B,S,D], before the projection
   Gelu gelu;         // the MLP's activation, over its first GEMM's biased result
@@ -878,10 +879,14 @@ class TransformerStep {
     const V a3 = e_.binary("multiply", with("multiply", dprobs, e_.reshape(inv2, rows), {0, 1, 2}), k.ex);
     const V s = e_.reduce_sum(e_.unary("negate", e_.reshape(e_.reduce_sum(a3, {3}), kept)), {3});
     V a5 = cast(e_.binary("multiply", e_.binary("add", a1, e_.broadcast(s, sq, {0, 1, 2})), k.ex), cdt_);
-    // GPT: jnp.where(mask, att, -1e4)'s transpose passes the cotangent where the mask holds.
-    if (masked_) {
-      const V mask = scan_mask_.name.empty() ? e_.broadcast(mask_, sq, {2, 3}) : scan_mask_;
-      a5 = e_.select(mask, a5, e_.splat(cdt_, sq));
+    // GPT: jnp.where(mask, att, -1e4)'s transpose passes the cotangent where the mask holds (a nested jit
+    // too, reading the mask the forward's returned).
+    if (masked_ && !k.mask.name.empty()) {
+      a5 = e_.call("_where_transpose", {k.mask, a5}, [&](const std::vector<V>& x) -> std::vector<V> {
+        return {e_.select(x[0], x[1], e_.splat(cdt_, sq))};
+      })[0];
+    } else if (masked_) {
+      a5 = e_.select(scan_mask_, a5, e_.splat(cdt_, sq));
     }
     const V dscores = e_.binary("divide", a5, e_.splat(cdt_, sq));
     auto merge = [&](const V& per_head, const std::vector<int64_t>& permutation) {
@@ -1017,11 +1022,24 @@ class TransformerStep {
       k.kt = head_split({0, 2, 3, 1});  // k.transpose(0, 1, 3, 2), folded into the head split
       V att = gemm(kScores, k.q, k.kt, {batch, heads, seq, seq}, 2);
       att = e_.binary("divide", att, e_.splat(cdt_, att.shape.dims));
-      // GPT: jnp.where(mask, att, -1e4)
-      if (masked_)
-        att = scan_mask_.name.empty() ? e_.select(e_.broadcast(mask_, att.shape.dims, {2, 3}), att,
-                                                  e_.splat(cdt_, att.shape.dims))
-                                      : e_.select(scan_mask_, att, scan_fill_);
+      // GPT: jnp.where(mask, att, -1e4), a nested jit (`jvp(jit(_where))`): the selection and the mask
+      // broadcast to the scores, which its transpose reads - under jax.checkpoint the recomputed one, so
+      // the backward pass recomputes the scores before it needs the incoming cotangent, as JAX orders it.
+      // The mask is returned only where a transpose reads it (JAX prunes a nested jit's unread results:
+      // inference, and the forward pass of a checkpointed block, return the selection alone).
+      if (masked_ && scan_mask_.name.empty()) {
+        const std::vector<V> where =
+            e_.call("_where", {mask_, att, e_.scalar(cdt_)}, [&](const std::vector<V>& a) -> std::vector<V> {
+              const V mask = e_.broadcast(a[0], a[1].shape.dims, {2, 3});
+              const V selected = e_.select(mask, a[1], e_.broadcast(a[2], a[1].shape.dims, {}));
+              if (saved == nullptr) return {selected};
+              return {selected, mask};
+            });
+        att = where[0];
+        if (saved != nullptr) k.mask = where[1];
+      } else if (masked_) {
+        att = e_.select(scan_mask_, att, scan_fill_);
+      }
       k.probs = cast(softmax(cast(att, PrimitiveType::kF32), &k.ex, &k.sum), cdt_);
       k.v = head_split({0, 2, 1, 3});
       const V o = gemm(kAttention, k.probs, k.v, {batch, heads, seq, hd}, 2);

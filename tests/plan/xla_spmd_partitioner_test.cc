@@ -271,8 +271,10 @@ TEST(SpmdPartitioner, JaxsDataParallelStepIsThePerDeviceBatchsStep) {
 // its arguments carrying reference_programs.py's shardings - and the same model partitions it. For the three
 // sharded GPT programs JAX lowered (the cpu8 configs, planned for GPUs), the zoo's plan holds each device's
 // arguments, results and donations as JAX's program does, to the byte, and its temp as JAX's program
-// partitioned: to the byte data parallel, within 0.1% FSDP (2 KB) and 10% tensor parallel (+6.4%: the zoo
-// writes jnp.split's transpose otherwise).
+// partitioned: to the byte data parallel and tensor parallel, within 0.1% FSDP (2 KB). Tensor parallel was
+// +6.4% while the zoo wrote the loss without JAX's nested jits: its cotangent's scatter, which reads only
+// the labels, came first in the program's order instead of after the forward pass (the order XLA keeps
+// there, its list schedule needing more).
 TEST(SpmdPartitioner, TheZoosShardedStepIsTheProgramJaxLowersPartitioned) {
   for (const char* name : {"cpu8_gpt_replicated_dp8", "cpu8_gpt_fsdp8", "cpu8_gpt_tp4_dp2"}) {
     SCOPED_TRACE(name);
@@ -298,8 +300,11 @@ TEST(SpmdPartitioner, TheZoosShardedStepIsTheProgramJaxLowersPartitioned) {
               zoo->argument_bytes);
     const double error = (static_cast<double>(zoo->temp_bytes) - static_cast<double>(jax->temp_bytes)) /
                          static_cast<double>(jax->temp_bytes);
-    const double within = std::string(name) == "cpu8_gpt_tp4_dp2" ? 0.10 : 0.001;
-    EXPECT_LE(std::abs(error), within) << zoo->temp_bytes << " against " << jax->temp_bytes;
+    if (std::string(name) == "cpu8_gpt_fsdp8") {
+      EXPECT_LE(std::abs(error), 0.001) << zoo->temp_bytes << " against " << jax->temp_bytes;
+    } else {
+      EXPECT_EQ(zoo->temp_bytes, jax->temp_bytes);
+    }
   }
 }
 
