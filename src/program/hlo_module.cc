@@ -722,7 +722,7 @@ void reorder_instructions(std::vector<HloInstruction>& instructions, const std::
   instructions.resize(kept);
 }
 
-std::vector<uint32_t> instruction_post_order(const HloComputation& comp) {
+std::vector<uint32_t> instruction_post_order(const HloComputation& comp, PostOrderOf of) {
   const auto& insts = comp.instructions;
   NameIndex index;
   index.reserve(insts.size());
@@ -740,12 +740,42 @@ std::vector<uint32_t> instruction_post_order(const HloComputation& comp) {
     }
     first[i + 1] = static_cast<uint32_t>(operand_list.size());
   }
+  std::vector<uint32_t> stack;
+  // kWhatTheRootReads: what the root reads, directly or through others; parameters; and each element of
+  // a tuple it reads (a loop's or a call's results, read or not, as JAX's translation to HLO takes them).
+  std::vector<bool> live;
+  if (of == PostOrderOf::kWhatTheRootReads) {
+    live.assign(insts.size(), false);
+    for (uint32_t i = 0; i < insts.size(); ++i) {
+      live[i] = insts[i].opcode == HloOpcode::kParameter;
+      if (insts[i].is_root) {
+        live[i] = true;
+        stack.push_back(i);
+      }
+    }
+    while (!stack.empty()) {
+      const uint32_t x = stack.back();
+      stack.pop_back();
+      for (uint32_t k = first[x]; k < first[x + 1]; ++k) {
+        if (live[operand_list[k]]) continue;
+        live[operand_list[k]] = true;
+        stack.push_back(operand_list[k]);
+      }
+    }
+    for (uint32_t i = 0; i < insts.size(); ++i)
+      if (!live[i] && insts[i].opcode == HloOpcode::kGetTupleElement && first[i + 1] == first[i] + 1)
+        live[i] = live[operand_list[first[i]]];
+    // Read, now, by what stays: a parameter only dead code read begins a walk of its own.
+    read.assign(insts.size(), false);
+    for (uint32_t i = 0; i < insts.size(); ++i)
+      if (live[i])
+        for (uint32_t k = first[i]; k < first[i + 1]; ++k) read[operand_list[k]] = true;
+  }
   std::vector<uint32_t> order;
   order.reserve(insts.size());
   std::vector<uint8_t> state(insts.size(), 0);  // 0 new, 1 visiting, 2 done
-  std::vector<uint32_t> stack;
   for (uint32_t r = 0; r < insts.size(); ++r) {
-    if (read[r]) continue;  // walks start at instructions nothing reads
+    if (read[r] || (!live.empty() && !live[r])) continue;  // walks start at instructions nothing reads
     stack.assign(1, r);
     while (!stack.empty()) {
       const uint32_t x = stack.back();

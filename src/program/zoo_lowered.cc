@@ -7,8 +7,6 @@
 #include <string_view>
 #include <utility>
 
-#include "memfit/core/name_map.h"
-
 namespace memfit::zoo {
 namespace {
 
@@ -29,42 +27,6 @@ std::string_view primitive_of(std::string_view opcode) {
   for (const auto& [hlo, jax] : kNames)
     if (hlo == opcode) return jax;
   return opcode;
-}
-
-// Whether the root of `c` reads each instruction, directly or through others; parameters always count
-// (a function's signature keeps its arguments, read or not), and so does each element of a tuple that
-// counts (JAX's translation to HLO takes every result of a loop or a call, read or not: a scan's unread
-// counter is a get-tuple-element nothing reads, which begins a walk of XLA's post order where it is written).
-std::vector<bool> read_by_root(const HloComputation& c) {
-  NameMap<uint32_t> index;
-  index.reserve(c.instructions.size());
-  for (uint32_t k = 0; k < c.instructions.size(); ++k) index.emplace(c.instructions[k].name, k);
-  std::vector<bool> read(c.instructions.size(), false);
-  std::vector<uint32_t> stack;
-  for (uint32_t k = 0; k < c.instructions.size(); ++k) {
-    if (c.instructions[k].opcode == HloOpcode::kParameter) read[k] = true;
-    if (c.instructions[k].is_root) {
-      read[k] = true;
-      stack.push_back(k);
-    }
-  }
-  while (!stack.empty()) {
-    const uint32_t k = stack.back();
-    stack.pop_back();
-    for (const std::string& o : c.instructions[k].operands) {
-      const auto* at = index.find(o);
-      if (at == nullptr || read[at->second]) continue;
-      read[at->second] = true;
-      stack.push_back(at->second);
-    }
-  }
-  for (uint32_t k = 0; k < c.instructions.size(); ++k) {
-    const HloInstruction& x = c.instructions[k];
-    if (read[k] || x.opcode != HloOpcode::kGetTupleElement || x.operands.size() != 1) continue;
-    const auto* tuple = index.find(x.operands[0]);
-    read[k] = tuple != nullptr && read[tuple->second];
-  }
-  return read;
 }
 
 }  // namespace
@@ -1057,12 +1019,7 @@ void LoweredEmitter::seal(std::string name, bool is_entry) {
   // recomputation jax.checkpoint writes before a block's transpose has no block output, which nothing
   // reads). Kept, a value nothing reads would begin a walk of XLA's post order of its own - a rematted
   // block's output pulled the recomputation before the cotangent's first GEMM, unlike JAX's program.
-  const std::vector<bool> read = read_by_root(c);
-  std::vector<uint32_t> kept;
-  for (uint32_t k = 0; k < read.size(); ++k)
-    if (read[k]) kept.push_back(k);
-  if (kept.size() < read.size()) reorder_instructions(c.instructions, kept);
-  reorder_instructions(c.instructions, instruction_post_order(c));
+  reorder_instructions(c.instructions, instruction_post_order(c, PostOrderOf::kWhatTheRootReads));
   m_.computations.push_back(std::move(c));
 }
 

@@ -49,6 +49,48 @@ const HloInstruction* find(const HloModule& m, std::string_view name) {
   return nullptr;
 }
 
+// XLA's CallInliner runs first: each call's instructions take its place in the program's order - a call
+// at the start, between two GEMMs, nested in another, returning its argument, and as the root - the
+// callee's root taking the call's name. (Inlined in place: the instructions before the first call stay
+// where they are, the rest move back to make room.)
+TEST(XlaGpuModel, CallsAreInlinedWhereTheyStand) {
+  const HloModule m = model_of(R"(HloModule jit_step
+
+gemm {
+  a = f32[256,256]{1,0} parameter(0)
+  ROOT d = f32[256,256]{1,0} dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+twice {
+  p = f32[256,256]{1,0} parameter(0)
+  once = f32[256,256]{1,0} call(p), to_apply=gemm
+  ROOT again = f32[256,256]{1,0} call(once), to_apply=gemm
+}
+
+same {
+  ROOT q = f32[256,256]{1,0} parameter(0)
+}
+
+ENTRY main.1 {
+  x = f32[256,256]{1,0} parameter(0)
+  c1 = f32[256,256]{1,0} call(x), to_apply=gemm
+  d1 = f32[256,256]{1,0} dot(c1, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  c2 = f32[256,256]{1,0} call(d1), to_apply=twice
+  c3 = f32[256,256]{1,0} call(c2), to_apply=same
+  ROOT c4 = f32[256,256]{1,0} call(c3), to_apply=gemm
+}
+)");
+  ASSERT_NE(m.entry(), nullptr);
+  std::vector<std::string> gemms;
+  for (const HloInstruction& i : m.entry()->instructions)
+    if (i.shape.dims == std::vector<uint64_t>{256, 256} && i.opcode != HloOpcode::kParameter &&
+        i.opcode != HloOpcode::kBitcast)
+      gemms.push_back(i.name);
+  EXPECT_EQ(gemms, (std::vector<std::string>{"c1", "d1", "c2/once", "c2", "c4"}));
+  ASSERT_NE(m.entry()->root(), nullptr);
+  EXPECT_EQ(m.entry()->root()->name, "c4");
+}
+
 // Mixed precision: the weight is cast to bf16 once and read by the forward GEMM and the backward one.
 // XLA's GemmFusion never takes a narrowing cast in, so the cast is a buffer (XLA's wrapped_convert); the
 // widening cast of the activations' gradient back to f32 is taken into its GEMM.

@@ -314,6 +314,49 @@ TEST(HloModule, XlasDumpOfARealProgramReadsAsItsPrintedModule) {
   EXPECT_EQ(a->alias_bytes, b->alias_bytes);
 }
 
+// XLA's post order, and the part of it the root reads (how JAX lowers a function: its dead code gone, its
+// parameters and every element of a loop's result kept). A value nothing reads begins a walk of its own
+// where it is written, pulling what it reads before what the root reads first.
+TEST(HloModule, PostOrderOfWhatTheRootReads) {
+  auto m = parse_hlo_module(R"(HloModule m
+
+body {
+  t = (s32[], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  v = f32[8] get-tuple-element(t), index=1
+  ROOT n = (s32[], f32[8]) tuple(i, v)
+}
+
+cond {
+  t = (s32[], f32[8]) parameter(0)
+  ROOT c = pred[] constant(true)
+}
+
+ENTRY main {
+  a = f32[8] parameter(0)
+  unused = f32[8] parameter(1)
+  only_dead_reads = f32[8] parameter(2)
+  dead = f32[8] negate(only_dead_reads)
+  k = s32[] constant(0)
+  init = (s32[], f32[8]) tuple(k, a)
+  w = (s32[], f32[8]) while(init), condition=cond, body=body
+  counter = s32[] get-tuple-element(w), index=0
+  out = f32[8] get-tuple-element(w), index=1
+  ROOT r = f32[8] exponential(out)
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const HloComputation& c = *m->entry();
+  auto names = [&](const std::vector<uint32_t>& order) {
+    std::string out;
+    for (uint32_t k : order) out += c.instructions[k].name + " ";
+    return out;
+  };
+  EXPECT_EQ(names(instruction_post_order(c)), "unused only_dead_reads dead k a init w counter out r ");
+  EXPECT_EQ(names(instruction_post_order(c, PostOrderOf::kWhatTheRootReads)),
+            "unused only_dead_reads k a init w counter out r ");
+}
+
 TEST(HloModule, ReorderInstructionsFollowsTheOrderInPlace) {
   auto named = [](std::initializer_list<const char*> names) {
     std::vector<HloInstruction> v;

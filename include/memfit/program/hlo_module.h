@@ -126,8 +126,10 @@ std::string buffer_placement_attribute(std::string_view attributes);
 // XLA's HloComputation::MakeInstructionPostOrder (xla/hlo/ir/hlo_computation.cc): depth first from each
 // instruction nothing in the computation reads, taken in instruction order, first operands first. Indices
 // into comp.instructions; an operand the computation does not define is skipped. Only instructions on a
-// cycle (no program XLA accepts) are left out.
-std::vector<uint32_t> instruction_post_order(const HloComputation& comp);
+// cycle (no program XLA accepts) are left out - and, of kWhatTheRootReads, what the root does not read
+// (but parameters, and every element of a tuple it reads: how JAX lowers a function, its dead code gone).
+enum class PostOrderOf : uint8_t { kAll, kWhatTheRootReads };
+std::vector<uint32_t> instruction_post_order(const HloComputation& comp, PostOrderOf of = PostOrderOf::kAll);
 
 // Reorders `instructions` in place to `order` (indices into it, each at most once), dropping those it does
 // not name: a deep model's entry (10^5 instructions of a few hundred bytes each) is reordered without a
