@@ -333,7 +333,7 @@ class TransformerStep {
     if (vit_) {
       // The embedding: the class token's row, the patches' projection; then the head.
       const V dcls = cast(e_.reduce_sum(e_.slice(g, 1, 1), {0, 1}), pdt_);
-      const V dembed = cast(e_.transpose(e_.dot(e_.slice(g, 1, seq - 1), cast(tokens_, cdt_),
+      const V dembed = cast(e_.transpose(e_.dot(e_.slice(g, 1, seq - 1), patches_,
                                                 {d, s_.patch * s_.patch * s_.channels}, cdt_),
                                          {1, 0}),
                             pdt_);
@@ -346,8 +346,9 @@ class TransformerStep {
       const V rows = e_.scatter(e_.splat(pdt_, embed_.shape.dims), token_rows_, for_pos);
       grads = {e_.binary("add", dhead_or_table, rows)};
     }
-    const V dpos = cast(e_.reduce_sum(e_.reshape(e_.reduce_sum(for_pos, {0}), {1, seq, d}), {0}),
-                        pdt_);  // pos broadcast as [1,S,D]
+    // pos[None] broadcast as [1,S,D], then .astype(cdt): the batch's sum in the compute type, cast back to
+    // the parameter's, then the sum over the leading 1.
+    const V dpos = e_.reduce_sum(cast(e_.reshape(e_.reduce_sum(for_pos, {0}), {1, seq, d}), pdt_), {0});
     for (const std::vector<V>& lg : layer_grads) grads.insert(grads.end(), lg.begin(), lg.end());
     grads.push_back(vector_grad(dy));                                         // lnf_b
     grads.push_back(vector_grad(e_.binary("multiply", lnf.normalized, dy)));  // lnf_g
@@ -949,7 +950,9 @@ class TransformerStep {
   // ViT: concatenate([cls, patches.astype(cdt) @ embed.astype(cdt)], axis=1) + pos.astype(cdt).
   V patches() {
     const uint64_t d = s_.d_model;
-    const V pe = e_.dot(cast(tokens_, cdt_), cast(embed_, cdt_), {batch_, seq_ - 1, d}, cdt_);
+    patches_ =
+        cast(tokens_, cdt_);  // the embedding's transpose reads it too (JAX keeps it, not a second cast)
+    const V pe = e_.dot(patches_, cast(embed_, cdt_), {batch_, seq_ - 1, d}, cdt_);
     const V cls = e_.broadcast(cast(cls_, cdt_), {batch_, 1, d}, {2});
     return with("add", e_.concatenate({cls, pe}, 1), cast(pos_, cdt_), {1, 2});
   }
@@ -1080,7 +1083,8 @@ class TransformerStep {
   uint64_t tp_ = 1;           // decode: the tensor-parallel group's size (sharding tp), 1 on one device
   uint64_t vocab_split_ = 1;  // decode: the devices the embedding's vocabulary is split over
   V embed_, cls_, head_, lnf_b_, lnf_g_, pos_, tokens_, labels_, mask_;
-  V position_;               // decode: where the new token is written (an s32 argument)
+  V patches_;   // ViT: the patches in the compute type, as the embedding's GEMM and its transpose read them
+  V position_;  // decode: where the new token is written (an s32 argument)
   std::vector<V> cache_;     // decode: each layer's keys and values, [B,H,S,hd]
   V scan_mask_, scan_fill_;  // scan: GPT's mask and fill broadcast to the scores, as the loops read them
   std::vector<std::pair<std::vector<uint64_t>, V>> zeros_;  // the entry's zeros, by shape
