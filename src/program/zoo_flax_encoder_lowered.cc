@@ -190,10 +190,10 @@ class EncoderStep {
     for (uint64_t l = s_.layers; l-- > 0;)
       g = checkpointed(l) ? rematted_transpose(layers_[l], inputs_[l], residuals_[l], g)
                           : layer_transpose(layers_[l], g);
-    // The lookup's transpose: a scatter-add of the cotangent into zeros of the table's shape.
+    // The lookup's transpose: a scatter-add of the cotangent into zeros of the table's shape (a nested jit
+    // too, reading the index the forward's call returned).
     e_.set_category("gradients");
     e_.set_op_name("jit(step)/transpose(jvp(Encoder))/Embed_0");
-    // (jnp.take's transpose, a nested jit reading the index the forward's returned)
     const std::vector<uint64_t>& table = params_[kEmbedding].shape.dims;
     grads_[kEmbedding] = as_parameter(
         e_.call("_take_transpose", {token_rows_, g}, [&](const std::vector<V>& a) -> std::vector<V> {
@@ -340,7 +340,8 @@ class EncoderStep {
 
   // nn.Embed: jnp.take(embedding, tokens, axis=0) in its default fill mode - a negative token wraps, the rows
   // gathered, and a row whose token is out of range filled with NaN (a select over the gathered rows).
-  // jnp.take is a nested jit (`jit(_take)`): a call returning the rows and the index its transpose reads.
+  // jnp.take is a nested jit (`jit(_take)`): a call returning the rows, and in training the index its
+  // transpose reads (JAX prunes a nested jit's results nothing reads).
   V embed() {
     const V table = e_.astype(params_[kEmbedding], ct_);  // promote_dtype(embedding, dtype=...)
     const std::vector<uint64_t> bs = {batch_, s_.seq}, index_dims = {batch_, s_.seq, 1};
@@ -355,10 +356,10 @@ class EncoderStep {
                         {2});
       const V rows = e_.gather(a[0], index);
       const std::vector<uint64_t>& dims = rows.shape.dims;
-      return std::vector<V>{e_.select(e_.broadcast(in_range, dims, {0, 1}), rows, e_.splat(ct_, dims)),
-                            index};
+      const V selected = e_.select(e_.broadcast(in_range, dims, {0, 1}), rows, e_.splat(ct_, dims));
+      return train_ ? std::vector<V>{selected, index} : std::vector<V>{selected};
     });
-    token_rows_ = taken[1];
+    if (train_) token_rows_ = taken[1];
     return taken[0];
   }
 

@@ -950,8 +950,8 @@ class TransformerStep {
   // ViT: concatenate([cls, patches.astype(cdt) @ embed.astype(cdt)], axis=1) + pos.astype(cdt).
   V patches() {
     const uint64_t d = s_.d_model;
-    patches_ =
-        cast(tokens_, cdt_);  // the embedding's transpose reads it too (JAX keeps it, not a second cast)
+    // The embedding's transpose reads this cast too (JAX keeps it; it does not cast a second time).
+    patches_ = cast(tokens_, cdt_);
     const V pe = e_.dot(patches_, cast(embed_, cdt_), {batch_, seq_ - 1, d}, cdt_);
     const V cls = e_.broadcast(cast(cls_, cdt_), {batch_, 1, d}, {2});
     return with("add", e_.concatenate({cls, pe}, 1), cast(pos_, cdt_), {1, 2});
