@@ -135,7 +135,8 @@ class LoweredEmitter {
   // input_output_alias: result `output` of the root tuple written over entry parameter `parameter`.
   void alias(uint64_t output, int64_t parameter);
   // Writes the entry into the module, in the order JAX prints a lowered program: XLA's post order from the
-  // root (HloComputation::MakeInstructionPostOrder), so that the GPU model plans what it would from JAX.
+  // root (HloComputation::MakeInstructionPostOrder), so that the GPU model plans what it would from JAX -
+  // and, as JAX lowers a function, without what the root does not read (each computation is written so).
   void finish();
 
  private:
