@@ -344,16 +344,9 @@ class EncoderStep {
   // transpose reads (JAX prunes a nested jit's results nothing reads).
   V embed() {
     const V table = e_.astype(params_[kEmbedding], ct_);  // promote_dtype(embedding, dtype=...)
-    const std::vector<uint64_t> bs = {batch_, s_.seq}, index_dims = {batch_, s_.seq, 1};
     const std::vector<V> taken = e_.call("_take", {table, tokens_}, [&](const std::vector<V>& a) {
-      const V negative = e_.compare(a[1], e_.splat(PrimitiveType::kS32, bs));
-      const V wrapped = e_.select(negative, e_.binary("add", a[1], e_.splat(PrimitiveType::kS32, bs)), a[1]);
-      const V index = e_.reshape(wrapped, index_dims);
-      // 0 <= index <= rows - 1 for every index of a row (jnp.all over the index's last axis)
-      const V in_range =
-          e_.reduce_and(e_.binary("and", e_.compare(index, e_.splat(PrimitiveType::kS32, index_dims)),
-                                  e_.compare(index, e_.splat(PrimitiveType::kS32, index_dims))),
-                        {2});
+      const V index = write_wrapped_index(e_, a[1], {batch_, s_.seq, 1});
+      const V in_range = write_index_in_range(e_, index);
       const V rows = e_.gather(a[0], index);
       const std::vector<uint64_t>& dims = rows.shape.dims;
       const V selected = e_.select(e_.broadcast(in_range, dims, {0, 1}), rows, e_.splat(ct_, dims));

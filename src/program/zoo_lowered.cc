@@ -257,8 +257,7 @@ const std::string& LoweredEmitter::region(const char* opcode, PrimitiveType type
   for (const Region& r : regions_)
     if (r.opcode == opcode && r.type == type) return r.computation;
   HloComputation region;
-  region.name = type == PrimitiveType::kF32 ? fmt::format("region_{}", opcode)
-                                            : fmt::format("region_{}_{}", opcode, primitive_type_name(type));
+  region.name = fmt::format("region_{}_{}", opcode, primitive_type_name(type));
   for (int64_t k = 0; k < 2; ++k) {
     HloInstruction p;
     p.name = fmt::format("{}.p{}", region.name, k);
@@ -290,10 +289,7 @@ LoweredEmitter::V LoweredEmitter::reduce(const char* combiner, const V& x,
   const V init = scalar(x.shape.type);
   HloInstruction i = make(array(x.shape.type, dims), "reduce", {x.name, init.name});
   i.dimensions = reduced;
-  // The combiner in the reduced type: a pred's "and" (jnp.all); sums and maxima of floats in f32, as
-  // the zoo wrote them before it reduced preds (a region's type holds no buffer).
-  i.called.push_back(
-      region(combiner, x.shape.type == PrimitiveType::kPred ? PrimitiveType::kPred : PrimitiveType::kF32));
+  i.called.push_back(region(combiner, x.shape.type));
   if (std::string_view(combiner) == "maximum") i.op_name = fmt::format("{}/reduce_max", op_name_);
   return push(std::move(i));
 }
@@ -306,7 +302,7 @@ LoweredEmitter::V LoweredEmitter::convolution(const V& x, const V& kernel,
 LoweredEmitter::V LoweredEmitter::reduce_window_sum(const V& x, const std::vector<uint64_t>& dims) {
   const V init = scalar(x.shape.type);
   HloInstruction i = make(array(x.shape.type, dims), "reduce-window", {x.name, init.name});
-  i.called.push_back(region("add"));
+  i.called.push_back(region("add", x.shape.type));
   return push(std::move(i));
 }
 
@@ -386,14 +382,14 @@ LoweredEmitter::V LoweredEmitter::gather(const V& x, const V& indices, const std
 
 LoweredEmitter::V LoweredEmitter::all_reduce_sum(const V& x) {
   HloInstruction i = make(x.shape, "all-reduce", {x.name});
-  i.called.push_back(region("add"));
+  i.called.push_back(region("add", x.shape.type));
   return push(std::move(i));
 }
 
 LoweredEmitter::V LoweredEmitter::scatter(const V& operand, const V& indices, const V& updates) {
   HloInstruction i = make(operand.shape, "scatter", {operand.name, indices.name, updates.name});
   number_gather(i, operand.shape, indices.shape, updates.shape, true);
-  i.called.push_back(region("add"));
+  i.called.push_back(region("add", operand.shape.type));
   return push(std::move(i));
 }
 
@@ -486,6 +482,17 @@ std::vector<LoweredEmitter::V> LoweredEmitter::unpack_parameter(const Shape& tup
   return elements(push(std::move(p)));
 }
 
+void LoweredEmitter::write_computation(std::string name, const std::function<void()>& write) {
+  std::vector<HloInstruction> outer = std::move(entry_);
+  std::vector<std::pair<PrimitiveType, V>> outer_scalars = std::move(scalars_);
+  entry_.clear();
+  scalars_.clear();
+  write();
+  seal(std::move(name), false);
+  entry_ = std::move(outer);
+  scalars_ = std::move(outer_scalars);
+}
+
 std::vector<LoweredEmitter::V> LoweredEmitter::loop(
     const std::vector<V>& carried, uint64_t trips,
     const std::function<std::vector<V>(const std::vector<V>&)>& body) {
@@ -494,24 +501,16 @@ std::vector<LoweredEmitter::V> LoweredEmitter::loop(
   const uint64_t id = loops_++;
   const std::string body_name = fmt::format("scan_body.{}", id);
   const std::string condition_name = fmt::format("scan_condition.{}", id);
-  std::vector<HloInstruction> outer = std::move(entry_);
-  std::vector<std::pair<PrimitiveType, V>> outer_scalars = std::move(scalars_);
-  entry_.clear();
-  scalars_.clear();
-  const std::vector<V> next = body(unpack_parameter(shape));
-  root(next);
-  seal(body_name, false);
-  // i < trips
-  const std::vector<V> looked = unpack_parameter(shape);
-  HloInstruction limit = make(array(PrimitiveType::kS32, {}), "constant", {});
-  limit.op_name = fmt::format("{} trips", trips);  // the count itself: an HloInstruction holds no literal
-  const V bound = push(std::move(limit));
-  HloInstruction less = make(array(PrimitiveType::kPred, {}), "compare", {looked[0].name, bound.name});
-  less.is_root = true;
-  push(std::move(less));
-  seal(condition_name, false);
-  entry_ = std::move(outer);
-  scalars_ = std::move(outer_scalars);
+  write_computation(body_name, [&] { root(body(unpack_parameter(shape))); });
+  write_computation(condition_name, [&] {  // i < trips
+    const std::vector<V> looked = unpack_parameter(shape);
+    HloInstruction limit = make(array(PrimitiveType::kS32, {}), "constant", {});
+    limit.op_name = fmt::format("{} trips", trips);  // the count itself: an HloInstruction holds no literal
+    const V bound = push(std::move(limit));
+    HloInstruction less = make(array(PrimitiveType::kPred, {}), "compare", {looked[0].name, bound.name});
+    less.is_root = true;
+    push(std::move(less));
+  });
   const V init = tuple(carried);
   HloInstruction w = make(init.shape, "while", {init.name});
   w.called = {condition_name, body_name};  // as XLA prints them: condition=, body=
@@ -522,34 +521,31 @@ std::vector<LoweredEmitter::V> LoweredEmitter::call(
     const std::string& name, const std::vector<V>& operands,
     const std::function<std::vector<V>(const std::vector<V>&)>& body) {
   const std::string computation = fmt::format("{}.{}", name, calls_++);
-  std::vector<HloInstruction> outer = std::move(entry_);
-  std::vector<std::pair<PrimitiveType, V>> outer_scalars = std::move(scalars_);
-  entry_.clear();
-  scalars_.clear();
-  std::vector<V> parameters;
-  for (size_t k = 0; k < operands.size(); ++k) {
-    HloInstruction p = make(operands[k].shape, "parameter", {});
-    p.parameter_number = static_cast<int64_t>(k);
-    parameters.push_back(push(std::move(p)));
-  }
-  const std::vector<V> results = body(parameters);
-  Shape shape;
-  if (results.size() == 1) {
-    shape = results[0].shape;
-    root_array(results[0]);
-  } else {
-    root(results);
-    shape = entry_.back().shape;  // the root tuple root() wrote
-  }
-  seal(computation, false);
-  entry_ = std::move(outer);
-  scalars_ = std::move(outer_scalars);
+  size_t results = 0;
+  Shape shape;  // the call's: its one result's, or the root tuple's
+  write_computation(computation, [&] {
+    std::vector<V> parameters;
+    for (size_t k = 0; k < operands.size(); ++k) {
+      HloInstruction p = make(operands[k].shape, "parameter", {});
+      p.parameter_number = static_cast<int64_t>(k);
+      parameters.push_back(push(std::move(p)));
+    }
+    const std::vector<V> returned = body(parameters);
+    results = returned.size();
+    if (results == 1) {
+      shape = returned[0].shape;
+      root_array(returned[0]);
+    } else {
+      root(returned);
+      shape = entry_.back().shape;  // the tuple root() wrote
+    }
+  });
   std::vector<std::string> names;
   for (const V& v : operands) names.push_back(v.name);
   HloInstruction c = make(shape, "call", std::move(names));
   c.called = {computation};  // to_apply=
   const V called = push(std::move(c));
-  if (results.size() == 1) return {called};
+  if (results == 1) return {called};
   return elements(called);
 }
 
@@ -697,6 +693,22 @@ Gelu write_gelu(LoweredEmitter& e, const LoweredEmitter::V& z) {
   return g;
 }
 
+LoweredEmitter::V write_wrapped_index(LoweredEmitter& e, const LoweredEmitter::V& ids,
+                                      const std::vector<uint64_t>& index_dims) {
+  const std::vector<uint64_t>& dims = ids.shape.dims;
+  const LoweredEmitter::V negative = e.compare(ids, e.splat(PrimitiveType::kS32, dims));
+  const LoweredEmitter::V wrapped =
+      e.select(negative, e.binary("add", ids, e.splat(PrimitiveType::kS32, dims)), ids);
+  return e.reshape(wrapped, index_dims);
+}
+
+LoweredEmitter::V write_index_in_range(LoweredEmitter& e, const LoweredEmitter::V& index) {
+  const std::vector<uint64_t>& dims = index.shape.dims;
+  const LoweredEmitter::V at_least_0 = e.compare(index, e.splat(PrimitiveType::kS32, dims));
+  const LoweredEmitter::V at_most_n = e.compare(index, e.splat(PrimitiveType::kS32, dims));
+  return e.reduce_and(e.binary("and", at_least_0, at_most_n), {static_cast<int64_t>(dims.size() - 1)});
+}
+
 LoweredEmitter::V write_cross_entropy(LoweredEmitter& e, const LoweredEmitter::V& logits,
                                       const LoweredEmitter::V& labels, LoweredEmitter::V& dlogits) {
   using Value = LoweredEmitter::V;  // not V: a writer in the same unity batch has its own V
@@ -733,14 +745,8 @@ LoweredEmitter::V write_cross_entropy(LoweredEmitter& e, const LoweredEmitter::V
   // (an entry out of range reads NaN: jnp.all of 0 <= index <= n - 1), the gather; and the index, which
   // the transpose reads.
   const Values taken = e.call("take_along_axis", {softmax[0], e.reshape(labels, kept)}, [&](const Values& x) {
-    const Value label = x[1];
-    const Value wrapped = e.select(e.compare(label, e.splat(PrimitiveType::kS32, kept)),
-                                   e.binary("add", label, e.splat(PrimitiveType::kS32, kept)), label);
-    const Value index = e.reshape(wrapped, index_dims);
-    const Value in_range =
-        e.reduce_and(e.binary("and", e.compare(index, e.splat(PrimitiveType::kS32, index_dims)),
-                              e.compare(index, e.splat(PrimitiveType::kS32, index_dims))),
-                     {static_cast<int64_t>(index_dims.size() - 1)});
+    const Value index = write_wrapped_index(e, x[1], index_dims);
+    const Value in_range = write_index_in_range(e, index);
     const Value picked = e.gather(x[0], index, kept);
     return Values{e.select(in_range, picked, e.splat(PrimitiveType::kF32, kept)), index};
   });
@@ -953,6 +959,9 @@ void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<Lo
   auto splat = [&](const Value& like) { return e.splat(like.shape.type, like.shape.dims); };
   auto f32 = [&](const Value& x) { return e.astype(x, PrimitiveType::kF32); };
   e.set_op_name("jit(step)/update");
+  // optax.adamw (the flax programs'): its state's count first, the update added (p + -lr * ...);
+  // reference_programs.py's own adam subtracts and keeps (m, v, t).
+  const bool optax = state != nullptr && spec.optimizer == OptimizerKind::kAdamW;
   std::vector<Value> new_p, new_m, new_v;
   Value new_count, step_f32;
   if (state) {
@@ -978,8 +987,7 @@ void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<Lo
       const Value lr_m = e.binary("multiply", e.binary("divide", m, c1), splat(g));
       const Value denom = e.binary("add", e.unary("sqrt", e.binary("divide", v, c2)), splat(g));
       step = e.binary("divide", lr_m, denom);
-      if (spec.optimizer == OptimizerKind::kAdamW) {
-        // optax: add_decayed_weights, then scale_by_learning_rate (-lr), and apply_updates adds it.
+      if (optax) {  // add_decayed_weights, then scale_by_learning_rate (-lr); apply_updates adds it
         step = e.binary("add", step, e.binary("multiply", e.binary("multiply", p, splat(p)), splat(p)));
         step = e.binary("multiply", step, splat(step));
       }
@@ -987,17 +995,16 @@ void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<Lo
       e.set_category("parameters");
       step = e.binary("multiply", g, splat(g));
     }
-    Value out = e.binary(spec.optimizer == OptimizerKind::kAdamW && state ? "add" : "subtract", p, step);
+    Value out = e.binary(optax ? "add" : "subtract", p, step);
     if (params[k].shape.type != PrimitiveType::kF32) out = e.convert(out, params[k].shape.type);
     new_p.push_back(out);
   }
   std::vector<Value> outs = new_p;
   if (state) {  // the state in the order its arguments are declared (declare_optimizer_state)
-    const bool count_first = spec.optimizer == OptimizerKind::kAdamW;
-    if (count_first) outs.push_back(new_count);
+    if (optax) outs.push_back(new_count);
     outs.insert(outs.end(), new_m.begin(), new_m.end());
     outs.insert(outs.end(), new_v.begin(), new_v.end());
-    if (!count_first) outs.push_back(new_count);
+    if (!optax) outs.push_back(new_count);
   }
   std::vector<Value> results = outs;
   results.insert(results.end(), extra.begin(), extra.end());

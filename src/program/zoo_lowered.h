@@ -142,12 +142,15 @@ class LoweredEmitter {
  private:
   V push(HloInstruction i);
   HloInstruction make(const Shape& shape, const char* opcode, std::vector<std::string> operands);
-  // A reduction's combiner computation (one per opcode and type: "add", "maximum", "and" of preds), made
-  // on first use.
-  const std::string& region(const char* opcode, PrimitiveType type = PrimitiveType::kF32);
+  // A reduction's combiner computation, in the type reduced (one per opcode and type: "add", "maximum",
+  // "and" of preds), made on first use.
+  const std::string& region(const char* opcode, PrimitiveType type);
   V reduce(const char* combiner, const V& x, const std::vector<int64_t>& reduced);
   // A computation of the instructions written since `entry_` was emptied, in XLA's post order.
   void seal(std::string name, bool is_entry);
+  // Writes a computation of its own, `name` (a loop's body or condition, a call's callee): what `write`
+  // writes goes into it, with scalars of its own; then the computation being written goes on.
+  void write_computation(std::string name, const std::function<void()>& write);
   // A tuple of `values`, and get-tuple-element of each of a tuple's elements.
   V tuple(const std::vector<V>& values);
   std::vector<V> elements(const V& tuple);
@@ -248,6 +251,14 @@ OptimizerState declare_optimizer_state(LoweredEmitter& e, const ModelSpec& spec,
 void write_update(LoweredEmitter& e, const ModelSpec& spec, const std::vector<LoweredEmitter::V>& params,
                   const std::vector<LoweredEmitter::V>& grads, const OptimizerState* state,
                   const std::vector<LoweredEmitter::V>& extra);
+
+// jnp's index of `ids` (s32) into an axis: a negative one wraps (ids < 0 ? ids + n : ids), reshaped to
+// `index_dims` (a gather's indices: a trailing 1 for the indexed axis).
+LoweredEmitter::V write_wrapped_index(LoweredEmitter& e, const LoweredEmitter::V& ids,
+                                      const std::vector<uint64_t>& index_dims);
+// jnp's bounds check of a gather's `index` in fill mode (jnp.take, take_along_axis): whether
+// 0 <= index <= n - 1 over its last axis (jnp.all), per row - a row out of range reads NaN.
+LoweredEmitter::V write_index_in_range(LoweredEmitter& e, const LoweredEmitter::V& index);
 
 // -mean(take_along_axis(log_softmax(logits), labels[..., None])) over the last axis, op for op as JAX's
 // log_softmax and take_along_axis and their transposes write it (the label's entry gathered, its cotangent

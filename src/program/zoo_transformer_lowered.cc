@@ -227,11 +227,7 @@ class TransformerStep {
 
   // (params['embed'][tokens] + params['pos'][None]).astype(cdt); jnp's indexing wraps negative tokens.
   V embed() {
-    const std::vector<uint64_t> bs = {batch_, seq_};
-    const V negative = e_.compare(tokens_, e_.splat(PrimitiveType::kS32, bs));
-    const V wrapped =
-        e_.select(negative, e_.binary("add", tokens_, e_.splat(PrimitiveType::kS32, bs)), tokens_);
-    token_rows_ = e_.reshape(wrapped, {batch_, seq_, 1});
+    token_rows_ = write_wrapped_index(e_, tokens_, {batch_, seq_, 1});
     const V rows = e_.gather(embed_, token_rows_);
     const V x = with("add", rows, pos_, {1, 2});
     return cast(x, cdt_);

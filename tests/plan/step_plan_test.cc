@@ -189,9 +189,6 @@ TEST(StepPlan, TakesTheArgumentsJaxPassed) {
   }
 }
 
-// The zoo writes the MLP as JAX lowers it (program/zoo_lowered.h) and the GPU model plans it: for every
-// bundled MLP program it plans, the zoo's program materializes what JAX's own lowered program does - the
-// same buffers of 1 MiB and more, shape for shape, and the same temp and peak.
 // What the model of XLA:GPU runs of a lowered program, in the program's order: each instruction making an
 // array of >= `min_bytes` as "opcode shape", and each loop, call or barrier by its opcode (their tuples'
 // element order is the writer's own). Parameters, tuple elements and bitcasts hold no buffer of their own.
@@ -216,14 +213,13 @@ std::vector<std::string> modeled_order(const HloModule& lowered, uint64_t min_by
 // For every shared program whose name starts with `prefix` (and whose config `also` accepts), the zoo's
 // program for its config is the one JAX lowers: the same temp buffers of >= `min_bytes`, shape for shape, in
 // the plans of both through the model of XLA:GPU, with argument and alias bytes equal and temp and peak
-// within 0.5%; with `in_order`, the model runs those values in JAX's order too (the order XLA keeps where
-// its list schedule would need more: each nested jit a call, nothing written that the step does not read).
-// Returns how many programs were compared.
+// within 0.5%; and the model runs those values in JAX's order (the order XLA keeps where its list schedule
+// would need more: each nested jit a call, nothing written that the step does not read). Returns how many
+// programs were compared.
 int expect_zoo_writes_jaxs_program(const std::string& prefix, const std::function<bool(const Json&)>& also,
                                    uint64_t min_bytes = 1u << 20,
                                    const std::vector<std::string>& lists = {"programs.json",
-                                                                            "lowered_programs.json"},
-                                   bool in_order = true) {
+                                                                            "lowered_programs.json"}) {
   int compared = 0;
   for (const std::string& list : lists) {
     auto text = read_file(std::string(MEMFIT_TEST_DATA_DIR) + "/xla/" + list);
@@ -265,16 +261,14 @@ int expect_zoo_writes_jaxs_program(const std::string& prefix, const std::functio
                   0.005 * static_cast<double>(jax_plan->temp_bytes));
       EXPECT_NEAR(static_cast<double>(ours_plan->peak_bytes), static_cast<double>(jax_plan->peak_bytes),
                   0.005 * static_cast<double>(jax_plan->peak_bytes));
-      if (in_order && jax.ok()) {
-        const std::vector<std::string> ours = modeled_order(*built, min_bytes),
-                                       theirs = modeled_order(*jax, min_bytes);
-        EXPECT_EQ(ours.size(), theirs.size());
-        for (size_t k = 0; k < std::min(ours.size(), theirs.size()); ++k) {
-          if (ours[k] == theirs[k]) continue;
-          ADD_FAILURE() << "value " << k << " of " << theirs.size() << ": the zoo runs " << ours[k]
-                        << " where JAX's program runs " << theirs[k];
-          break;
-        }
+      const std::vector<std::string> ours = modeled_order(*built, min_bytes),
+                                     theirs = modeled_order(*jax, min_bytes);
+      EXPECT_EQ(ours.size(), theirs.size());
+      for (size_t k = 0; k < std::min(ours.size(), theirs.size()); ++k) {
+        if (ours[k] == theirs[k]) continue;
+        ADD_FAILURE() << "value " << k << " of " << theirs.size() << ": the zoo runs " << ours[k]
+                      << " where JAX's program runs " << theirs[k];
+        break;
       }
       ++compared;
     }
@@ -282,6 +276,9 @@ int expect_zoo_writes_jaxs_program(const std::string& prefix, const std::functio
   return compared;
 }
 
+// The zoo writes the MLP as JAX lowers it (program/zoo_lowered.h) and the GPU model plans it: for every
+// bundled MLP program it plans, the zoo's program materializes what JAX's own lowered program does - the
+// same buffers of 1 MiB and more, shape for shape, and the same temp and peak.
 TEST(StepPlan, TheZoosMlpIsTheProgramJaxLowers) {
   // fp32, donated, remat full, mixed, vmap, mean, accumulation
   EXPECT_EQ(expect_zoo_writes_jaxs_program("mlp_", [](const Json&) { return true; }), 7);
