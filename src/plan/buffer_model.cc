@@ -61,6 +61,7 @@ Expected<BufferModel> Builder::build() {
   assign_buffers();
   assign_allocations();
   simulate_heap();
+  estimate_scheduler_memory();
   model_.schedule_length = clock_time_;
   return std::move(model_);
 }

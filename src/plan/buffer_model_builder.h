@@ -180,6 +180,9 @@ class Builder {
   // One heap per memory space: device temps, or host temps (S(5)).
   void simulate_heap_of(bool host, std::vector<HeapInterval>& intervals, std::vector<uint32_t>& heap_values);
 
+  // BufferModel::scheduler_estimate_bytes: the live-bytes sweep XLA's memory scheduler compares orders by.
+  void estimate_scheduler_memory();
+
   // The dying operand whose chunk a new value takes over. Candidates are tried oldest value first, which is
   // what XLA's dump shows when several operands qualify (a GELU-backward fusion takes its matmul input's
   // memory, not the newer activation's).

@@ -47,12 +47,11 @@
 //     priority updates, over multi-output fusion units) the two schedulers put 18 of 27 programs within 5%,
 //     against 22 of 27 here (scripts/xla_table.py, 2026-12-02).
 //     What the largest misses are (measured on the H200, 2026-12-04; gpu/RESULTS.md): for
-//     gpt_mixed_donate_remat_full_b16 XLA kept its DFS schedule. Its log gives list 6.76 GiB, DFS 6.76 GiB (a
-//     little less), post order 7.93 GiB (HeapSimulator::MinimumMemoryForModule, arguments included). A
-//     live-value count with no buffer shared matches the list figure (5.64 GB of temp over XLA's graph) but
-//     gives the DFS order 5.87 GB, and HeapSimulator::RunComputation does share an operand's buffer that
-//     dies at its user (heap_simulator.cc, may_reuse_operand_buffers): XLA's estimate is not reproduced
-//     here, and the choice was within the log's rounding. The buffer assignment that follows needs 3.56 GB
+//     gpt_mixed_donate_remat_full_b16 XLA kept its DFS schedule. Its log gives list 6.76 GiB, DFS 6.76 GiB,
+//     post order 7.93 GiB; BufferModel::scheduler_estimate_bytes over XLA's graph gives all three (arguments
+//     counted as hlo_live_range.cc counts them, host values not) and XLA's choice: the DFS order, by 8 bytes
+//     of 7.26 GB (HloPlan.XlasMemorySchedulerEstimateIsReproduced, with the offload program's and fp32 full
+//     remat's logged figures). The buffer assignment that follows needs 3.56 GB
 //     of temp for the list order (XLA's ListScheduler's own decisions, its VLOG(2), reproduced to the byte by
 //     list_scheduled() over XLA's graph), 5.10 GB for the DFS order XLA kept. dfs_scheduled() over XLA's
 //     graph as dumped before scheduling (optimization barriers and donation copies still in) gives the
@@ -60,9 +59,14 @@
 //     HloPlan.XlasCompiledOrderIsItsDfsSchedulersOverTheGraphItScheduled). The latency-hiding scheduler,
 //     which XLA runs next, does not move it (compiled with it disabled, the order and the temp are the
 //     same), nor GPT-2's dimensions'; it does move the offload program's (the list order XLA kept there,
-//     254 places per instruction on average: its asynchronous copies to the host). Not yet modeled: XLA's
-//     estimate (to choose as XLA chooses), and DFS over this model's graph - whose fan-out differs from XLA's
-//     graph - is 9.2 GB there, not 5.1; the range's top (the post order) covers it.
+//     254 places per instruction on average: its asynchronous copies to the host). plan_hlo does not choose
+//     by XLA's estimate: over the compiled graphs it shows that XLA kept its post order for most GPT steps
+//     (HloPlan.XlaKeptThePostOrderOfAPlainGptStep), and this model's post order holds 0.5-3.6 GiB more than
+//     XLA's - it lacks XLA's multi-output fusion (the loss's read of the logits merged into the backward
+//     pass's first fusion, so the logits do not live to the end; the GELU gradient's outputs in one
+//     fusion) - while its list order needs what XLA's post order does. Chosen by the estimate, 23 of 27
+//     programs came within 5%, against 24 (2026-12-07). DFS over this model's graph - whose fan-out differs
+//     from XLA's graph - is 9.2 GB there, not 5.1; the range's top (the post order) covers it.
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
 // the README's table.
 #pragma once
