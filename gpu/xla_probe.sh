@@ -5,7 +5,8 @@
 #      and with the latency-hiding scheduler off, printing XLA's temp for each (step "lhs");
 #   1b. dumps every pass of it and of the offload program and prints which pass changed the entry's order
 #      (gpu/xla_passes.py), with the memory scheduler's choice among list, DFS and post order (step "order");
-#   1c. logs which buffers its estimate of each order shares (step "estimate", not in the default steps);
+#   1c. logs which buffers its estimate of each order shares (step "estimate", not in the default steps;
+#       memfit's model of the estimate is checked against step "order"'s figures without a GPU);
 #   2. captures programs of the shared families in combinations the shared data does not hold (lowered HLO,
 #      StableHLO, optimized HLO, memory_analysis() and the measured memory_stats()), a check the planner
 #      was not tuned on.
@@ -62,9 +63,10 @@ fi
 if want estimate; then
 # Which buffers XLA's memory scheduler shares when it estimates each order (heap_simulator=1: "Sharing A
 # with B" for each operand buffer a value takes over, "Program time" opening each simulation; the module
-# text it also prints is dropped on the way, it would be gigabytes). The last note's account of the DFS
-# choice (an estimate sharing nothing) did not hold when recounted (README, xla_gpu_model.h); these lines
-# are what a model of the estimate needs. Run: MEMFIT_PROBE_STEPS=estimate bash gpu/xla_probe.sh
+# text it also prints is dropped on the way, it would be gigabytes). memfit models the estimate
+# (BufferModel::scheduler_estimate_bytes, which gives the figures step "order" logged); these lines check its
+# sharing one buffer at a time, and give GPT-2's dimensions' figures, which were never logged.
+# Run: MEMFIT_PROBE_STEPS=estimate bash gpu/xla_probe.sh
 echo "[$(date +%T)] the memory scheduler's estimates"
 estimate() {  # estimate NAME CONFIG-JSON-TAIL
   XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=0 XLA_FLAGS="--xla_gpu_autotune_level=0" \
