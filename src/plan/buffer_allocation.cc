@@ -541,15 +541,16 @@ uint32_t Builder::reuse_operand(uint32_t v, uint64_t t, const std::vector<uint32
 // XLA's DefaultMemoryScheduler (hlo_memory_scheduler.cc) runs its list, DFS and post-order schedulers and
 // keeps the one for which HeapSimulator::MinimumMemoryForComputation is least. That is a NoFragmentationStats
 // heap over every value the HeapSimulator tracks: arguments and outputs are in it, constants are not (no
-// alloc_constants) and nor are host values (XLA:GPU's size function gives the pinned host nothing: the
-// offload program's log, list 4.19 GiB and DFS 5.18 GiB, is this sweep over its compiled graph without them,
-// 4.1938 and 5.1782 GiB). Live ranges are HloLiveRange's: a read-only entry parameter lives to the end, one
-// that aliases an output to its last read (NormalizeAliasedBuffers ends it where the next value of its
-// buffer starts). Each step allocates what it defines before it frees what dies there, and a value that
+// alloc_constants), and nor are host values - inferred, not read in XLA's sources (gpu_hlo_schedule.cc's
+// GetSizeOfShape sizes every shape alike): the offload program's log, list 4.19 GiB and DFS 5.18 GiB, is this
+// sweep over its compiled graph without them (4.1938 and 5.1782 GiB), and with them it is not. It is the only
+// shared program with host values. Live ranges are HloLiveRange's: a read-only entry parameter lives to the
+// end, one that aliases an output to its last read (NormalizeAliasedBuffers ends it where the next value of
+// its buffer starts). Each step allocates what it defines before it frees what dies there, and a value that
 // takes over a dying operand's memory (RunComputation's may_reuse_operand_buffers, the same rule as the
 // heap's) adds nothing. Over XLA's own graph of gpt_mixed_donate_remat_full_b16 this gives the three figures
 // its memory scheduler logged and the choice it made (HloPlan.XlasMemorySchedulerEstimateIsReproduced).
-void Builder::estimate_scheduler_memory() {
+uint64_t Builder::estimate_scheduler_memory() {
   const size_t nv = model_.values.size();
   const uint64_t last = span_[entry_].second;
   std::vector<uint32_t> counted;
@@ -617,7 +618,7 @@ void Builder::estimate_scheduler_memory() {
     live = saturating_add(live, allocated[t]);
     most = std::max(most, live >= shared[t] ? live - shared[t] : 0);
   }
-  model_.scheduler_estimate_bytes = most;
+  return most;
 }
 
 }  // namespace memfit::buffer_model_internal

@@ -33,7 +33,7 @@ const char* buffer_kind_name(BufferKind kind) {
 
 namespace buffer_model_internal {
 
-Expected<BufferModel> Builder::build() {
+Status Builder::analyze() {
   const size_t nc = m_.computations.size();
   for (uint32_t c = 0; c < nc; ++c) {
     comp_index_.emplace(m_.computations[c].name, c);
@@ -59,11 +59,20 @@ Expected<BufferModel> Builder::build() {
   MEMFIT_RETURN_IF_ERROR(alias_donations());
   compute_liveness();
   assign_buffers();
+  return ok_status();
+}
+
+Expected<BufferModel> Builder::build() {
+  MEMFIT_RETURN_IF_ERROR(analyze());
   assign_allocations();
   simulate_heap();
-  estimate_scheduler_memory();
   model_.schedule_length = clock_time_;
   return std::move(model_);
+}
+
+Expected<uint64_t> Builder::scheduler_estimate() {
+  MEMFIT_RETURN_IF_ERROR(analyze());
+  return estimate_scheduler_memory();
 }
 
 }  // namespace buffer_model_internal
@@ -76,6 +85,10 @@ std::string value_name(const HloModule& module, const HloValue& value) {
 
 Expected<BufferModel> build_buffer_model(const HloModule& module) {
   return buffer_model_internal::Builder(module).build();
+}
+
+Expected<uint64_t> scheduler_estimate_bytes(const HloModule& order) {
+  return buffer_model_internal::Builder(order).scheduler_estimate();
 }
 
 }  // namespace memfit

@@ -51,6 +51,7 @@ class Builder {
   explicit Builder(const HloModule& module) : m_(module) {}
 
   Expected<BufferModel> build();
+  Expected<uint64_t> scheduler_estimate();  // scheduler_estimate_bytes(): the values, not the heap
 
  private:
   using Positions = std::vector<uint32_t>;  // a value per pre-order node of the result shape
@@ -180,8 +181,11 @@ class Builder {
   // One heap per memory space: device temps, or host temps (S(5)).
   void simulate_heap_of(bool host, std::vector<HeapInterval>& intervals, std::vector<uint32_t>& heap_values);
 
-  // BufferModel::scheduler_estimate_bytes: the live-bytes sweep XLA's memory scheduler compares orders by.
-  void estimate_scheduler_memory();
+  // Values, their live ranges and buffers: what both the buffer model and the scheduler estimate need.
+  Status analyze();
+
+  // scheduler_estimate_bytes(): the live-bytes sweep XLA's memory scheduler compares orders by.
+  uint64_t estimate_scheduler_memory();
 
   // The dying operand whose chunk a new value takes over. Candidates are tried oldest value first, which is
   // what XLA's dump shows when several operands qualify (a GELU-backward fusion takes its matmul input's

@@ -644,17 +644,17 @@ HloModule in_post_order(HloModule module) {
   return module;
 }
 
-// What XLA's memory scheduler weighs `order` by (BufferModel::scheduler_estimate_bytes).
+// What XLA's memory scheduler weighs `order` by (scheduler_estimate_bytes).
 uint64_t scheduler_estimate(const HloModule& order) {
-  auto model = build_buffer_model(order);
-  EXPECT_TRUE(model.ok()) << model.error().message();
-  return model.ok() ? model->scheduler_estimate_bytes : 0;
+  auto estimate = scheduler_estimate_bytes(order);
+  EXPECT_TRUE(estimate.ok()) << estimate.error().message();
+  return estimate.ok() ? *estimate : 0;
 }
 
 // XLA's DefaultMemoryScheduler keeps whichever of its list, DFS and post-order schedules its estimate
 // finds least, the list's on a tie and then the DFS's (hlo_memory_scheduler.cc). Its log on the H200
 // (TF_CPP_VMODULE=hlo_memory_scheduler=2, gpu/RESULTS.md) printed the three estimates, rounded to 0.01 GiB,
-// for three programs. BufferModel::scheduler_estimate_bytes over the graph XLA scheduled gives every
+// for three programs. scheduler_estimate_bytes() over the graph XLA scheduled gives every
 // figure and every choice: for the mixed-precision full-remat step, the DFS order by 8 bytes of 7.26 GB.
 // Two graphs are the compiled modules, which lost their optimization barriers (and the offload program its
 // copies' order) after scheduling: their DFS order is not quite the one XLA estimated (6.65 GiB against

@@ -64,14 +64,6 @@ struct BufferModel {
   // in memory_analysis().host_temp_size_in_bytes, not in the device's temp.
   std::vector<HeapInterval> host_heap_intervals;
   std::vector<uint32_t> host_heap_values;
-
-  // What XLA's memory scheduler weighs this order by (DefaultMemoryScheduler, hlo_memory_scheduler.cc:
-  // HeapSimulator::MinimumMemoryForComputation over a NoFragmentationStatsHeap): the most bytes live at once
-  // over every value but constants and host values - arguments and outputs included, a read-only argument
-  // live to the end and a donated one to its last read (hlo_live_range.cc), a value that takes over a dying
-  // operand's memory counted once (heap_simulator.cc). A loop body's values count where the flattened
-  // schedule runs them (XLA weighs each computation apart; approximated).
-  uint64_t scheduler_estimate_bytes = 0;
 };
 
 // A value's name as XLA's buffer-assignment dump prints it: "fusion.3", "fusion.3{1}", a tuple's table
@@ -80,5 +72,14 @@ std::string value_name(const HloModule& module, const HloValue& value);
 
 // Errors name what is malformed (an operand that does not exist, a get-tuple-element past the tuple...).
 Expected<BufferModel> build_buffer_model(const HloModule& module);
+
+// What XLA's memory scheduler weighs the scheduled module `order` by (DefaultMemoryScheduler,
+// hlo_memory_scheduler.cc: HeapSimulator::MinimumMemoryForComputation over a NoFragmentationStatsHeap): the
+// most bytes live at once over every value but constants and host values - arguments and outputs included,
+// a read-only argument live to the end and a donated one to its last read (hlo_live_range.cc), a value that
+// takes over a dying operand's memory counted once (heap_simulator.cc). A loop body's values count where
+// the flattened schedule runs them (XLA weighs each computation apart; approximated). Not part of
+// build_buffer_model: no plan reads it (plan/xla_gpu_model.h says why), so plans do not pay for it.
+Expected<uint64_t> scheduler_estimate_bytes(const HloModule& order);
 
 }  // namespace memfit

@@ -48,11 +48,11 @@
 //     against 22 of 27 here (scripts/xla_table.py, 2026-12-02).
 //     What the largest misses are (measured on the H200, 2026-12-04; gpu/RESULTS.md): for
 //     gpt_mixed_donate_remat_full_b16 XLA kept its DFS schedule. Its log gives list 6.76 GiB, DFS 6.76 GiB,
-//     post order 7.93 GiB; BufferModel::scheduler_estimate_bytes over XLA's graph gives all three (arguments
-//     counted as hlo_live_range.cc counts them, host values not) and XLA's choice: the DFS order, by 8 bytes
-//     of 7.26 GB (HloPlan.XlasMemorySchedulerEstimateIsReproduced, with the offload program's and fp32 full
-//     remat's logged figures). The buffer assignment that follows needs 3.56 GB
-//     of temp for the list order (XLA's ListScheduler's own decisions, its VLOG(2), reproduced to the byte by
+//     post order 7.93 GiB; scheduler_estimate_bytes() (buffer_model.h) over XLA's graph gives all three
+//     (arguments counted as hlo_live_range.cc counts them, host values not) and XLA's choice: the DFS order,
+//     by 8 bytes of 7.26 GB (HloPlan.XlasMemorySchedulerEstimateIsReproduced, with the offload program's and
+//     fp32 full remat's logged figures). The buffer assignment that follows needs 3.56 GB of temp for the
+//     list order (XLA's ListScheduler's own decisions, its VLOG(2), reproduced to the byte by
 //     list_scheduled() over XLA's graph), 5.10 GB for the DFS order XLA kept. dfs_scheduled() over XLA's
 //     graph as dumped before scheduling (optimization barriers and donation copies still in) gives the
 //     compiled order within 0.3 places per instruction and its temp within 0.1% (test
