@@ -78,6 +78,13 @@ LoweredEmitter::V LoweredEmitter::splat(PrimitiveType type, const std::vector<ui
   return broadcast(scalar(type), dims, {});
 }
 
+LoweredEmitter::V LoweredEmitter::zeros(PrimitiveType type, const std::vector<uint64_t>& dims) {
+  for (const V& z : zeros_)
+    if (z.shape.type == type && z.shape.dims == dims) return z;
+  zeros_.push_back(splat(type, dims));
+  return zeros_.back();
+}
+
 LoweredEmitter::V LoweredEmitter::broadcast(const V& x, const std::vector<uint64_t>& dims,
                                             const std::vector<int64_t>& kept) {
   HloInstruction i = make(array(x.shape.type, dims), "broadcast", {x.name});
@@ -485,12 +492,15 @@ std::vector<LoweredEmitter::V> LoweredEmitter::unpack_parameter(const Shape& tup
 void LoweredEmitter::write_computation(std::string name, const std::function<void()>& write) {
   std::vector<HloInstruction> outer = std::move(entry_);
   std::vector<std::pair<PrimitiveType, V>> outer_scalars = std::move(scalars_);
+  std::vector<V> outer_zeros = std::move(zeros_);
   entry_.clear();
   scalars_.clear();
+  zeros_.clear();
   write();
   seal(std::move(name), false);
   entry_ = std::move(outer);
   scalars_ = std::move(outer_scalars);
+  zeros_ = std::move(outer_zeros);
 }
 
 std::vector<LoweredEmitter::V> LoweredEmitter::loop(
@@ -794,15 +804,7 @@ LoweredEmitter::V accumulate_gradients(LoweredEmitter& e, uint64_t microbatches,
   e.set_category("gradients");
   e.set_op_name("jit(step)/scan");
   std::vector<Value> carried = {e.scalar(PrimitiveType::kS32)};
-  // Each sum begins as zeros, one broadcast per shape (JAX's lowering shares equal constants; XLA's copy
-  // insertion then gives each carried sum a copy of its own).
-  std::vector<Value> zeros;
-  for (const Value& p : params) {
-    auto same = std::find_if(zeros.begin(), zeros.end(),
-                             [&](const Value& z) { return z.shape.dims == p.shape.dims; });
-    if (same == zeros.end()) same = zeros.insert(zeros.end(), e.splat(PrimitiveType::kF32, p.shape.dims));
-    carried.push_back(*same);
-  }
+  for (const Value& p : params) carried.push_back(e.zeros(PrimitiveType::kF32, p.shape.dims));
   carried.push_back(e.scalar(PrimitiveType::kF32));
   for (const Value& whole : batch) {  // [B, ...] -> [microbatches, B / microbatches, ...]
     std::vector<uint64_t> dims = whole.shape.dims;
@@ -1022,6 +1024,7 @@ void LoweredEmitter::seal(std::string name, bool is_entry) {
   c.instructions = std::move(entry_);
   entry_.clear();
   scalars_.clear();
+  zeros_.clear();
   // Only what the root reads stays, as JAX lowers a function (its jaxpr's dead code eliminated: the
   // recomputation jax.checkpoint writes before a block's transpose has no block output, which nothing
   // reads). Kept, a value nothing reads would begin a walk of XLA's post order of its own - a rematted

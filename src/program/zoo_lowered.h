@@ -47,6 +47,10 @@ class LoweredEmitter {
   uint64_t parameter_count() const { return parameters_; }
   // A scalar constant broadcast to `dims` (jnp's Python scalars in an expression).
   V splat(PrimitiveType type, const std::vector<uint64_t>& dims);
+  // Zeros of `dims` (a loop's initial sums and stacks): one broadcast per shape and type in each computation,
+  // as JAX's lowering shares equal constants (XLA's copy insertion then gives each loop element that needs
+  // one a copy of its own).
+  V zeros(PrimitiveType type, const std::vector<uint64_t>& dims);
   // A scalar constant: one per type in each computation, whatever its value (an HloInstruction holds no
   // literal, and a scalar is folded into its readers: only a loop's operand is a buffer, of a few bytes).
   V scalar(PrimitiveType type);
@@ -162,6 +166,7 @@ class LoweredEmitter {
   HloModule& m_;
   std::vector<HloInstruction> entry_;
   std::vector<std::pair<PrimitiveType, V>> scalars_;  // entry_'s scalar constant of each type (scalar())
+  std::vector<V> zeros_;                              // entry_'s zeros of each shape and type (zeros())
   std::string category_;
   std::string op_name_;
   struct Region {

@@ -271,7 +271,6 @@ class TransformerStep {
     V x = vit_ ? patches() : embed();
     if (masked_) mask_ = e_.constant(LoweredEmitter::array(PrimitiveType::kPred, {seq_, seq_}));
     const uint64_t batch = batch_, seq = seq_, d = s_.d_model;
-    zeros_.clear();
     std::vector<BlockSaved> saved(blocks_.size());
     std::vector<V> inputs(blocks_.size());  // each block's input, which a checkpointed block's backward reads
     std::vector<Residuals> residuals(blocks_.size());
@@ -387,15 +386,6 @@ class TransformerStep {
     const V n2 = e_.reshape(e_.reduce_sum(e_.unary("negate", t2), {2}), kept);
     const V s4 = e_.binary("divide", e_.binary("add", n1, n2), e_.splat(t, kept));
     return e_.binary("add", r2, e_.broadcast(e_.reduce_sum(s4, {2}), dims, {0, 1}));
-  }
-
-  // Zeros of `dims` in the entry, one broadcast per shape as JAX's lowering shares them (copy insertion
-  // then gives each loop element that needs one a copy of its own).
-  V zeros(const std::vector<uint64_t>& dims, PrimitiveType type = PrimitiveType::kF32) {
-    for (const auto& [d, v] : zeros_)
-      if (d == dims && v.shape.type == type) return v;
-    zeros_.emplace_back(dims, e_.splat(type, dims));
-    return zeros_.back().second;
   }
 
   // What the backward pass reads of one block under jax.lax.scan, in the order JAX's linearization stacks
@@ -537,7 +527,7 @@ class TransformerStep {
   V forward_scan(const V& x, std::vector<V>& stacks) {
     LayerParams& stacked = blocks_[0];
     std::vector<V> carried = {e_.scalar(PrimitiveType::kS32), x};
-    for (const auto& [dims, type] : residual_shapes()) carried.push_back(zeros(dims, type));
+    for (const auto& [dims, type] : residual_shapes()) carried.push_back(e_.zeros(type, dims));
     const size_t params_at = carried.size();
     for (const V* p : stacked.in_jax_order()) carried.push_back(*p);
     V mask;
@@ -619,7 +609,8 @@ class TransformerStep {
                         std::vector<V>& grads) {
     e_.set_category("gradients");
     std::vector<V> carried = {e_.scalar(PrimitiveType::kS32), g};
-    for (const V* p : blocks_[0].in_jax_order()) carried.push_back(zeros(p->shape.dims));
+    for (const V* p : blocks_[0].in_jax_order())
+      carried.push_back(e_.zeros(PrimitiveType::kF32, p->shape.dims));
     const size_t read_at = carried.size();
     carried.insert(carried.end(), read.begin(), read.end());
     const std::vector<V> done = e_.loop(carried, s_.layers, [&](const std::vector<V>& c) {
@@ -1083,9 +1074,8 @@ class TransformerStep {
   V position_;  // decode: where the new token is written (an s32 argument)
   std::vector<V> cache_;     // decode: each layer's keys and values, [B,H,S,hd]
   V scan_mask_, scan_fill_;  // scan: GPT's mask and fill broadcast to the scores, as the loops read them
-  std::vector<std::pair<std::vector<uint64_t>, V>> zeros_;  // the entry's zeros, by shape
-  V token_rows_;           // GPT: the wrapped token ids as the lookup's indices, [B,S,1]
-  std::vector<V> params_;  // every parameter, in jax's order
+  V token_rows_;             // GPT: the wrapped token ids as the lookup's indices, [B,S,1]
+  std::vector<V> params_;    // every parameter, in jax's order
   std::vector<std::string> param_names_;
   std::vector<V*> slots_;  // where the blocks read each parameter, in params_' order
   OptimizerState state_;
