@@ -216,6 +216,42 @@ ENTRY %main (p: f32[256]) -> f32[] {
   EXPECT_GE(carry->end, 16u);
 }
 
+// XLA's memory scheduler weighs an order by every value's bytes live at once, arguments included as
+// hlo_live_range.cc keeps them: a read-only argument to the end, a donated one only to its last read (its
+// buffer is the output's, written later). Here p and q are read first (a, b); the peak is when the 64 KiB
+// broadcast is made: p, a, b and it (76 KiB), and q too when q is not donated.
+TEST(BufferModel, SchedulerEstimateKeepsReadOnlyArgumentsToTheEnd) {
+  const std::string body = R"(
+ENTRY %main (p: f32[1024], q: f32[1024]) -> (f32[1024], f32[1024]) {
+  %p = f32[1024]{0} parameter(0)
+  %q = f32[1024]{0} parameter(1)
+  %a = f32[1024]{0} negate(%p)
+  %b = f32[1024]{0} negate(%q)
+  %big = f32[16,1024]{1,0} broadcast(%a), dimensions={1}
+  %z = f32[] constant(0)
+  %s = f32[1024]{0} reduce(%big, %z), dimensions={0}, to_apply=%sum
+  %o = f32[1024]{0} add(%s, %b)
+  ROOT %t = (f32[1024]{0}, f32[1024]{0}) tuple(%s, %o)
+}
+)";
+  const std::string sum = R"(
+%sum (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %r = f32[] add(%x, %y)
+}
+)";
+  const HloModule read_only = parse("HloModule estimate, is_scheduled=true\n" + sum + body);
+  const HloModule donated = parse(
+      "HloModule estimate, is_scheduled=true, input_output_alias={ {1}: (1, {}, may-alias) }\n" + sum + body);
+  auto kept = scheduler_estimate_bytes(read_only);
+  auto freed = scheduler_estimate_bytes(donated);
+  ASSERT_TRUE(kept.ok()) << kept.error().message();
+  ASSERT_TRUE(freed.ok()) << freed.error().message();
+  EXPECT_EQ(*freed, 76u * 1024);
+  EXPECT_EQ(*kept, 80u * 1024);
+}
+
 TEST(BufferModel, AsyncStartHoldsItsResultUntilDone) {
   const HloModule m = parse(R"(HloModule async, is_scheduled=true
 
