@@ -97,6 +97,8 @@ struct Fusion {
   std::vector<bool> normalization;
   // Per fused value, the buffers it is computed from (gather_sources).
   std::vector<std::vector<uint32_t>> sources;
+  // Each value's elements, kept for emit(), which moves the instructions out as it goes.
+  std::vector<uint64_t> element_count;
 
   Fusion(HloComputation& c, const Combiners& k) : comp(c), combiners(k) {}
 
@@ -116,6 +118,7 @@ struct Fusion {
     decide_shared_values();
     write_concatenated_norm_inputs();
     decide_gemm_epilogues();
+    write_values_recomputed_per_broadcast();
     fuse_values_read_by_one_fusion();
     gather_sources();
     if (write_shared_normalized_rows()) {
@@ -165,6 +168,8 @@ struct Fusion {
     written_for_readers.assign(n, false);
     normalization.assign(n, false);
     sources.assign(n, {});
+    element_count.resize(n);
+    for (uint32_t i = 0; i < n; ++i) element_count[i] = elements(comp.instructions[i].shape);
     return ok_status();
   }
 
@@ -612,6 +617,66 @@ struct Fusion {
     }
   }
 
+  // The flops XLA's cost model counts for computing `v` once per element, through the fused ops it
+  // is computed from (each counted at most `per` times: what a gather or a broadcast reads of it).
+  double cone_flops(uint32_t v, uint64_t per) const {
+    constexpr size_t kMaxConeNodes = 256;
+    double flops = 0;
+    std::vector<uint32_t> stack{v};
+    std::unordered_set<uint32_t> seen{v};
+    while (!stack.empty() && seen.size() <= kMaxConeNodes) {
+      const uint32_t x = stack.back();
+      stack.pop_back();
+      flops += xla_flops_per_element(at(x).opcode, at(x).shape.type) *
+               static_cast<double>(std::min(elements(at(x).shape), per));
+      for (uint32_t o : operands[x])
+        if (!materialized[o] && fuses(role[o]) && seen.insert(o).second) stack.push_back(o);
+    }
+    return flops;
+  }
+
+  // A value its one reading fusion recomputes for many of its own elements - read through a broadcast: a
+  // loss's per-token division [b, s] read by the backward pass's [b, s, vocab] fusion - costs that fusion
+  // its flops once per element read. XLA's performance model adds them to the fusion's compute, of which
+  // 5% shows over a memory-bound kernel's traffic (CombineComputeAndMemoryAccessTime,
+  // kMemoryComputeParallelism = 0.95); where that outweighs the launch and the traffic fusing saves, the
+  // value is a fusion of its own (the compiled GPT steps write the division, multi-output fused with the
+  // per-token log-likelihood). Later values first: a chain of small values is written at its end.
+  void write_values_recomputed_per_broadcast() {
+    constexpr size_t kMaxReaderWalk = 64;
+    for (uint32_t v = static_cast<uint32_t>(n); v-- > 0;) {
+      if (materialized[v] || !fuses(role[v]) || at(v).shape.is_tuple() || &at(v) == root) continue;
+      // A scalar (an optimizer's bias correction, read by every update) is left to its readers: its buffer
+      // would be 4 bytes, and XLA's CSE keeps one where the program computes it once per parameter.
+      const uint64_t own = elements(at(v).shape);
+      if (own < 2 || xla_flops_per_element(at(v).opcode, at(v).shape.type) == 0) continue;
+      // The buffers that recompute it: its readers, through the fused ones.
+      std::vector<uint32_t> stack{v}, consumers;
+      std::unordered_set<uint32_t> seen{v};
+      while (!stack.empty() && seen.size() <= kMaxReaderWalk && consumers.size() < 2) {
+        const uint32_t x = stack.back();
+        stack.pop_back();
+        for (uint32_t u : users[x]) {
+          if (!seen.insert(u).second) continue;
+          if (materialized[u] || !fuses(role[u]))
+            consumers.push_back(u);
+          else
+            stack.push_back(u);
+        }
+      }
+      if (consumers.size() != 1 || !stack.empty()) continue;
+      const uint32_t c = consumers[0];
+      if (is_gemm(c) || needs_buffers(role[c])) continue;
+      const uint64_t read = role[c] == Role::kReduce && !operands[c].empty()
+                                ? elements(at(operands[c][0]).shape)
+                                : elements(at(c).shape);
+      if (read < 2 * own) continue;
+      const double extra = cone_flops(v, own) * static_cast<double>(read / own);
+      if (fuses_recomputed(extra, at(v).shape.own_bytes())) continue;
+      materialized[v] = true;
+    }
+  }
+
   // The one fusion all of `v`'s readers end up in, following its fused readers (elementwise ops, and
   // reductions already fused into a normalization) to the values that get a buffer; nullopt when they end
   // in several, in a GEMM (its fusion takes in cheap ops only, fusible_into_gemm), an epilogue, a value
@@ -744,9 +809,9 @@ struct Fusion {
       if (materialized[v] || gemm_input[v] || !fuses(role[v]) || operands[v].size() != 2 ||
           !several_readers(v) || at(v).shape.is_tuple())
         continue;
-      if (!normalizes(sources[v], true)) continue;
+      if (!normalizes(sources[v], elements(at(v).shape), true)) continue;
       const bool operand_normalizes = std::any_of(operands[v].begin(), operands[v].end(), [&](uint32_t o) {
-        return !materialized[o] && normalizes(sources[o], true);
+        return !materialized[o] && normalizes(sources[o], elements(at(o).shape), true);
       });
       if (operand_normalizes || one_fusion_reading(v, seen)) continue;
       rows.push_back(v);
@@ -760,15 +825,18 @@ struct Fusion {
   // mean(x))^2)). XLA:GPU makes such a diamond one Triton fusion (SoftmaxRewriterTriton: triton_softmax). A
   // one-pass norm (mean(x) and mean(x*x), flax's fast variance) stays a multi-output reduction and a loop
   // fusion instead. `floating`: the rows B and both reductions hold floating-point values (not a gather's
-  // indices and its bounds check's reduce-and, which also form such a diamond).
-  bool normalizes(const std::vector<uint32_t>& reads, bool floating = false) const {
+  // indices and its bounds check's reduce-and, which also form such a diamond). `rows`: the value's element
+  // count - the diamond's root writes rows of B's shape (MatchesTritonCompatibleClosedReductionDiamond);
+  // a gather of one element per row of a log-softmax, a loss's log-likelihood, is a loop fusion.
+  bool normalizes(const std::vector<uint32_t>& reads, uint64_t rows, bool floating = false) const {
     std::unordered_set<uint32_t> direct(reads.begin(), reads.end());
     const auto numbers = [&](uint32_t x) { return !floating || is_floating_point(at(x).shape.type); };
     for (uint32_t r : reads) {
       if (role[r] != Role::kReduce || !numbers(r)) continue;
       const std::vector<uint32_t> r_reads = buffers_behind(operands[r]);
       for (uint32_t b : r_reads) {
-        if (!direct.contains(b) || role[b] == Role::kReduce || !numbers(b)) continue;
+        if (!direct.contains(b) || role[b] == Role::kReduce || !numbers(b) || element_count[b] != rows)
+          continue;
         for (uint32_t r0 : r_reads) {
           if (r0 == r || role[r0] != Role::kReduce || !numbers(r0)) continue;
           const std::vector<uint32_t> r0_reads = buffers_behind(operands[r0]);
@@ -929,7 +997,7 @@ void Fusion::emit() {
       // XLA's and b64's +4.8%, against +1.9% and +0.5%).
       inst.opcode = HloOpcode::kCustomCall;
       inst.custom_call_target = xla_gpu_internal::kTransposeFusion;
-    } else if (fuses(role[i]) && (normalization[i] || normalizes(unique))) {
+    } else if (fuses(role[i]) && (normalization[i] || normalizes(unique, element_count[i]))) {
       // A softmax or a two-pass norm: one fusion in XLA:GPU that reads each row whole before writing it, so
       // its result cannot take the input's memory (FusionCanShareBufferHint stops at a reduction).
       inst.opcode = HloOpcode::kCustomCall;

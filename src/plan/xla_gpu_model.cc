@@ -338,6 +338,30 @@ void fold_add_of_scatter(HloComputation& comp, const Combiners& combiners) {
   insts.erase(insts.begin() + static_cast<std::ptrdiff_t>(kept), insts.end());
 }
 
+// XLA's algebraic simplifier (algebraic_simplifier.cc, HandleReduce): a reduction that leaves as many
+// elements as it reads - over dimensions of size 1, as JAX's take_along_axis and its gradient write
+// around a gather of one element per row - is a reshape (its init is the combiner's identity), so no
+// kernel: what reads it reads the reduced value through a bitcast, and a loss's per-token gradient is an
+// elementwise fusion (the compiled GPT steps' division in loop_divide_select_fusion).
+void reshape_degenerate_reductions(HloComputation& comp) {
+  NameMap<const Shape*> shapes;
+  shapes.reserve(comp.instructions.size());
+  for (const HloInstruction& x : comp.instructions) shapes.emplace(x.name, &x.shape);
+  for (HloInstruction& x : comp.instructions) {
+    if (x.opcode != HloOpcode::kReduce || x.operands.size() != 2 || x.shape.is_tuple()) continue;
+    const auto in = shapes.find(x.operands[0]);
+    if (in == shapes.end() || in->second->is_tuple() ||
+        xla_gpu_internal::elements(*in->second) != xla_gpu_internal::elements(x.shape))
+      continue;
+    x.opcode = HloOpcode::kReshape;
+    x.opcode_text.clear();
+    x.operands.resize(1);
+    x.called.clear();
+    x.dimensions.clear();
+    x.reducer = HloOpcode::kUnknown;
+  }
+}
+
 // XLA's algebraic simplifier (algebraic_simplifier.cc, HandleTranspose): a transpose of a transpose is one
 // transpose of the first one's operand, with the permutations composed, and a transpose that permutes
 // nothing is its operand. JAX's StableHLO writes the tied embedding's gradient as a GEMM, its transpose and
@@ -714,6 +738,7 @@ Expected<HloModule> model_xla_gpu(HloModule lowered) {
     // Reduction and sort regions are scalar code inside their op, not buffers; they stay as they are.
     fold_add_of_scatter(c, combiners);
     fold_transposes(c);
+    reshape_degenerate_reductions(c);
     MEMFIT_RETURN_IF_ERROR(model_computation(c, combiners));
     xla_gpu_internal::defer_host_copies(c);
   }

@@ -93,6 +93,15 @@ struct FusionGraph {
 void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& candidate,
                               std::vector<bool>& written);
 
+// The flops XLA's cost model counts for one element of `op` (GpuHloCostAnalysis with the H100's op
+// profile): a transcendental's clock cycles, an add's 7, a multiply's 3, any other elementwise op 3, data
+// movement 0.
+double xla_flops_per_element(HloOpcode op, PrimitiveType type);
+// Whether priority fusion fuses a producer into a memory-bound consumer that recomputes it for
+// `extra_flops` in all (its flops times the elements read per element): 5% of that compute shows over the
+// consumer's traffic (CombineComputeAndMemoryAccessTime), against the launch and traffic fusing saves.
+bool fuses_recomputed(double extra_flops, uint64_t producer_bytes);
+
 // Host memory spaces from JAX's placement annotations (XLA's HostOffloader), and each copy to the host
 // moved to just before its first reader (as XLA's latency-hiding scheduler places it).
 void place_offloaded_values(HloComputation& comp);

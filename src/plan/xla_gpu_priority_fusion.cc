@@ -79,6 +79,28 @@ double flops_per_element(HloOpcode op, PrimitiveType type) {
 
 }  // namespace
 
+double xla_flops_per_element(HloOpcode op, PrimitiveType type) {
+  if (!is_elementwise(op)) return 0;  // data movement: no flops in XLA's cost analysis
+  if (role_of(op) == Role::kExpensive) return flops_per_element(op, type);
+  // The cheap ops the H100's profile lists (hlo_op_profiles_data.h, sm_90); every other elementwise op
+  // takes GpuHloCostAnalysis's kDefaultFlopsPerElement, 3.
+  const bool f32 = type == PrimitiveType::kF32 || type == PrimitiveType::kBF16;
+  switch (op) {
+    case HloOpcode::kAdd:
+    case HloOpcode::kSubtract:
+      return type == PrimitiveType::kF64 ? 15 : 7;
+    case HloOpcode::kMultiply:
+      return type == PrimitiveType::kF64 ? 15 : f32 ? 3 : 7;
+    default:
+      return 3;
+  }
+}
+
+bool fuses_recomputed(double extra_flops, uint64_t producer_bytes) {
+  const double visible = (1 - kMemoryComputeParallelism) * extra_flops * kBytesPerFlop;
+  return visible <= kLaunchOverheadBytes + 2 * static_cast<double>(producer_bytes);
+}
+
 // Each candidate is fused into all of its consumers or written once, the most profitable first
 // (priority_fusion.cc's queue): fusing one changes what its neighbours read and how many fusions read them,
 // so a profit is taken again when its value reaches the head of the queue. Profit as

@@ -386,6 +386,74 @@ ENTRY main.2 {
   EXPECT_EQ(find(*modeled, "zeros"), nullptr);
 }
 
+// A language model's loss as JAX lowers it, forward and backward: the log-softmax of the logits, the
+// log-likelihood of each row's label picked by a gather, and the gradient's division of each row's
+// cotangent - summed over a dimension of size 1 first - by the softmax's sum, read through a broadcast by
+// the backward pass's [rows, vocabulary] fusion. Three rules of XLA:GPU meet here, each in the compiled GPT
+// steps (loop_divide_select_fusion): the sum over one element is a reshape (algebraic_simplifier.cc,
+// HandleReduce), not a kernel; the division is written once (19 flops an element, recomputed for each of
+// 50257 columns, 5% of which shows over the fusion's traffic, outweighs a launch - priority fusion's run
+// times); and the gathered log-likelihood is a loop fusion, not a softmax's Triton fusion (the diamond's root
+// writes whole rows). With 8 columns the division is recomputed where it is read.
+TEST(XlaGpuModel, ALossGradientsPerRowDivisionIsWrittenOnce) {
+  const std::string program = R"(HloModule jit_step
+
+region_add.1 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+region_max.2 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+
+ENTRY main.3 {
+  logits = f32[16384,VOCAB]{1,0} parameter(0)
+  idx = s32[16384,2]{1,0} parameter(1)
+  dy = f32[16384,1]{1,0} parameter(2)
+  zero = f32[] constant(0)
+  m = f32[16384]{0} reduce(logits, zero), dimensions={1}, to_apply=region_max.2
+  mb = f32[16384,VOCAB]{1,0} broadcast(m), dimensions={0}
+  c = f32[16384,VOCAB]{1,0} subtract(logits, mb)
+  e = f32[16384,VOCAB]{1,0} exponential(c)
+  s = f32[16384]{0} reduce(e, zero), dimensions={1}, to_apply=region_add.1
+  ls = f32[16384]{0} log(s)
+  lsb = f32[16384,VOCAB]{1,0} broadcast(ls), dimensions={0}
+  lp = f32[16384,VOCAB]{1,0} subtract(c, lsb)
+  picked = f32[16384,1]{1,0} gather(lp, idx), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}
+  gs = f32[16384]{0} reduce(dy, zero), dimensions={1}, to_apply=region_add.1
+  d = f32[16384]{0} divide(gs, s)
+  db = f32[16384,VOCAB]{1,0} broadcast(d), dimensions={0}
+  g = f32[16384,VOCAB]{1,0} multiply(e, db)
+  out = bf16[16384,VOCAB]{1,0} convert(g)
+  ROOT r = (f32[16384,1]{1,0}, bf16[16384,VOCAB]{1,0}) tuple(picked, out)
+})";
+  auto with_vocab = [&](const char* vocab) {
+    std::string text = program;
+    for (size_t at = text.find("VOCAB"); at != std::string::npos; at = text.find("VOCAB", at))
+      text.replace(at, 5, vocab);
+    return model_of(text);
+  };
+  const HloModule gpt = with_vocab("50257");
+  EXPECT_EQ(find(gpt, "gs"), nullptr) << "a sum over one element is a reshape, fused into its reader";
+  const HloInstruction* d = find(gpt, "d");
+  ASSERT_NE(d, nullptr) << "the division is written once for the [rows, vocabulary] fusion";
+  EXPECT_EQ(d->opcode, HloOpcode::kDivide);
+  // The sum it reads directly, then what the fused reshape reads (XLA's fusion appends a producer's
+  // operands).
+  EXPECT_EQ(d->operands, (std::vector<std::string>{"s", "dy"}));
+  const HloInstruction* picked = find(gpt, "picked");
+  ASSERT_NE(picked, nullptr);
+  EXPECT_EQ(picked->opcode, HloOpcode::kGather);
+  EXPECT_EQ(picked->custom_call_target, "") << "a loop fusion, not a normalization";
+  const HloModule narrow = with_vocab("8");
+  EXPECT_EQ(find(narrow, "d"), nullptr) << "8 columns: recomputed by the fusion that reads it";
+  EXPECT_EQ(find(narrow, "gs"), nullptr);
+}
+
 // Host offload as jax.checkpoint's offload_dot_with_no_batch_dims lowers it: the forward's GEMM result is
 // annotated to the pinned host, forwarded through the remat barrier, and annotated back to the device for
 // the backward. The host copy is host memory (host_temp, not temp); it is taken just before the barrier, so
