@@ -26,8 +26,12 @@
 //     cannot take in that other fusions recompute (a norm's rows) is written for it just before it
 //     ("<value>.for.<gemm>"), a value only GEMMs read is one buffer they share;
 //   - algebraic simplification: add(A, scatter-add(zeros, ...)) becomes scatter-add(A, ...), a sum
-//     over a dot's batch dimensions becomes the dot that contracts them, and a floating-point division by a
-//     constant a (cheap) multiplication by its inverse (algebraic_simplifier.cc, HandleDivide);
+//     over a dot's batch dimensions becomes the dot that contracts them, a reduction over dimensions of
+//     size 1 a reshape (HandleReduce), and a floating-point division by a constant a (cheap)
+//     multiplication by its inverse (algebraic_simplifier.cc, HandleDivide);
+//   - a small value one fusion recomputes per element of a broadcast (a loss's per-row division read by the
+//     [rows, vocabulary] gradient) is written once where 5% of that compute - what shows over a
+//     memory-bound kernel's traffic in XLA's performance model - outweighs the launch fusing saves;
 //   - layout: a summed dot read through a transpose is written once in the dot's order; an elementwise
 //     fusion reading it is XLA's transpose fusion, whose results take no operand's memory
 //     (buffer_sharing.cc, FusionCanShareBufferHint), and a new value of a donated argument it writes is
