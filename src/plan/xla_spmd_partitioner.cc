@@ -18,8 +18,9 @@
 //   rows it indexes is each device's partial sum where the result's split leaves the axis free, else
 //   gathered whole.
 // - A loop's body runs on each device's share of the carried values: tried once on a copy to see which
-//   values it splits (a scan's stacked outputs), with a look at the readers of its results for the ones
-//   XLA's backward propagation would split (an accumulator beside a split parameter).
+//   values it splits (a scan's stacked outputs), with a look at the readers of its results, and at the
+//   body's readers of what it carries unchanged, for the ones XLA's backward propagation would split (an
+//   accumulator beside a split parameter, an attention mask beside the split scores).
 // - cuDNN's fused attention, convolutions and pooling split by batch; calls (inlined before), sorts,
 //   conditionals and other custom calls run whole on every device, named in a caveat.
 // Collectives are not combined (XLA's AllReduceCombiner groups small ones): each is its own buffer; a
@@ -368,6 +369,51 @@ class Partitioner {
     return std::nullopt;
   }
 
+  // A value the loop carries unchanged (the body returns it as it came) and the body reads beside a split
+  // value of its rank in an elementwise op - a scan's attention mask, broadcast to the whole batch before
+  // the loop and read by the select beside the batch-split scores - is carried split like it: XLA's
+  // sharding propagation also runs backward from readers, and splits the broadcast. `body` is the body as the
+  // trial partitioned it.
+  void split_invariants_by_their_readers(const HloComputation& body, std::vector<Sh>& carried) {
+    const HloInstruction* root = body.root();
+    const HloInstruction* param = nullptr;
+    for (const HloInstruction& x : body.instructions)
+      if (x.opcode == HloOpcode::kParameter) param = &x;
+    if (root == nullptr || param == nullptr || root->operands.size() != carried.size()) return;
+    std::unordered_map<std::string, size_t> element_of;  // get-tuple-element of the parameter -> index
+    for (const HloInstruction& x : body.instructions)
+      if (x.opcode == HloOpcode::kGetTupleElement && x.operands.size() == 1 && x.operands[0] == param->name &&
+          x.tuple_index >= 0 && static_cast<size_t>(x.tuple_index) < carried.size())
+        element_of.emplace(x.name, static_cast<size_t>(x.tuple_index));
+    // What the trial read of such an element: the element itself, or the share it sliced out of it.
+    std::unordered_map<std::string, size_t> read_of = element_of;
+    for (const HloInstruction& x : body.instructions)
+      if ((x.opcode == HloOpcode::kSlice || x.opcode == HloOpcode::kDynamicSlice) && !x.operands.empty())
+        if (auto e = element_of.find(x.operands[0]); e != element_of.end())
+          read_of.emplace(x.name, e->second);
+    for (const HloInstruction& y : body.instructions) {
+      const Role role = role_of(y.opcode);
+      if (role != Role::kCheap && role != Role::kExpensive) continue;
+      for (const std::string& o : y.operands) {
+        auto e = read_of.find(o);
+        if (e == read_of.end()) continue;
+        const size_t k = e->second;
+        auto back = element_of.find(root->operands[k]);
+        if (back == element_of.end() || back->second != k || carried[k].split()) continue;  // not unchanged
+        const size_t rank = carried[k].axis.size();
+        if (y.shape.is_tuple() || y.shape.dims.size() != rank) continue;
+        for (const std::string& other : y.operands) {
+          if (other == o) continue;
+          const auto& have = sh(other);
+          if (have.size() == 1 && have[0].axis.size() == rank && have[0].split()) {
+            carried[k] = resolved(have[0]);
+            break;
+          }
+        }
+      }
+    }
+  }
+
   // How value `name` of `rank` is split: as placed, else (not placed yet) as the entry parameter it is or
   // that an elementwise op of it within `depth` steps reads says. None when whole or not known.
   std::optional<Sh> split_of(const std::string& name, size_t rank, int depth) {
@@ -561,6 +607,7 @@ class Partitioner {
                   carried[k].axis[d] = a;
               }
             }
+            split_invariants_by_their_readers(copy, carried);
           }
           sums_ = saved_sums;
           notes_ = saved_notes;

@@ -310,21 +310,25 @@ TEST(SpmdPartitioner, TheZoosShardedStepIsTheProgramJaxLowersPartitioned) {
 
 // A scanned or accumulated step over 8 GPUs: the loops run on each device's share (a scan's stacked
 // outputs, begun as zeros, carried split; FSDP's accumulated gradients carried split like the parameters
-// the update reads them beside), so each device's temp is within a tenth of the same step's on one GPU with
-// the per-device batch, not the whole batch's.
+// the update reads them beside; the attention mask JAX broadcasts to the whole batch before the scan and
+// carries unchanged, split like the scores its select reads it beside), so each device's temp is within a
+// tenth of the same step's on one GPU with the per-device batch, not the whole batch's - the scan's and the
+// data-parallel accumulation's to the byte (the scan's was 9.1% over while the mask was carried whole).
 TEST(SpmdPartitioner, LoopsRunOnEachDevicesShare) {
   const std::string base =
       R"("model": "gpt", "vocab": 8192, "d_model": 512, "heads": 8, "layers": 4, "seq": 512, "donate": true)";
   struct Case {
     const char* sharded;
     const char* one_device;
+    bool exact;
   };
   for (const Case& c :
        {Case{R"("batch": 16, "scan": true, "mesh": [8], "mesh_axes": ["data"])",
-             R"("batch": 2, "scan": true)"},
-        Case{R"("batch": 64, "accum": 4, "mesh": [8], "mesh_axes": ["data"])", R"("batch": 8, "accum": 4)"},
+             R"("batch": 2, "scan": true)", true},
+        Case{R"("batch": 64, "accum": 4, "mesh": [8], "mesh_axes": ["data"])", R"("batch": 8, "accum": 4)",
+             true},
         Case{R"("batch": 64, "accum": 4, "sharding": "fsdp", "mesh": [8], "mesh_axes": ["data"])",
-             R"("batch": 8, "accum": 4)"}}) {
+             R"("batch": 8, "accum": 4)", false}}) {
     SCOPED_TRACE(c.sharded);
     auto sharded = model_spec_from_json(Json::parse("{" + base + ", " + c.sharded + "}"));
     auto one = model_spec_from_json(Json::parse("{" + base + ", " + c.one_device + "}"));
@@ -340,6 +344,9 @@ TEST(SpmdPartitioner, LoopsRunOnEachDevicesShare) {
         << a->temp_bytes << " against " << b->temp_bytes;
     EXPECT_GE(a->temp_bytes, b->temp_bytes - b->temp_bytes / 10)
         << a->temp_bytes << " against " << b->temp_bytes;
+    if (c.exact) {
+      EXPECT_EQ(a->temp_bytes, b->temp_bytes);
+    }
   }
 }
 
