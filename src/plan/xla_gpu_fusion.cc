@@ -618,7 +618,8 @@ struct Fusion {
   }
 
   // The flops XLA's cost model counts for computing `v` once per element, through the fused ops it
-  // is computed from (each counted at most `per` times: what a gather or a broadcast reads of it).
+  // is computed from (each counted at most `per` times: what a gather or a broadcast reads of it). A
+  // division by a constant is the multiplication the simplifier makes of it (mark_cheap_divisions).
   double cone_flops(uint32_t v, uint64_t per) const {
     constexpr size_t kMaxConeNodes = 256;
     double flops = 0;
@@ -627,8 +628,10 @@ struct Fusion {
     while (!stack.empty() && seen.size() <= kMaxConeNodes) {
       const uint32_t x = stack.back();
       stack.pop_back();
-      flops += xla_flops_per_element(at(x).opcode, at(x).shape.type) *
-               static_cast<double>(std::min(elements(at(x).shape), per));
+      const HloOpcode op =
+          at(x).opcode == HloOpcode::kDivide && role[x] == Role::kCheap ? HloOpcode::kMultiply : at(x).opcode;
+      flops +=
+          xla_flops_per_element(op, at(x).shape.type) * static_cast<double>(std::min(element_count[x], per));
       for (uint32_t o : operands[x])
         if (!materialized[o] && fuses(role[o]) && seen.insert(o).second) stack.push_back(o);
     }
@@ -637,43 +640,28 @@ struct Fusion {
 
   // A value its one reading fusion recomputes for many of its own elements - read through a broadcast: a
   // loss's per-token division [b, s] read by the backward pass's [b, s, vocab] fusion - costs that fusion
-  // its flops once per element read. XLA's performance model adds them to the fusion's compute, of which
-  // 5% shows over a memory-bound kernel's traffic (CombineComputeAndMemoryAccessTime,
-  // kMemoryComputeParallelism = 0.95); where that outweighs the launch and the traffic fusing saves, the
-  // value is a fusion of its own (the compiled GPT steps write the division, multi-output fused with the
-  // per-token log-likelihood). Later values first: a chain of small values is written at its end.
+  // its flops once per element read, where its own kernel would compute each element once. XLA's
+  // performance model adds them to the fusion's compute, of which 5% shows over a memory-bound kernel's
+  // traffic (CombineComputeAndMemoryAccessTime, kMemoryComputeParallelism = 0.95); where the extra outweighs
+  // the launch and the traffic fusing saves, the value is a fusion of its own (the compiled GPT steps write
+  // the division, multi-output fused with the per-token log-likelihood). Later values first: a chain of small
+  // values is written at its end.
   void write_values_recomputed_per_broadcast() {
-    constexpr size_t kMaxReaderWalk = 64;
+    std::vector<uint32_t> seen(n, UINT32_MAX);
     for (uint32_t v = static_cast<uint32_t>(n); v-- > 0;) {
       if (materialized[v] || !fuses(role[v]) || at(v).shape.is_tuple() || &at(v) == root) continue;
       // A scalar (an optimizer's bias correction, read by every update) is left to its readers: its buffer
       // would be 4 bytes, and XLA's CSE keeps one where the program computes it once per parameter.
-      const uint64_t own = elements(at(v).shape);
+      const uint64_t own = element_count[v];
       if (own < 2 || xla_flops_per_element(at(v).opcode, at(v).shape.type) == 0) continue;
-      // The buffers that recompute it: its readers, through the fused ones.
-      std::vector<uint32_t> stack{v}, consumers;
-      std::unordered_set<uint32_t> seen{v};
-      while (!stack.empty() && seen.size() <= kMaxReaderWalk && consumers.size() < 2) {
-        const uint32_t x = stack.back();
-        stack.pop_back();
-        for (uint32_t u : users[x]) {
-          if (!seen.insert(u).second) continue;
-          if (materialized[u] || !fuses(role[u]))
-            consumers.push_back(u);
-          else
-            stack.push_back(u);
-        }
-      }
-      if (consumers.size() != 1 || !stack.empty()) continue;
-      const uint32_t c = consumers[0];
-      if (is_gemm(c) || needs_buffers(role[c])) continue;
-      const uint64_t read = role[c] == Role::kReduce && !operands[c].empty()
-                                ? elements(at(operands[c][0]).shape)
-                                : elements(at(c).shape);
-      if (read < 2 * own) continue;
-      const double extra = cone_flops(v, own) * static_cast<double>(read / own);
-      if (fuses_recomputed(extra, at(v).shape.own_bytes())) continue;
-      materialized[v] = true;
+      const std::optional<uint32_t> reader = one_fusion_reading(v, seen);
+      if (!reader) continue;
+      const uint32_t c = *reader;
+      const uint64_t read =
+          role[c] == Role::kReduce && !operands[c].empty() ? element_count[operands[c][0]] : element_count[c];
+      if (read <= own) continue;
+      const double extra = cone_flops(v, own) * (static_cast<double>(read) / static_cast<double>(own) - 1);
+      if (!fuses_recomputed(extra, at(v).shape.own_bytes())) materialized[v] = true;
     }
   }
 
