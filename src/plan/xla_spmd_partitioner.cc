@@ -385,10 +385,11 @@ class Partitioner {
       if (x.opcode == HloOpcode::kGetTupleElement && x.operands.size() == 1 && x.operands[0] == param->name &&
           x.tuple_index >= 0 && static_cast<size_t>(x.tuple_index) < carried.size())
         element_of.emplace(x.name, static_cast<size_t>(x.tuple_index));
-    // What the trial read of such an element: the element itself, or the share it sliced out of it.
+    // What the trial read of such an element: the element itself, or the share reshard() sliced out of it
+    // for a split reader (a slice; a dynamic-slice is the program's own, a layer of a stack).
     std::unordered_map<std::string, size_t> read_of = element_of;
     for (const HloInstruction& x : body.instructions)
-      if ((x.opcode == HloOpcode::kSlice || x.opcode == HloOpcode::kDynamicSlice) && !x.operands.empty())
+      if (x.opcode == HloOpcode::kSlice && !x.operands.empty())
         if (auto e = element_of.find(x.operands[0]); e != element_of.end())
           read_of.emplace(x.name, e->second);
     for (const HloInstruction& y : body.instructions) {
