@@ -227,27 +227,38 @@ Expected<StepPlan> step_plan_internal::extrapolate(const ModelSpec& spec, uint64
   // The bytes live at once, at the least: the deepest plan's (a deeper stack of the same layers holds all
   // that a shallower one does at its fullest moment, and more parameters beside it); and where the arguments
   // and outputs lie on exact lines, the line of each pass whose fullest moment lies on one, at the step's
-  // depth (the no-fragmentation bound is the largest pass's peak, HloPlan::pass_peaks; each pass's is under
-  // it). A pass off its line bounds nothing and is left out, the others still bound the peak: the flax
+  // depth, less one layer's growth. A pass off its line is left out, the others still count: the flax
   // encoder's mixed-precision, full-remat step over 2 devices holds its backward pass's most at 16 layers
   // where it holds its forward pass's at 32 and 48, and its forward pass's line (402,655,232 B per 16 layers
-  // at each depth) put it 9.4 MB under its whole 300-layer plan.
+  // at each depth) put it 9.4 MB under its whole 300-layer plan. Less one layer's growth or the deepest
+  // plan's largest buffer, whichever is more: the fullest moment repeats with each layer, and the list
+  // scheduler's greedy choices there can differ in a deeper stack - GPT (d_model 256) over 4 microbatches
+  // grows exactly from 16 to 48 layers, and holds one [4, 4, 128, 128] score buffer (1 MiB) less than its
+  // lines at 128.
   plan.peak_at_least_bytes = at[2].hlo.lower_bound_bytes;
+  uint64_t live_on_lines_bytes = plan.peak_at_least_bytes;
   const bool io_on_lines =
       Extender::on_a_line(at[0].hlo.argument_bytes, at[1].hlo.argument_bytes, at[2].hlo.argument_bytes) &&
       Extender::on_a_line(at[0].hlo.output_bytes, at[1].hlo.output_bytes, at[2].hlo.output_bytes) &&
       Extender::on_a_line(at[0].hlo.alias_bytes, at[1].hlo.alias_bytes, at[2].hlo.alias_bytes);
+  uint64_t largest_buffer_bytes = 0;
+  for (const PlannedBuffer& buffer : at[2].hlo.buffers)
+    largest_buffer_bytes = std::max(largest_buffer_bytes, buffer.bytes);
   for (size_t k = 0; k < kPasses.size() && io_on_lines; ++k) {
     if (!pass_on_line[k]) continue;
-    const auto at_least = checked_add(fixed, h.pass_peaks.*kPasses[k]);
-    if (at_least) plan.peak_at_least_bytes = std::max(plan.peak_at_least_bytes, *at_least);
+    const auto on_line = checked_add(fixed, h.pass_peaks.*kPasses[k]);
+    if (!on_line) continue;
+    live_on_lines_bytes = std::max(live_on_lines_bytes, *on_line);
+    const uint64_t slack = std::max(  // on a line: the growth does not wrap
+        (at[2].hlo.pass_peaks.*kPasses[k] - at[1].hlo.pass_peaks.*kPasses[k]) / layers, largest_buffer_bytes);
+    if (*on_line > slack) plan.peak_at_least_bytes = std::max(plan.peak_at_least_bytes, *on_line - slack);
   }
   // A line that is not exact can end under those bytes (a pass overtaking the one that led at 48 layers: the
   // flax encoder in mixed precision with full remat at 300 layers extended to 25.03 GiB, 26.71 GiB live at
-  // once, 26.77 GiB planned whole): no packing holds less than is live, so the figure is raised to it, the
-  // difference counted as temporaries. An exact line is never under it.
-  if (plan.peak_bytes < plan.peak_at_least_bytes) {
-    const uint64_t raise = plan.peak_at_least_bytes - plan.peak_bytes;
+  // once, 26.77 GiB planned whole): no packing holds less than is live, so the figure is raised to the lines,
+  // the difference counted as temporaries. An exact line is never under them.
+  if (plan.peak_bytes < live_on_lines_bytes) {
+    const uint64_t raise = live_on_lines_bytes - plan.peak_bytes;
     h.temp_bytes += raise;
     h.peak_bytes += raise;
     h.temp_upper_bytes = std::max(h.temp_upper_bytes, h.temp_bytes);

@@ -118,6 +118,7 @@ struct Fusion {
     decide_shared_values();
     write_concatenated_norm_inputs();
     decide_gemm_epilogues();
+    write_producers_of_one_block_reductions();
     write_values_recomputed_per_broadcast();
     fuse_values_read_by_one_fusion();
     gather_sources();
@@ -638,6 +639,35 @@ struct Fusion {
     return flops;
   }
 
+  // A sum to a scalar of at most 16384 elements is one thread block on XLA:GPU (the row reduction's 1024
+  // threads x 16 elements, ReductionDimensionRaceFreeBound in reduction_utils.cc; a longer one
+  // TreeReductionRewriter splits into a first stage of many blocks). Its elementwise producer is fused
+  // into it only where the producer's compute on one SM costs less than the launch it saves (priority
+  // fusion's run times, fuses_into_one_block_reduction): a loss's per-token log-likelihood - a gather from
+  // the log-softmax, a log per token - over 8192 or 16384 tokens is written by a loop fusion of its own (the
+  // compiled GPT steps' and the flax encoder's [b, s, 1] select, read by the sum at the end), while a
+  // ViT's over 64 images is summed in the same kernel. What it reads - the logits - is then no longer
+  // read at the end of the step.
+  void write_producers_of_one_block_reductions() {
+    constexpr uint64_t kOneBlockElements = 1024 * 16;
+    for (uint32_t r = 0; r < n; ++r) {
+      const HloInstruction& red = at(r);
+      if (role[r] != Role::kReduce || red.shape.is_tuple() || elements(red.shape) != 1 ||
+          operands[r].size() != 2)
+        continue;
+      uint32_t q = operands[r][0];
+      const uint64_t reduced = elements(at(q).shape);
+      if (reduced > kOneBlockElements || reduced < 2) continue;
+      // Through the reshapes and bitcasts that are no op of the producer's.
+      while (!materialized[q] && operands[q].size() == 1 &&
+             (at(q).opcode == HloOpcode::kReshape || at(q).opcode == HloOpcode::kBitcast))
+        q = operands[q][0];
+      if (materialized[q] || !fuses(role[q])) continue;
+      if (!fuses_into_one_block_reduction(cone_flops(q, reduced), at(q).shape.own_bytes()))
+        materialized[q] = true;
+    }
+  }
+
   // A value its one reading fusion recomputes for many of its own elements - read through a broadcast: a
   // loss's per-token division [b, s] read by the backward pass's [b, s, vocab] fusion - costs that fusion
   // its flops once per element read, where its own kernel would compute each element once. XLA's
@@ -775,6 +805,49 @@ struct Fusion {
     }
   }
 
+  // XLA's layout assignment gives a reduction's operand the layout that makes it a row reduction, the
+  // reduced dimensions most minor (GpuLayoutAssignment::PropagateReductionLayoutToOperand, through
+  // LayoutAssignment::ChooseOperandLayoutFromOutputLayout), and elementwise ops pass a layout on to their
+  // operands. A pool over the sequence of a norm's output - ViT's jnp.mean(x, axis=1) of [b, s, d], a middle
+  // dimension - so lays the residual stream out transposed: the compiled fp32 ViT holds it as
+  // f32[197,768,64], and with no default layout its norms are no Triton fusions (SoftmaxRewriterTriton's
+  // IsTriviallyFusible). Where the stream ends in a GEMM instead (GPT's LM head, whose operand the dot's
+  // constraint fixes, SetDotOperandLayout), it keeps the default layout. Approximated: whether a reduction
+  // over dimensions other than the first and the minor one reads, through fused ops, a value a reduction
+  // over the minor dimension normalizes (a norm's statistics); the layout itself is not modeled.
+  bool stream_laid_out_by_a_pool() const {
+    constexpr size_t kMaxWalk = 64;
+    for (uint32_t r = 0; r < n; ++r) {
+      if (role[r] != Role::kReduce || at(r).shape.is_tuple() || operands[r].empty()) continue;
+      const auto rank = static_cast<int64_t>(at(operands[r][0]).shape.dims.size());
+      const std::vector<int64_t>& reduced = at(r).dimensions;
+      if (rank < 3 || reduced.empty() ||
+          std::find(reduced.begin(), reduced.end(), rank - 1) != reduced.end() ||
+          std::find(reduced.begin(), reduced.end(), 0) != reduced.end())
+        continue;
+      std::vector<uint32_t> stack{operands[r][0]};
+      std::unordered_set<uint32_t> seen{operands[r][0]};
+      while (!stack.empty() && seen.size() < kMaxWalk) {
+        const uint32_t x = stack.back();
+        stack.pop_back();
+        const std::vector<uint32_t> reads = materialized[x] ? buffers_behind(operands[x]) : sources[x];
+        for (uint32_t b : reads) {
+          if (role[b] != Role::kReduce || operands[b].empty()) continue;
+          const Shape& statistics_of = at(operands[b][0]).shape;
+          const auto b_rank = static_cast<int64_t>(statistics_of.dims.size());
+          const std::vector<int64_t>& b_reduced = at(b).dimensions;
+          if (b_rank >= 2 && std::find(b_reduced.begin(), b_reduced.end(), b_rank - 1) != b_reduced.end() &&
+              elements(statistics_of) == element_count[x])
+            return true;
+        }
+        if (materialized[x]) continue;
+        for (uint32_t o : operands[x])
+          if (seen.insert(o).second) stack.push_back(o);
+      }
+    }
+    return false;
+  }
+
   // A norm's normalized rows, (x - mean) * rsqrt(var + eps), end its Triton fusion: SoftmaxRewriterTriton
   // (xla/service/gpu/transforms/softmax_rewriter_triton.cc) roots the diamond at the binary op that reads the
   // broadcast statistics and takes a consumer in only if it has one user (IsTriviallyFusible); priority
@@ -785,17 +858,22 @@ struct Fusion {
   // gpt_mixed_donate and gpt_mixed_donate_cudnn keep each norm's rows (a Triton fusion, "jvp()/mul") beside
   // its scaled and shifted output (a loop fusion: the GEMM cannot take the bf16 cast of the scale in) until
   // the backward pass; with full remat the rows have one reader and the Triton fusion takes the scale and
-  // shift in (gpt2dims_mixed_donate_remat_full_b16). Rows a GEMM takes in (gemm_input: fp32, where the
-  // scale and shift are fused into the GEMM) are left to decide_gemm_operands, whose copies match the
-  // compiled fp32 GPT and ViT. The rows are the first value of the chain that normalizes: none of its
-  // operands does. Returns whether any was written.
+  // shift in (gpt2dims_mixed_donate_remat_full_b16). Rows a GEMM takes in with their scale and shift
+  // (gemm_input: fp32) are the same Triton fusion's: the compiled gpt_fp32 keeps fusion.920, two a layer,
+  // for the forward GEMM, the backward GEMM and the scale's gradient - unless the stream has no default
+  // layout (stream_laid_out_by_a_pool: the compiled fp32 ViT recomputes its norms in the backward pass,
+  // and decide_gemm_operands writes the rows for each GEMM). The rows are the first value of the chain that
+  // normalizes: none of its operands does. Returns whether any was written.
   bool write_shared_normalized_rows() {
     std::vector<uint32_t> seen(n, UINT32_MAX);
     std::vector<uint32_t> rows;
+    // Rows a GEMM takes in with their scale and shift (fp32) are the Triton fusion's too, unless the
+    // stream has no default layout.
+    const bool transposed_stream = stream_laid_out_by_a_pool();
     for (uint32_t v = 0; v < n; ++v) {
       // The diamond's root is an elementwise binary op (MatchesTritonCompatibleClosedReductionDiamondImpl).
-      if (materialized[v] || gemm_input[v] || !fuses(role[v]) || operands[v].size() != 2 ||
-          !several_readers(v) || at(v).shape.is_tuple())
+      if (materialized[v] || (transposed_stream && gemm_input[v]) || !fuses(role[v]) ||
+          operands[v].size() != 2 || !several_readers(v) || at(v).shape.is_tuple())
         continue;
       if (!normalizes(sources[v], elements(at(v).shape), true)) continue;
       const bool operand_normalizes = std::any_of(operands[v].begin(), operands[v].end(), [&](uint32_t o) {

@@ -97,6 +97,10 @@ void prioritize_shared_values(const FusionGraph& g, const std::vector<bool>& can
 // profile): a transcendental's clock cycles, an add's 7, a multiply's 3, any other elementwise op 3, data
 // movement 0.
 double xla_flops_per_element(HloOpcode op, PrimitiveType type);
+// Whether XLA's priority fusion fuses a producer into a reduction XLA:GPU runs as one thread block (a sum
+// to a scalar of at most 16384 elements): gpu_performance_model.cc's run times, fused against unfused, for
+// a producer of `producer_flops` (per XLA's cost model) writing `producer_bytes`.
+bool fuses_into_one_block_reduction(double producer_flops, uint64_t producer_bytes);
 // Whether priority fusion fuses a producer into a memory-bound consumer that recomputes it for
 // `extra_flops` in all (its flops times the elements read per element): 5% of that compute shows over the
 // consumer's traffic (CombineComputeAndMemoryAccessTime), against the launch and traffic fusing saves.

@@ -96,6 +96,18 @@ double xla_flops_per_element(HloOpcode op, PrimitiveType type) {
   }
 }
 
+bool fuses_into_one_block_reduction(double producer_flops, uint64_t producer_bytes) {
+  // Fused, the producer's flops run on the reduction's one block: one SM's 128 lanes of the 132 the
+  // producer's own loop kernel spreads them over (ComputeTime, gpu_performance_model_base.cc). Unfused:
+  // a launch more, the producer's kernel and the write and read of its result. Memory-bound parts that
+  // both pay (the producer's reads) cancel.
+  constexpr double kCores = 132;
+  const double fused = producer_flops * kBytesPerFlop * kCores;
+  const double unfused =
+      kLaunchOverheadBytes + producer_flops * kBytesPerFlop + 2 * static_cast<double>(producer_bytes);
+  return fused <= unfused;
+}
+
 bool fuses_recomputed(double extra_flops, uint64_t producer_bytes) {
   const double visible = (1 - kMemoryComputeParallelism) * extra_flops * kBytesPerFlop;
   return visible <= kLaunchOverheadBytes + 2 * static_cast<double>(producer_bytes);

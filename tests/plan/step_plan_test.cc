@@ -505,9 +505,11 @@ std::optional<StepPlan> whole_plan_behind_estimate(const FitCandidate& row, cons
 // A change whose line wobbles more than a search takes (64 KiB per 16 layers) is planned whole - unless it
 // cannot fit: when the bytes live at once in its deepest small plan are already over the pool (a deeper
 // stack holds at least those), the fit keeps the extension and marks its figure approximate. Here, in a
-// 48 MiB pool, eight of 23 changes are kept so; against their whole plans each figure is within 2% (the
-// larger growth taken: mostly above), and no whole plan lies under the bound that decided it. The step's
-// own peak (and the larger pool's, the same program) is never an estimate.
+// 48 MiB pool, nine of 23 changes are kept so; against their whole plans each figure is within 2% (the
+// larger growth taken: mostly above), and no whole plan lies under the bound that decided it (four
+// microbatches and batch 1 hold one score buffer less at 128 layers than their lines say). Donation grows
+// exactly and is planned whole. The step's own peak (and the larger pool's, the same program) is never an
+// estimate.
 TEST(StepPlan, AFitOfADeepStepEstimatesOnlyTheChangesThatCannotFit) {
   auto spec = model_spec_from_json(Json::parse(
       R"({"model": "gpt", "d_model": 256, "heads": 4, "seq": 128, "batch": 4, "vocab": 8000,
@@ -530,9 +532,7 @@ TEST(StepPlan, AFitOfADeepStepEstimatesOnlyTheChangesThatCannotFit) {
     EXPECT_FALSE(c.fits);
     EXPECT_GT(c.peak_at_least_bytes, c.limit_bytes);
     ModelSpec changed = *spec;
-    if (c.change == "donate parameters and optimizer state") {
-      changed.donate = true;
-    } else if (c.change == "gradient accumulation over 4 microbatches") {
+    if (c.change == "gradient accumulation over 4 microbatches") {
       changed.accum = 4;
     } else if (c.change == "batch 1 instead of 4") {
       changed.batch = 1;
@@ -549,7 +549,7 @@ TEST(StepPlan, AFitOfADeepStepEstimatesOnlyTheChangesThatCannotFit) {
     ++compared;
   }
   EXPECT_EQ(approximate_rows, fit->programs_approximate);
-  EXPECT_EQ(compared, 4);
+  EXPECT_EQ(compared, 3);
   EXPECT_LE(fit->baseline.extrapolation_wobble_bytes, 64u << 10);
   auto baseline_whole = plan_step(*spec, capacity);
   ASSERT_TRUE(baseline_whole.ok());

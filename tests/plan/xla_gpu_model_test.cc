@@ -1014,6 +1014,120 @@ ENTRY main.1 {
   ASSERT_NE(find(forward, "a"), nullptr);
 }
 
+// A two-pass norm in fp32 whose scaled and shifted rows a GEMM takes in: the normalized rows still end a
+// Triton fusion, and what the backward pass reads beside the GEMM (the scale's gradient) reads them - one
+// buffer, as the compiled gpt_fp32 keeps fusion.920, two a layer. A pool over the sequence of the norm's
+// output (ViT's jnp.mean(x, axis=1)) makes XLA's layout assignment lay the stream out transposed - the
+// compiled fp32 ViT holds f32[197,768,64] and makes no Triton norm at all - so there the rows are written
+// for the GEMM and its other readers recompute them.
+TEST(XlaGpuModel, ANormsRowsAGemmTakesInAreSharedUnlessAPoolTransposesTheStream) {
+  const char* text = R"(HloModule jit_step
+
+region_0.1 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main.1 {
+  x = f32[8,512,1024]{2,1,0} parameter(0)
+  w = f32[1024,1024]{1,0} parameter(1)
+  g = f32[1024]{0} parameter(2)
+  bias = f32[1024]{0} parameter(3)
+  dy = f32[8,512,1024]{2,1,0} parameter(4)
+  zero = f32[] constant(0)
+  width = f32[] constant(0.0009765625)
+  wb = f32[8,512]{1,0} broadcast(width), dimensions={}
+  s = f32[8,512]{1,0} reduce(x, zero), dimensions={2}, to_apply=region_0.1
+  mean = f32[8,512]{1,0} multiply(s, wb)
+  mb = f32[8,512,1024]{2,1,0} broadcast(mean), dimensions={0,1}
+  c = f32[8,512,1024]{2,1,0} subtract(x, mb)
+  c2 = f32[8,512,1024]{2,1,0} multiply(c, c)
+  v = f32[8,512]{1,0} reduce(c2, zero), dimensions={2}, to_apply=region_0.1
+  var = f32[8,512]{1,0} multiply(v, wb)
+  r = f32[8,512]{1,0} rsqrt(var)
+  rb = f32[8,512,1024]{2,1,0} broadcast(r), dimensions={0,1}
+  n = f32[8,512,1024]{2,1,0} multiply(c, rb)
+  gb = f32[8,512,1024]{2,1,0} broadcast(g), dimensions={2}
+  bb = f32[8,512,1024]{2,1,0} broadcast(bias), dimensions={2}
+  ng = f32[8,512,1024]{2,1,0} multiply(n, gb)
+  a = f32[8,512,1024]{2,1,0} add(ng, bb)
+  d = f32[8,512,1024]{2,1,0} dot(a, w), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+  ndy = f32[8,512,1024]{2,1,0} multiply(n, dy)
+  dg = f32[1024]{0} reduce(ndy, zero), dimensions={0,1}, to_apply=region_0.1
+  OTHER
+})";
+  auto with = [&](const std::string& other) { return model_of(with_other(text, other)); };
+  const HloModule gpt = with("ROOT t = (f32[8,512,1024]{2,1,0}, f32[1024]{0}) tuple(d, dg)");
+  ASSERT_NE(find(gpt, "n"), nullptr) << "the rows: one buffer, read by the GEMM and the gradient";
+  EXPECT_EQ(find(gpt, "n.for.d"), nullptr);
+  const std::vector<std::string>& dg_reads = find(gpt, "dg")->operands;
+  EXPECT_NE(std::find(dg_reads.begin(), dg_reads.end(), "n"), dg_reads.end());
+  EXPECT_EQ(std::find(dg_reads.begin(), dg_reads.end(), "x"), dg_reads.end()) << "not recomputed from x";
+  const HloModule vit = with(
+      "pool = f32[8,1024]{1,0} reduce(a, zero), dimensions={1}, to_apply=region_0.1\n"
+      "  ROOT t = (f32[8,512,1024]{2,1,0}, f32[1024]{0}, f32[8,1024]{1,0}) tuple(d, dg, pool)");
+  EXPECT_EQ(find(vit, "n"), nullptr) << "a pool over the sequence: no Triton norm rows";
+  ASSERT_NE(find(vit, "n.for.d"), nullptr) << "the rows written for the GEMM, which scales and shifts them";
+  EXPECT_EQ(find(vit, "d")->operands, (std::vector<std::string>{"w", "n.for.d", "g", "bias"}));
+  const std::vector<std::string>& vit_dg_reads = find(vit, "dg")->operands;
+  EXPECT_NE(std::find(vit_dg_reads.begin(), vit_dg_reads.end(), "x"), vit_dg_reads.end())
+      << "the gradient recomputes the rows from the input";
+}
+
+// A sum to a scalar short enough for one thread block (at most 16,384 elements: reduction_utils.cc) runs
+// its fused producer on one SM. XLA's priority fusion weighs that: a loss's per-token log-likelihood over
+// 16,384 tokens - a log and a gather per token from the [tokens, vocabulary] logits - costs more there than
+// the launch it saves, so a loop fusion writes it and the sum reads that (the compiled GPT steps' [b, s, 1]
+// select); over 64 rows it is summed in the same kernel. What it reads - the logits - is then not read by
+// the sum at the end of the step.
+TEST(XlaGpuModel, AOneBlockSumsCostlyProducerIsWrittenByAKernelOfItsOwn) {
+  const char* text = R"(HloModule jit_step
+
+region_add.1 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+region_max.2 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+
+ENTRY main.3 {
+  logits = f32[ROWS,32000]{1,0} parameter(0)
+  idx = s32[ROWS,2]{1,0} parameter(1)
+  zero = f32[] constant(0)
+  m = f32[ROWS]{0} reduce(logits, zero), dimensions={1}, to_apply=region_max.2
+  mb = f32[ROWS,32000]{1,0} broadcast(m), dimensions={0}
+  c = f32[ROWS,32000]{1,0} subtract(logits, mb)
+  e = f32[ROWS,32000]{1,0} exponential(c)
+  s = f32[ROWS]{0} reduce(e, zero), dimensions={1}, to_apply=region_add.1
+  ls = f32[ROWS]{0} log(s)
+  lsb = f32[ROWS,32000]{1,0} broadcast(ls), dimensions={0}
+  lp = f32[ROWS,32000]{1,0} subtract(c, lsb)
+  picked = f32[ROWS,1]{1,0} gather(lp, idx), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}
+  loss = f32[] reduce(picked, zero), dimensions={0,1}, to_apply=region_add.1
+  ROOT r = (f32[], f32[ROWS]{0}) tuple(loss, s)
+})";
+  auto with_rows = [&](const char* rows) {
+    std::string program = text;
+    for (size_t at = program.find("ROWS"); at != std::string::npos; at = program.find("ROWS", at))
+      program.replace(at, 4, rows);
+    return model_of(program);
+  };
+  const HloModule tokens = with_rows("16384");
+  const HloInstruction* picked = find(tokens, "picked");
+  ASSERT_NE(picked, nullptr) << "16,384 tokens: the log-likelihood is written by a loop fusion";
+  EXPECT_EQ(find(tokens, "loss")->operands, (std::vector<std::string>{"picked"})) << "the sum reads it alone";
+  const HloModule images = with_rows("64");
+  EXPECT_EQ(find(images, "picked"), nullptr) << "64 rows: summed in the same kernel";
+  const std::vector<std::string>& loss_reads = find(images, "loss")->operands;
+  EXPECT_NE(std::find(loss_reads.begin(), loss_reads.end(), "logits"), loss_reads.end());
+}
+
 // What a fusion saves weighed as XLA's performance model weighs it: the traffic, and one kernel launch
 // (1 us: 3.35 MB at an H100's bandwidth). A sum read by three fusions, each of which would read its three
 // inputs again, is written once when it is large and recomputed when it is small.

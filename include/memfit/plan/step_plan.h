@@ -56,7 +56,8 @@ struct StepPlan {
   // the arguments and outputs (HloPlan::lower_bound_bytes). An extended plan's is its deepest depth's (a
   // deeper stack of the same layers holds at least that), or where the three depths' arguments, outputs and
   // each pass's live bytes lie on exact lines - the heap's packing can wobble while the bytes live at each
-  // moment grow alike - the largest pass's line at the step's own depth. 0 for a whole plan (its
+  // moment grow alike - the largest pass's line at the step's own depth less one layer's growth (the
+  // scheduler's choices at the fullest moment can differ that much deeper down). 0 for a whole plan (its
   // hlo.lower_bound_bytes is exact).
   uint64_t peak_at_least_bytes = 0;
 };

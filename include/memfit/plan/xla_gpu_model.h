@@ -32,6 +32,13 @@
 //   - a small value one fusion recomputes per element of a broadcast (a loss's per-row division read by the
 //     [rows, vocabulary] gradient) is written once where 5% of that compute - what shows over a
 //     memory-bound kernel's traffic in XLA's performance model - outweighs the launch fusing saves;
+//   - a sum to a scalar of at most 16,384 elements runs as one thread block (reduction_utils.cc): its
+//     producer is written by a kernel of its own where its compute on one SM would cost more than the
+//     launch saved (a loss's per-token log-likelihood, so the logits die at the backward pass's start);
+//   - a norm's normalized rows several fusions read end a Triton fusion and are written once
+//     (SoftmaxRewriterTriton, priority fusion's all-or-none), also where a GEMM takes them in - unless a
+//     pool over a middle dimension lays the stream out transposed (GpuLayoutAssignment's row reductions;
+//     the layout itself is not modeled, only whether such a pool reads a norm's output);
 //   - layout: a summed dot read through a transpose is written once in the dot's order; an elementwise
 //     fusion reading it is XLA's transpose fusion, whose results take no operand's memory
 //     (buffer_sharing.cc, FusionCanShareBufferHint), and a new value of a donated argument it writes is
