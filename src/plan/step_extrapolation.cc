@@ -227,14 +227,13 @@ Expected<StepPlan> step_plan_internal::extrapolate(const ModelSpec& spec, uint64
   // The bytes live at once, at the least: the deepest plan's (a deeper stack of the same layers holds all
   // that a shallower one does at its fullest moment, and more parameters beside it); and where the arguments
   // and outputs lie on exact lines, the line of each pass whose fullest moment lies on one, at the step's
-  // depth, less one layer's growth. A pass off its line is left out, the others still count: the flax
-  // encoder's mixed-precision, full-remat step over 2 devices holds its backward pass's most at 16 layers
-  // where it holds its forward pass's at 32 and 48, and its forward pass's line (402,655,232 B per 16 layers
-  // at each depth) put it 9.4 MB under its whole 300-layer plan. Less one layer's growth or the deepest
-  // plan's largest buffer, whichever is more: the fullest moment repeats with each layer, and the list
-  // scheduler's greedy choices there can differ in a deeper stack - GPT (d_model 256) over 4 microbatches
-  // grows exactly from 16 to 48 layers, and holds one [4, 4, 128, 128] score buffer (1 MiB) less than its
-  // lines at 128.
+  // depth, less a slack. A pass off its line is left out, the others still count: the flax encoder's
+  // mixed-precision, full-remat step over 2 devices holds its backward pass's most at 16 layers where it
+  // holds its forward pass's at 32 and 48, and its forward pass's line (402,655,232 B per 16 layers at each
+  // depth) put it 9.4 MB under its whole 300-layer plan. The slack, one layer's growth or the deepest plan's
+  // largest buffer, whichever is more: the fullest moment repeats with each layer, and the list scheduler's
+  // greedy choices there can differ in a deeper stack - GPT (d_model 256) over 4 microbatches grows exactly
+  // from 16 to 48 layers, and holds one [4, 4, 128, 128] score buffer (1 MiB) less than its lines at 128.
   plan.peak_at_least_bytes = at[2].hlo.lower_bound_bytes;
   uint64_t live_on_lines_bytes = plan.peak_at_least_bytes;
   const bool io_on_lines =
