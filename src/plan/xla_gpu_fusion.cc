@@ -126,8 +126,56 @@ struct Fusion {
       for (std::vector<uint32_t>& s : sources) s.clear();
       gather_sources();
     }
+    const std::vector<std::string> bitcasts = reshapes_of_buffers();
     emit();
+    if (!bitcasts.empty()) {
+      NameIndex is_bitcast;
+      is_bitcast.reserve(bitcasts.size());
+      for (const std::string& name : bitcasts) is_bitcast.emplace(name, 0);
+      for (HloInstruction& x : comp.instructions) {
+        if (!is_bitcast.contains(x.name)) continue;
+        x.opcode = HloOpcode::kBitcast;
+        x.opcode_text.clear();
+      }
+    }
     return ok_status();
+  }
+
+  // XLA's algebraic simplifier, after layout assignment: a reshape whose operand's row-major layout
+  // already holds its elements in order is a bitcast (ReshapeIsBitcast, algebraic_simplifier.cc) - no
+  // kernel, no buffer: its operand's memory. Fusion leaves a reshape a value of its own only where
+  // something needs a buffer of it (a loop's state, a tuple); where it reshapes a buffer directly, of the
+  // same type and size, it is that bitcast - a gradient accumulation's microbatches, [4 x 512, 1024]
+  // stacked as [4, 512, 1024] and carried through the loop, whose state then aliases the argument (the
+  // 25 MB of copies in mlp_fp32_donate_accum4's plan were the model's, not XLA's). One the program returns
+  // stays a copy (XLA's copy insertion gives an output of a parameter one). The names, before emit().
+  std::vector<std::string> reshapes_of_buffers() const {
+    std::vector<bool> returned(n, false);
+    if (root != nullptr)
+      for (uint32_t i = 0; i < n; ++i)
+        if (&at(i) == root) {
+          returned[i] = true;
+          for (uint32_t o : operands[i]) returned[o] = true;
+        }
+    std::vector<std::string> out;
+    for (uint32_t v = 0; v < n; ++v) {
+      const HloInstruction& x = at(v);
+      // A broadcast that only adds dimensions of size 1, in order, is such a reshape (HandleBroadcast):
+      // StableHLO's broadcast_in_dim where the HLO text writes a reshape (a scan's [1, ...] slice).
+      const bool reshape =
+          x.opcode == HloOpcode::kReshape ||
+          (x.opcode == HloOpcode::kBroadcast && std::is_sorted(x.dimensions.begin(), x.dimensions.end()) &&
+           std::adjacent_find(x.dimensions.begin(), x.dimensions.end()) == x.dimensions.end());
+      if (!reshape || !materialized[v] || returned[v] || operands[v].size() != 1 || x.shape.is_tuple())
+        continue;
+      const uint32_t o = operands[v][0];
+      const Shape& from = at(o).shape;
+      if (!materialized[o] || from.is_tuple() || from.type != x.shape.type ||
+          from.memory_space != x.shape.memory_space || element_count[o] != element_count[v])
+        continue;
+      out.push_back(x.name);
+    }
+    return out;
   }
 
   const HloInstruction& at(uint32_t i) const { return comp.instructions[i]; }

@@ -1128,6 +1128,57 @@ ENTRY main.3 {
   EXPECT_NE(std::find(loss_reads.begin(), loss_reads.end(), "logits"), loss_reads.end());
 }
 
+// A reshape of a buffer that a loop's state needs is a bitcast after layout assignment (XLA's
+// ReshapeIsBitcast): gradient accumulation's microbatches, stacked [4, 512, 1024] from the [2048, 1024]
+// argument and carried through the loop, are the argument's memory - no copy in temp. Returned by the
+// program, the same reshape is an output of its own (an output cannot be a parameter's memory).
+TEST(XlaGpuModel, AReshapedBufferALoopCarriesIsABitcast) {
+  const char* text = R"(HloModule jit_step
+
+body.1 {
+  p = (s32[], f32[4,512,1024]{2,1,0}, f32[512,1024]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  xs = f32[4,512,1024]{2,1,0} get-tuple-element(p), index=1
+  acc = f32[512,1024]{1,0} get-tuple-element(p), index=2
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  zero = s32[] constant(0)
+  x = f32[1,512,1024]{2,1,0} dynamic-slice(xs, i, zero, zero), dynamic_slice_sizes={1,512,1024}
+  xr = f32[512,1024]{1,0} reshape(x)
+  a = f32[512,1024]{1,0} add(acc, xr)
+  ROOT t = (s32[], f32[4,512,1024]{2,1,0}, f32[512,1024]{1,0}) tuple(i1, xs, a)
+}
+
+cond.1 {
+  p = (s32[], f32[4,512,1024]{2,1,0}, f32[512,1024]{1,0}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  four = s32[] constant(4)
+  ROOT lt = pred[] compare(i, four), direction=LT
+}
+
+ENTRY main.1 {
+  flat = f32[2048,1024]{1,0} parameter(0)
+  stacked = f32[4,512,1024]{2,1,0} reshape(flat)
+  zero = f32[] constant(0)
+  acc0 = f32[512,1024]{1,0} broadcast(zero), dimensions={}
+  i0 = s32[] constant(0)
+  init = (s32[], f32[4,512,1024]{2,1,0}, f32[512,1024]{1,0}) tuple(i0, stacked, acc0)
+  w = (s32[], f32[4,512,1024]{2,1,0}, f32[512,1024]{1,0}) while(init), condition=cond.1, body=body.1
+  sum = f32[512,1024]{1,0} get-tuple-element(w), index=2
+  OTHER
+})";
+  auto with = [&](const std::string& other) { return model_of(with_other(text, other)); };
+  const HloModule carried = with("ROOT r = f32[512,1024]{1,0} copy(sum)");
+  const HloInstruction* stacked = find(carried, "stacked");
+  ASSERT_NE(stacked, nullptr);
+  EXPECT_EQ(stacked->opcode, HloOpcode::kBitcast) << "the argument's memory, no copy";
+  EXPECT_EQ(stacked->operands, (std::vector<std::string>{"flat"}));
+  const HloModule returned =
+      with("ROOT r = (f32[512,1024]{1,0}, f32[4,512,1024]{2,1,0}) tuple(sum, stacked)");
+  ASSERT_NE(find(returned, "stacked"), nullptr);
+  EXPECT_EQ(find(returned, "stacked")->opcode, HloOpcode::kReshape) << "an output of its own";
+}
+
 // What a fusion saves weighed as XLA's performance model weighs it: the traffic, and one kernel launch
 // (1 us: 3.35 MB at an H100's bandwidth). A sum read by three fusions, each of which would read its three
 // inputs again, is written once when it is large and recomputed when it is small.

@@ -45,7 +45,8 @@
 //     copied over the argument just before the root (remove_unneeded_donation_copies); a transpose no
 //     fusion reads is a copy (a layout change). Other layouts cost no copies (approximated);
 //   - whatever a tuple, a loop, a call, an optimization barrier (jax.checkpoint) or the program's result
-//     takes is materialized, as XLA must;
+//     takes is materialized, as XLA must - a reshape of a buffer as a bitcast of it (ReshapeIsBitcast), a
+//     loop's stacked microbatches the argument's memory;
 //   - host offload (convert_memory_placement_to_internal_annotations.cc, host_offloader.cc): a value
 //     annotated to the pinned host is a host buffer (host_temp), forwarded as host memory through bitcasts,
 //     tuples and barriers, and brought back into a device buffer of its own; the copy to the host is taken
