@@ -151,12 +151,11 @@ struct Fusion {
   // stays a copy (XLA's copy insertion gives an output of a parameter one). The names, before emit().
   std::vector<std::string> reshapes_of_buffers() const {
     std::vector<bool> returned(n, false);
-    if (root != nullptr)
-      for (uint32_t i = 0; i < n; ++i)
-        if (&at(i) == root) {
-          returned[i] = true;
-          for (uint32_t o : operands[i]) returned[o] = true;
-        }
+    if (root != nullptr) {
+      const auto r = static_cast<uint32_t>(root - comp.instructions.data());
+      returned[r] = true;
+      for (uint32_t o : operands[r]) returned[o] = true;
+    }
     std::vector<std::string> out;
     for (uint32_t v = 0; v < n; ++v) {
       const HloInstruction& x = at(v);

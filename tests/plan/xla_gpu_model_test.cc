@@ -36,6 +36,44 @@ std::string with_other(std::string text, const std::string& other) {
   return text;
 }
 
+// `text` with every `key` replaced by `value`: one program at several sizes.
+std::string with_all(std::string text, std::string_view key, std::string_view value) {
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
+    text.replace(at, key.size(), value);
+  return text;
+}
+
+// A loss as JAX lowers it: the sum and max regions, a log-softmax over [ROWS, VOCAB] logits and the
+// log-likelihood gathered at idx (picked). The entry's tail follows.
+constexpr std::string_view kLogSoftmaxLoss = R"(HloModule jit_step
+
+region_add.1 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+region_max.2 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+
+ENTRY main.3 {
+  logits = f32[ROWS,VOCAB]{1,0} parameter(0)
+  idx = s32[ROWS,2]{1,0} parameter(1)
+  zero = f32[] constant(0)
+  m = f32[ROWS]{0} reduce(logits, zero), dimensions={1}, to_apply=region_max.2
+  mb = f32[ROWS,VOCAB]{1,0} broadcast(m), dimensions={0}
+  c = f32[ROWS,VOCAB]{1,0} subtract(logits, mb)
+  e = f32[ROWS,VOCAB]{1,0} exponential(c)
+  s = f32[ROWS]{0} reduce(e, zero), dimensions={1}, to_apply=region_add.1
+  ls = f32[ROWS]{0} log(s)
+  lsb = f32[ROWS,VOCAB]{1,0} broadcast(ls), dimensions={0}
+  lp = f32[ROWS,VOCAB]{1,0} subtract(c, lsb)
+  picked = f32[ROWS,1]{1,0} gather(lp, idx), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}
+)";
+
 // Whether the plan holds a buffer `name` of `bytes`.
 bool holds(const HloPlan& plan, std::string_view name, uint64_t bytes) {
   return std::any_of(plan.buffers.begin(), plan.buffers.end(),
@@ -396,46 +434,16 @@ ENTRY main.2 {
 // times); and the gathered log-likelihood is a loop fusion, not a softmax's Triton fusion (the diamond's root
 // writes whole rows). With 8 columns the division is recomputed where it is read.
 TEST(XlaGpuModel, ALossGradientsPerRowDivisionIsWrittenOnce) {
-  const std::string program = R"(HloModule jit_step
-
-region_add.1 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-region_max.2 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT m = f32[] maximum(a, b)
-}
-
-ENTRY main.3 {
-  logits = f32[16384,VOCAB]{1,0} parameter(0)
-  idx = s32[16384,2]{1,0} parameter(1)
-  dy = f32[16384,1]{1,0} parameter(2)
-  zero = f32[] constant(0)
-  m = f32[16384]{0} reduce(logits, zero), dimensions={1}, to_apply=region_max.2
-  mb = f32[16384,VOCAB]{1,0} broadcast(m), dimensions={0}
-  c = f32[16384,VOCAB]{1,0} subtract(logits, mb)
-  e = f32[16384,VOCAB]{1,0} exponential(c)
-  s = f32[16384]{0} reduce(e, zero), dimensions={1}, to_apply=region_add.1
-  ls = f32[16384]{0} log(s)
-  lsb = f32[16384,VOCAB]{1,0} broadcast(ls), dimensions={0}
-  lp = f32[16384,VOCAB]{1,0} subtract(c, lsb)
-  picked = f32[16384,1]{1,0} gather(lp, idx), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}
-  gs = f32[16384]{0} reduce(dy, zero), dimensions={1}, to_apply=region_add.1
-  d = f32[16384]{0} divide(gs, s)
-  db = f32[16384,VOCAB]{1,0} broadcast(d), dimensions={0}
-  g = f32[16384,VOCAB]{1,0} multiply(e, db)
-  out = bf16[16384,VOCAB]{1,0} convert(g)
-  ROOT r = (f32[16384,1]{1,0}, bf16[16384,VOCAB]{1,0}) tuple(picked, out)
+  const std::string program = std::string(kLogSoftmaxLoss) + R"(  dy = f32[ROWS,1]{1,0} parameter(2)
+  gs = f32[ROWS]{0} reduce(dy, zero), dimensions={1}, to_apply=region_add.1
+  d = f32[ROWS]{0} divide(gs, s)
+  db = f32[ROWS,VOCAB]{1,0} broadcast(d), dimensions={0}
+  g = f32[ROWS,VOCAB]{1,0} multiply(e, db)
+  out = bf16[ROWS,VOCAB]{1,0} convert(g)
+  ROOT r = (f32[ROWS,1]{1,0}, bf16[ROWS,VOCAB]{1,0}) tuple(picked, out)
 })";
   auto with_vocab = [&](const char* vocab) {
-    std::string text = program;
-    for (size_t at = text.find("VOCAB"); at != std::string::npos; at = text.find("VOCAB", at))
-      text.replace(at, 5, vocab);
-    return model_of(text);
+    return model_of(with_all(with_all(program, "ROWS", "16384"), "VOCAB", vocab));
   };
   const HloModule gpt = with_vocab("50257");
   EXPECT_EQ(find(gpt, "gs"), nullptr) << "a sum over one element is a reshape, fused into its reader";
@@ -1082,41 +1090,12 @@ ENTRY main.1 {
 // select); over 64 rows it is summed in the same kernel. What it reads - the logits - is then not read by
 // the sum at the end of the step.
 TEST(XlaGpuModel, AOneBlockSumsCostlyProducerIsWrittenByAKernelOfItsOwn) {
-  const char* text = R"(HloModule jit_step
-
-region_add.1 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-region_max.2 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT m = f32[] maximum(a, b)
-}
-
-ENTRY main.3 {
-  logits = f32[ROWS,32000]{1,0} parameter(0)
-  idx = s32[ROWS,2]{1,0} parameter(1)
-  zero = f32[] constant(0)
-  m = f32[ROWS]{0} reduce(logits, zero), dimensions={1}, to_apply=region_max.2
-  mb = f32[ROWS,32000]{1,0} broadcast(m), dimensions={0}
-  c = f32[ROWS,32000]{1,0} subtract(logits, mb)
-  e = f32[ROWS,32000]{1,0} exponential(c)
-  s = f32[ROWS]{0} reduce(e, zero), dimensions={1}, to_apply=region_add.1
-  ls = f32[ROWS]{0} log(s)
-  lsb = f32[ROWS,32000]{1,0} broadcast(ls), dimensions={0}
-  lp = f32[ROWS,32000]{1,0} subtract(c, lsb)
-  picked = f32[ROWS,1]{1,0} gather(lp, idx), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1}
-  loss = f32[] reduce(picked, zero), dimensions={0,1}, to_apply=region_add.1
+  const std::string program = std::string(kLogSoftmaxLoss) +
+                              R"(  loss = f32[] reduce(picked, zero), dimensions={0,1}, to_apply=region_add.1
   ROOT r = (f32[], f32[ROWS]{0}) tuple(loss, s)
 })";
   auto with_rows = [&](const char* rows) {
-    std::string program = text;
-    for (size_t at = program.find("ROWS"); at != std::string::npos; at = program.find("ROWS", at))
-      program.replace(at, 4, rows);
-    return model_of(program);
+    return model_of(with_all(with_all(program, "ROWS", rows), "VOCAB", "32000"));
   };
   const HloModule tokens = with_rows("16384");
   const HloInstruction* picked = find(tokens, "picked");
