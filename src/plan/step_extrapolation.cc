@@ -224,38 +224,35 @@ Expected<StepPlan> step_plan_internal::extrapolate(const ModelSpec& spec, uint64
   b.temporaries = plan.peak_bytes > named ? plan.peak_bytes - named : 0;
   plan.extrapolation_exact = extend.exact();
   plan.extrapolation_wobble_bytes = extend.wobble_bytes();
-  // The bytes live at once, at the least: the deepest plan's (a deeper stack of the same layers holds all
-  // that a shallower one does at its fullest moment, and more parameters beside it); and where the arguments
-  // and outputs lie on exact lines, the line of each pass whose fullest moment lies on one, at the step's
-  // depth, less a slack. A pass off its line is left out, the others still count: the flax encoder's
-  // mixed-precision, full-remat step over 2 devices holds its backward pass's most at 16 layers where it
-  // holds its forward pass's at 32 and 48, and its forward pass's line (402,655,232 B per 16 layers at each
-  // depth) put it 9.4 MB under its whole 300-layer plan. The slack, one layer's growth or the deepest plan's
-  // largest buffer, whichever is more: the fullest moment repeats with each layer, and the list scheduler's
-  // greedy choices there can differ in a deeper stack - GPT (d_model 256) over 4 microbatches grows exactly
-  // from 16 to 48 layers, and holds one [4, 4, 128, 128] score buffer (1 MiB) less than its lines at 128.
-  plan.peak_at_least_bytes = at[2].hlo.lower_bound_bytes;
-  uint64_t live_on_lines_bytes = plan.peak_at_least_bytes;
+  // The bytes live at once, at the least (the fit's verdict that a change cannot fit whatever the
+  // packing): the deepest plan's temporaries at their fullest moment - a deeper stack of the same layers
+  // holds all that a shallower one does then - beside the arguments and outputs at the step's own depth,
+  // which are live throughout when they lie on exact lines. The passes' lines are no bound: GPT (d_model
+  // 256) over 4 microbatches grows exactly from 16 to 48 layers and holds 1 MiB less than its lines at 128
+  // (its list order's fullest moment holds other microbatch values at each depth).
   const bool io_on_lines =
       Extender::on_a_line(at[0].hlo.argument_bytes, at[1].hlo.argument_bytes, at[2].hlo.argument_bytes) &&
       Extender::on_a_line(at[0].hlo.output_bytes, at[1].hlo.output_bytes, at[2].hlo.output_bytes) &&
       Extender::on_a_line(at[0].hlo.alias_bytes, at[1].hlo.alias_bytes, at[2].hlo.alias_bytes);
-  uint64_t largest_buffer_bytes = 0;
-  for (const PlannedBuffer& buffer : at[2].hlo.buffers)
-    largest_buffer_bytes = std::max(largest_buffer_bytes, buffer.bytes);
+  plan.peak_at_least_bytes = at[2].hlo.lower_bound_bytes;
+  if (io_on_lines)
+    if (const auto at_least = checked_add(fixed, at[2].hlo.temp_lower_bound_bytes))
+      plan.peak_at_least_bytes = std::max(plan.peak_at_least_bytes, *at_least);
+  // The figure itself is never under the line of any pass whose fullest moment lies on one (a pass off its
+  // line is left out, the others still count: the flax encoder's mixed-precision, full-remat step over 2
+  // devices holds its backward pass's most at 16 layers where it holds its forward pass's at 32 and 48, and
+  // its forward pass's line, 402,655,232 B per 16 layers at each depth, put it 9.4 MB under its whole
+  // 300-layer plan).
+  uint64_t live_on_lines_bytes = plan.peak_at_least_bytes;
   for (size_t k = 0; k < kPasses.size() && io_on_lines; ++k) {
     if (!pass_on_line[k]) continue;
-    const auto on_line = checked_add(fixed, h.pass_peaks.*kPasses[k]);
-    if (!on_line) continue;
-    live_on_lines_bytes = std::max(live_on_lines_bytes, *on_line);
-    const uint64_t slack = std::max(  // on a line: the growth does not wrap
-        (at[2].hlo.pass_peaks.*kPasses[k] - at[1].hlo.pass_peaks.*kPasses[k]) / layers, largest_buffer_bytes);
-    if (*on_line > slack) plan.peak_at_least_bytes = std::max(plan.peak_at_least_bytes, *on_line - slack);
+    if (const auto on_line = checked_add(fixed, h.pass_peaks.*kPasses[k]))
+      live_on_lines_bytes = std::max(live_on_lines_bytes, *on_line);
   }
   // A line that is not exact can end under those bytes (a pass overtaking the one that led at 48 layers: the
   // flax encoder in mixed precision with full remat at 300 layers extended to 25.03 GiB, 26.71 GiB live at
-  // once, 26.77 GiB planned whole): no packing holds less than is live, so the figure is raised to the lines,
-  // the difference counted as temporaries. An exact line is never under them.
+  // once on its forward pass's line, 26.77 GiB planned whole): the figure is raised to the lines, the
+  // difference counted as temporaries.
   if (plan.peak_bytes < live_on_lines_bytes) {
     const uint64_t raise = live_on_lines_bytes - plan.peak_bytes;
     h.temp_bytes += raise;

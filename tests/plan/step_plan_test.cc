@@ -507,9 +507,10 @@ std::optional<StepPlan> whole_plan_behind_estimate(const FitCandidate& row, cons
 // stack holds at least those), the fit keeps the extension and marks its figure approximate. Here, in a
 // 48 MiB pool, nine of 23 changes are kept so; against their whole plans each figure is within 2% (the
 // larger growth taken: mostly above), and no whole plan lies under the bound that decided it (four
-// microbatches and batch 1 hold one score buffer less at 128 layers than their lines say). Donation grows
-// exactly and is planned whole. The step's own peak (and the larger pool's, the same program) is never an
-// estimate.
+// microbatches and batch 1 hold 1 MiB less at 128 layers than their passes' exact lines from 16-48 say, so
+// the bound is the deepest plan's temporaries beside the step's arguments, not those lines). Donation
+// grows exactly and is planned whole. The step's own peak (and the larger pool's, the same program) is never
+// an estimate.
 TEST(StepPlan, AFitOfADeepStepEstimatesOnlyTheChangesThatCannotFit) {
   auto spec = model_spec_from_json(Json::parse(
       R"({"model": "gpt", "d_model": 256, "heads": 4, "seq": 128, "batch": 4, "vocab": 8000,

@@ -53,12 +53,10 @@ struct StepPlan {
   // plan_step_extended takes a line that wobbles by up to 64 KiB (see step_plan.cc for what that cost).
   uint64_t extrapolation_wobble_bytes = 0;
   // A peak no packing of the step's buffers goes under: what is live at once at the fullest moment, beside
-  // the arguments and outputs (HloPlan::lower_bound_bytes). An extended plan's is its deepest depth's (a
-  // deeper stack of the same layers holds at least that), or where the three depths' arguments, outputs and
-  // each pass's live bytes lie on exact lines - the heap's packing can wobble while the bytes live at each
-  // moment grow alike - the largest pass's line at the step's own depth less one layer's growth (the
-  // scheduler's choices at the fullest moment can differ that much deeper down). 0 for a whole plan (its
-  // hlo.lower_bound_bytes is exact).
+  // the arguments and outputs (HloPlan::lower_bound_bytes). An extended plan's is its deepest depth's, or
+  // where the arguments and outputs lie on exact lines, the deepest depth's temporaries at their fullest
+  // moment beside the arguments and outputs at the step's own depth (a deeper stack of the same layers
+  // holds at least that). 0 for a whole plan (its hlo.lower_bound_bytes is exact).
   uint64_t peak_at_least_bytes = 0;
 };
 
