@@ -72,11 +72,12 @@ Expected<HloPlan> plan_hlo(HloModule&& module, const HloPlanOptions& options) {
   std::optional<Expected<BufferModel>> program_model, listed_model;
   run_beside(
       [&] {
-        listed = list_scheduled(std::move(listed));
+        listed = latency_hiding_scheduled(list_scheduled(std::move(listed)), options.device_memory_bytes);
         remove_unneeded_donation_copies(listed);
         listed_model.emplace(build_buffer_model(listed));
       },
       [&] {
+        in_program_order = latency_hiding_scheduled(std::move(in_program_order), options.device_memory_bytes);
         remove_unneeded_donation_copies(in_program_order);
         program_model.emplace(build_buffer_model(in_program_order));
       });

@@ -430,11 +430,12 @@ Expected<std::vector<std::optional<StepPlan>>> plan_trials(
 constexpr double kHostLinkBytesPerSecond = 64e9;
 
 // The offload trial's note, once planned: what it moves over PCIe, and whether the device gains anything.
-// XLA:GPU copies each saved value to the host just before the backward pass reads it (program/
-// zoo_transformer.cc), so the device holds it as long as remat dots_no_batch would: the candidate is then
-// host memory spent for nothing, and the note says so (on the H200, gpt_mixed_donate_offload_dots_nb peaked
-// at 6.75 GB against dots_no_batch's 4.54 GB).
-// `kept`: the trial of remat dots_no_batch for the same step (SIZE_MAX: none was tried).
+// XLA:GPU's latency-hiding scheduler copies each saved value to the host only just before the backward pass
+// reads it back, so the device holds it as long as remat dots_no_batch would, and it runs later layers'
+// weight gradients inside the copies' windows, so what they read lives longer (plan/xla_gpu_model.h,
+// latency_hiding_scheduled): the candidate is then host memory spent for nothing, or for more device memory,
+// and the note says so (on the H200, gpt_mixed_donate_offload_dots_nb peaked at 6.75 GB against
+// dots_no_batch's 4.54 GB).
 void describe_offload(std::vector<Trial>& trials, const std::vector<std::optional<StepPlan>>& plans,
                       size_t offload, size_t kept, const StepPlan& baseline) {
   const StepPlan& p = *plans[offload];
@@ -459,10 +460,19 @@ void describe_offload(std::vector<Trial>& trials, const std::vector<std::optiona
   }
   if (kept_plan != nullptr && p.peak_bytes >= kept_plan->peak_bytes) {
     row.only_moves_to_host = true;
-    row.cost_note += fmt::format(
-        "; only moves memory to the host: XLA copies each value just before the backward pass reads it, "
-        "so the device peak is no lower than remat dots_no_batch's ({}{})",
-        peak_is_estimate(*kept_plan) ? "~" : "", format_bytes(kept_plan->peak_bytes));
+    const std::string kept_peak =
+        fmt::format("remat dots_no_batch's ({}{})", peak_is_estimate(*kept_plan) ? "~" : "",
+                    format_bytes(kept_plan->peak_bytes));
+    row.cost_note += p.peak_bytes == kept_plan->peak_bytes
+                         ? fmt::format(
+                               "; only moves memory to the host: XLA copies each value just before the "
+                               "backward pass reads it, so the device peak is no lower than {}",
+                               kept_peak)
+                         : fmt::format(
+                               "; raises the device peak over {}: XLA copies each value just before "
+                               "the backward pass reads it and runs later layers' weight gradients "
+                               "while the copies come back",
+                               kept_peak);
   }
 }
 

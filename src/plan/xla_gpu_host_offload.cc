@@ -1,5 +1,5 @@
 // XLA:GPU's host offload over the modeled program (memfit/plan/xla_gpu_model.h): which values live in host
-// memory, and when each copy to the host runs.
+// memory. When the copies run is the latency-hiding scheduler's (xla_gpu_latency_hiding.cc).
 #include <algorithm>
 #include <string>
 #include <string_view>
@@ -93,40 +93,6 @@ void place_offloaded_values(HloComputation& comp) {
     }
     shape_of[x.name] = &x.shape;
   }
-}
-
-// When the copy to the host runs. XLA's latency-hiding scheduler (xla/service/latency_hiding_scheduler.cc),
-// which runs after the memory scheduler, schedules bottom-up and starts an asynchronous copy only as far
-// ahead of its use as its overlap limit allows: in XLA's compiled offload program
-// (gpt_mixed_donate_offload_dots_nb) every copy-start to S(5) but the last layer's sits in the backward pass,
-// just before the barrier that reads the host value, so the device buffer stays live until then and the host
-// holds about one layer's values. Modeled: each to-host annotation moves to just before the first instruction
-// that reads it.
-void defer_host_copies(HloComputation& comp) {
-  std::unordered_map<std::string_view, size_t> deferred;  // to-host annotation -> its position
-  for (size_t i = 0; i < comp.instructions.size(); ++i) {
-    const HloInstruction& x = comp.instructions[i];
-    if (x.opcode == HloOpcode::kCustomCall && x.shape.memory_space == kHostMemorySpace && !x.is_root)
-      deferred.emplace(x.name, i);
-  }
-  if (deferred.empty()) return;
-  std::vector<std::vector<size_t>> before(comp.instructions.size());  // user -> annotations it first reads
-  std::vector<bool> moved(comp.instructions.size(), false);
-  for (size_t i = 0; i < comp.instructions.size(); ++i) {
-    for (const std::string& o : comp.instructions[i].operands) {
-      auto it = deferred.find(o);
-      if (it == deferred.end() || moved[it->second] || it->second >= i) continue;
-      moved[it->second] = true;
-      before[i].push_back(it->second);
-    }
-  }
-  std::vector<HloInstruction> out;
-  out.reserve(comp.instructions.size());
-  for (size_t i = 0; i < comp.instructions.size(); ++i) {
-    for (size_t a : before[i]) out.push_back(std::move(comp.instructions[a]));
-    if (!moved[i]) out.push_back(std::move(comp.instructions[i]));
-  }
-  comp.instructions = std::move(out);
 }
 
 }  // namespace memfit::xla_gpu_internal

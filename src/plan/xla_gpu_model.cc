@@ -740,7 +740,6 @@ Expected<HloModule> model_xla_gpu(HloModule lowered) {
     fold_transposes(c);
     reshape_degenerate_reductions(c);
     MEMFIT_RETURN_IF_ERROR(model_computation(c, combiners));
-    xla_gpu_internal::defer_host_copies(c);
   }
   m.is_scheduled = true;
   return m;

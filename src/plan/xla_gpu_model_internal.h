@@ -106,10 +106,12 @@ bool fuses_into_one_block_reduction(double producer_flops, uint64_t producer_byt
 // consumer's traffic (CombineComputeAndMemoryAccessTime), against the launch and traffic fusing saves.
 bool fuses_recomputed(double extra_flops, uint64_t producer_bytes);
 
-// Host memory spaces from JAX's placement annotations (XLA's HostOffloader), and each copy to the host
-// moved to just before its first reader (as XLA's latency-hiding scheduler places it).
+// Host memory spaces from JAX's placement annotations (XLA's HostOffloader).
 void place_offloaded_values(HloComputation& comp);
-void defer_host_copies(HloComputation& comp);
+// XLA's latency-hiding scheduler over a computation that copies values to or from the host
+// (xla_gpu_latency_hiding.cc), under the scheduler's memory limit; a computation without such copies keeps
+// its order.
+void latency_hiding_schedule(HloComputation& comp, uint64_t memory_limit_bytes);
 
 // XLA's ListScheduler over the modeled computation; `runs_after`: pairs (a, b), b to run after a.
 void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, uint32_t>>& runs_after);

@@ -344,7 +344,6 @@ void xla_post_order(HloComputation& comp) {
 HloModule dfs_scheduled(HloModule modeled) {
   for (HloComputation& c : modeled.computations) {
     xla_gpu_internal::dfs_schedule(c);
-    xla_gpu_internal::defer_host_copies(c);
   }
   return modeled;
 }
@@ -353,7 +352,6 @@ HloModule list_scheduled(HloModule modeled) {
   for (HloComputation& c : modeled.computations) {
     xla_gpu_internal::list_schedule(c, c.is_entry ? xla_gpu_internal::readers_before_writers(modeled, c)
                                                   : std::vector<std::pair<uint32_t, uint32_t>>{});
-    xla_gpu_internal::defer_host_copies(c);
   }
   return modeled;
 }

@@ -395,10 +395,10 @@ TEST(HloPlan, CapturedProgramsOptimizedModulesMatchXla) {
 
 // jax.checkpoint's offload_dot_with_no_batch_dims from the lowered program: each layer's three GEMM results
 // without batch dimensions (q/k/v, the attention output's projection, the MLP's first layer) go to the pinned
-// host. Each copy to the host is taken just before the backward pass reads it back (as XLA's latency-hiding
-// scheduler places it), so the host holds one layer's three at a time: batch x seq x (3 + 1 + 4) x d_model
-// bf16 values. XLA's own host temp is 176 MiB: its scheduler also starts the next layer's first copy while
-// the previous layer's come back (48 MiB more), which the model does not follow.
+// host. XLA's latency-hiding scheduler takes each copy to the host only as the backward pass comes for it, so
+// the host holds about one layer's three at a time: batch x seq x (3 + 1 + 4) x d_model bf16 values, and
+// while one layer's come back the next layer's start out. XLA's own host temp is 176 MiB, the model's
+// between one layer's (128 MiB) and that.
 TEST(HloPlan, LoweredHostOffloadHoldsOneLayerOnTheHost) {
   const uint64_t batch = 8, seq = 1024, d_model = 1024, bf16_bytes = 2;
   for (const char* suffix : {".lowered.hlo.txt.gz", ".stablehlo.mlir.gz"}) {
@@ -409,16 +409,84 @@ TEST(HloPlan, LoweredHostOffloadHoldsOneLayerOnTheHost) {
     ASSERT_TRUE(module.ok()) << module.error().message();
     auto plan = plan_hlo(*module);
     ASSERT_TRUE(plan.ok()) << plan.error().message();
-    EXPECT_EQ(plan->host_temp_bytes, batch * seq * (3 + 1 + 4) * d_model * bf16_bytes);
+    EXPECT_GE(plan->host_temp_bytes, batch * seq * (3 + 1 + 4) * d_model * bf16_bytes);
+    EXPECT_LE(plan->host_temp_bytes, 176ull << 20);
     uint64_t host_buffers = 0;
     for (const PlannedBuffer& b : plan->buffers) host_buffers += b.host_memory ? 1 : 0;
-    EXPECT_EQ(host_buffers, 8u * 3u);  // every layer's three, one layer at a time
+    EXPECT_EQ(host_buffers, 8u * 3u);  // every layer's three
   }
 }
 
+// XLA's compiled offload program with each copy-start/copy-done pair written as JAX writes the copy before
+// XLA asyncifies it: an annotate_device_placement of the start's operand, where the done was.
+HloModule with_copies_as_placements(HloModule m) {
+  for (HloComputation& c : m.computations) {
+    std::map<std::string, std::string> start_operand;
+    std::vector<HloInstruction> out;
+    for (HloInstruction& x : c.instructions) {
+      if (x.opcode == HloOpcode::kCopyStart && x.operands.size() == 1) {
+        start_operand[x.name] = x.operands[0];
+        continue;
+      }
+      if (x.opcode == HloOpcode::kCopyDone && start_operand.contains(x.operands.at(0))) {
+        x.operands = {start_operand[x.operands[0]]};
+        x.set_opcode("custom-call");
+        x.custom_call_target = "annotate_device_placement";
+        x.buffer_placement = x.shape.memory_space == kHostMemorySpace ? "pinned_host" : "device";
+      }
+      out.push_back(std::move(x));
+    }
+    c.instructions = std::move(out);
+  }
+  return m;
+}
+
+// The model of XLA's latency-hiding scheduler run over XLA's own graph of the offload program (its copies
+// written as placements; plan/xla_gpu_model.h, latency_hiding_scheduled). In XLA's compiled order that graph
+// needs XLA's temp to 1.3% (a copy as one instruction: its source freed at the done, its device copy taken at
+// the start). XLA's memory scheduler kept its list order, 1.84 GB of temp over this graph (-64%); the
+// latency-hiding scheduler then moved 254 places per instruction and the step needed 5.13 GB. The model,
+// from that list order, lands within 5% of it; from XLA's compiled order it keeps the order within 40 places
+// per instruction and the temp within 5%.
+TEST(HloPlan, XlasLatencyHidingSchedulerIsReproducedOverItsOwnOffloadGraph) {
+  auto text = read_file(data("gpt_mixed_donate_offload_dots_nb.hlo.txt.gz"));
+  ASSERT_TRUE(text.ok());
+  auto compiled = parse_program_text(*text);
+  ASSERT_TRUE(compiled.ok()) << compiled.error().message();
+  const HloModule graph = with_copies_as_placements(std::move(*compiled));
+  const double xla_temp = 5132850808.0;
+  auto temp_of = [](const HloModule& m) {
+    auto plan = plan_hlo(m);
+    EXPECT_TRUE(plan.ok()) << plan.error().message();
+    return plan.ok() ? static_cast<double>(plan->temp_bytes) : 0.0;
+  };
+  EXPECT_LE(std::abs(relative(temp_of(graph), xla_temp)), 0.02);
+  const uint64_t h200 = 143771ull << 20;
+  const HloModule listed = list_scheduled(graph);
+  EXPECT_LE(relative(temp_of(listed), xla_temp), -0.5) << "the memory scheduler's order alone";
+  const double from_list = temp_of(latency_hiding_scheduled(listed, h200));
+  EXPECT_LE(std::abs(relative(from_list, xla_temp)), 0.05) << from_list;
+  const HloModule kept = latency_hiding_scheduled(graph, h200);
+  EXPECT_LE(std::abs(relative(temp_of(kept), xla_temp)), 0.05);
+  std::map<std::string, size_t> compiled_position;
+  const HloComputation& before = *graph.entry();
+  for (size_t i = 0; i < before.instructions.size(); ++i) compiled_position[before.instructions[i].name] = i;
+  double moved = 0;
+  const HloComputation& after = *kept.entry();
+  for (size_t i = 0; i < after.instructions.size(); ++i)
+    moved += std::abs(static_cast<double>(i) -
+                      static_cast<double>(compiled_position.at(after.instructions[i].name)));
+  EXPECT_LT(moved / static_cast<double>(after.instructions.size()), 40.0);
+  std::printf(
+      "over XLA's graph: compiled %+.1f%%, list %+.1f%%, list + latency hiding %+.1f%% of XLA's temp; "
+      "%.1f places per instruction from XLA's order\n",
+      100 * relative(temp_of(graph), xla_temp), 100 * relative(temp_of(listed), xla_temp),
+      100 * relative(from_list, xla_temp), moved / static_cast<double>(after.instructions.size()));
+}
+
 // The host offload program is the one XLA's latency-hiding scheduler reorders (it holds asynchronous copies),
-// and the model does not follow it: measured, the step peaked 50% above the prediction. The plan says so
-// beside its figures - for the lowered program only: the compiled module is in XLA's final order already,
+// and the model follows it approximately: measured, the step peaked 11% under the prediction. The plan says
+// so beside its figures - for the lowered program only: the compiled module is in XLA's final order already,
 // and a program that offloads nothing is not reordered.
 TEST(HloPlan, AHostOffloadPredictionSaysWhatItMisses) {
   auto caveats_of = [](const std::string& file) {

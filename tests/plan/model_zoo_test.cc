@@ -251,8 +251,10 @@ TEST(ModelZoo, FlaxEncoderFamilyPlans) {
 // f32 logits out, no labels read; accumulation is JAX's scan over the microbatches, whose peak lies between
 // a quarter batch's step (it adds the carried gradient sums) and the whole batch's; a remat policy puts each
 // checkpointed layer's recomputation behind an optimization barrier, the peaks in the seed's order (full <
-// dots_no_batch < dots < none, some layers between), and the offloading policy keeps dots_no_batch's
-// device peak while its saved GEMMs sit in pinned host memory.
+// dots_no_batch < dots < none, some layers between), and the offloading policy, whose saved GEMMs cross to
+// pinned host memory, holds more on the device than dots_no_batch: XLA's latency-hiding scheduler copies each
+// to the host only as the backward pass comes for it and runs later layers' weight gradients in the copies'
+// shadow (plan/xla_gpu_model.h: latency_hiding_scheduled).
 TEST(ModelZoo, TheFlaxEncodersOptionsAreLowered) {
   const std::string base =
       R"({"model": "flax_encoder", "vocab": 8000, "d_model": 256, "heads": 4, "layers": 3,
@@ -297,7 +299,7 @@ TEST(ModelZoo, TheFlaxEncodersOptionsAreLowered) {
   EXPECT_LT(full.peak_bytes, some.peak_bytes);
   EXPECT_LT(some.peak_bytes, whole.peak_bytes);
   const StepPlan offload = with(R"(, "batch": 16, "remat": "offload_dots_no_batch")");
-  EXPECT_EQ(offload.peak_bytes, no_batch.peak_bytes);
+  EXPECT_GT(offload.peak_bytes, no_batch.peak_bytes);
   EXPECT_GT(offload.host_peak_bytes, 0u);
   EXPECT_EQ(no_batch.host_peak_bytes, 0u);
 }
@@ -1324,10 +1326,10 @@ TEST(ModelZoo, FitSpeaksOfServingForAnInferenceStep) {
 // reference_programs.py's MLP under offload_dot_with_no_batch_dims: each checkpointed hidden layer's GEMM
 // result (no batch dimensions) is put in pinned host memory as it is computed and brought back to the
 // device for the layer's recomputation - the lowered program JAX writes, one annotate_device_placement call
-// each way per layer. The device holds no more than under remat dots_no_batch (XLA:GPU copies each to the
-// host only just before the backward pass reads it: the device keeps them until then), the host one layer's
-// result at a time, and every saved result crosses the host link. Over several devices it is refused, with
-// the reason.
+// each way per layer. The device holds no less than under remat dots_no_batch (XLA:GPU copies each to the
+// host only just before the backward pass reads it, and runs the other layers' weight gradients while the
+// copies come back), the host one layer's result at a time, and every saved result crosses the host link.
+// Over several devices it is refused, with the reason.
 TEST(ModelZoo, AnMlpOffloadsItsSavedGemmResultsToTheHost) {
   const std::string base = R"({"model": "mlp", "din": 256, "width": 1024, "depth": 4, "dout": 256,
                                "batch": 512, "donate": true, "remat": ")";
@@ -1349,7 +1351,7 @@ TEST(ModelZoo, AnMlpOffloadsItsSavedGemmResultsToTheHost) {
   const uint64_t layer_bytes = 512 * 1024 * 4;
   EXPECT_EQ(offload.offloaded_bytes, 4 * layer_bytes);
   EXPECT_EQ(offload.host_peak_bytes, layer_bytes);
-  EXPECT_LE(offload.peak_bytes, dots.peak_bytes);
+  EXPECT_GE(offload.peak_bytes, dots.peak_bytes);
   EXPECT_EQ(dots.host_peak_bytes, 0u);
   auto sharded = model_spec_from_json(Json::parse(
       base + R"(offload_dots_no_batch", "sharding": "fsdp", "mesh": [2], "mesh_axes": ["data"]})"));
@@ -1358,8 +1360,11 @@ TEST(ModelZoo, AnMlpOffloadsItsSavedGemmResultsToTheHost) {
 }
 
 // The location step: offloading the saved activations is tried, with what it moves over PCIe, and - since
-// XLA:GPU copies each to the host only just before the backward pass reads it - it is reported as only
-// moving memory to the host and not offered, though it "fits" wherever remat dots_no_batch does.
+// XLA:GPU copies each to the host only just before the backward pass reads it, and its latency-hiding
+// scheduler runs later layers' weight gradients while the copies come back - it is reported as raising the
+// device peak over remat dots_no_batch's and not offered. The step is the shared program
+// gpt_mixed_donate_offload_dots_nb's without the policy: XLA's host temp there was 176 MiB, one layer's
+// three GEMM results (128 MiB) and the next layer's first.
 TEST(ModelZoo, FitSaysOffloadOnlyMovesMemoryToTheHost) {
   auto spec = model_spec_from_json(Json::parse(
       R"({"model": "gpt", "d_model": 1024, "heads": 16, "layers": 8, "seq": 1024, "batch": 8,
@@ -1375,12 +1380,15 @@ TEST(ModelZoo, FitSaysOffloadOnlyMovesMemoryToTheHost) {
   }
   ASSERT_NE(offload, nullptr);
   ASSERT_NE(dots_no_batch, nullptr);
-  EXPECT_TRUE(offload->fits);
+  EXPECT_TRUE(dots_no_batch->fits);
   EXPECT_TRUE(offload->only_moves_to_host);
-  EXPECT_GE(offload->peak_bytes, dots_no_batch->peak_bytes);
-  EXPECT_EQ(offload->host_peak_bytes, 8ull * 1024 * (3072 + 1024 + 4096) * 2);  // one block's dots, bf16
+  EXPECT_GT(offload->peak_bytes, dots_no_batch->peak_bytes);
+  const uint64_t one_block = 8ull * 1024 * (3072 + 1024 + 4096) * 2;  // one block's dots, bf16
+  EXPECT_GE(offload->host_peak_bytes, one_block);
+  EXPECT_LE(offload->host_peak_bytes, 176ull << 20);
   EXPECT_NE(offload->cost_note.find("1.00GiB to the host and back"), std::string::npos) << offload->cost_note;
-  EXPECT_NE(offload->cost_note.find("only moves memory to the host"), std::string::npos);
+  EXPECT_NE(offload->cost_note.find("raises the device peak over remat dots_no_batch's"), std::string::npos)
+      << offload->cost_note;
   for (size_t i : fit->ranked) EXPECT_NE(&fit->candidates[i], offload);
   // A step that keeps dots on two layers only is offered the policy on all of them, and offloading is
   // weighed against that.

@@ -610,15 +610,13 @@ TEST(StepPlan, AFitOfADeepStepOfTheFlaxEncoderEstimatesOnlyWhatCannotFit) {
     if (keep != nullptr) *keep = std::move(whole);
   }
   EXPECT_EQ(compared, 4);
-  // The offload pair cannot fit, so both are estimates (the bytes live at once, on lines): the offload keeps
-  // as much on the device, and says it only moves memory to the host. Planned whole, the two differ by the
-  // heap's packing alone (here the offload's 96 KB under, of 462 MB), not by what the device holds.
+  // The offload pair cannot fit, so both are estimates (the bytes live at once, on lines), compared as the
+  // note compares them: the offload holds more on the device (XLA's latency-hiding scheduler runs later
+  // layers' weight gradients in the copies' windows), and its whole plan does too.
   ASSERT_TRUE(offload && kept && only_moves_to_host);
   EXPECT_TRUE(*only_moves_to_host);
-  const double apart =
-      (static_cast<double>(offload->peak_bytes) - static_cast<double>(kept->peak_bytes)) / kept->peak_bytes;
-  EXPECT_LT(std::abs(apart), 0.001) << offload->peak_bytes << " against " << kept->peak_bytes;
-  EXPECT_EQ(offload->hlo.lower_bound_bytes, kept->hlo.lower_bound_bytes);
+  EXPECT_GT(offload->peak_bytes, kept->peak_bytes);
+  EXPECT_GT(offload->hlo.lower_bound_bytes, kept->hlo.lower_bound_bytes);
 }
 
 // A line that is not exact can end under the bytes known live at once: the flax encoder in mixed precision

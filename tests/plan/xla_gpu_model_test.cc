@@ -464,9 +464,9 @@ TEST(XlaGpuModel, ALossGradientsPerRowDivisionIsWrittenOnce) {
 
 // Host offload as jax.checkpoint's offload_dot_with_no_batch_dims lowers it: the forward's GEMM result is
 // annotated to the pinned host, forwarded through the remat barrier, and annotated back to the device for
-// the backward. The host copy is host memory (host_temp, not temp); it is taken just before the barrier, so
-// the GEMM's result stays on the device until then (as XLA's latency-hiding scheduler places the copy), and
-// the way back is a device buffer of its own. A to-device annotation of a device value moves nothing.
+// the backward. The host copy is host memory (host_temp, not temp); XLA's latency-hiding scheduler takes it
+// just before the barrier, so the GEMM's result stays on the device until then, and the way back is a device
+// buffer of its own. A to-device annotation of a device value moves nothing.
 TEST(XlaGpuModel, AValueAnnotatedToThePinnedHostIsHostMemory) {
   const HloModule m = lowered(R"(HloModule jit_step
 
@@ -494,7 +494,8 @@ ENTRY main.3 {
   EXPECT_EQ(find(*modeled, "back")->shape.memory_space, 0u);
   EXPECT_EQ(find(*modeled, "still")->opcode, HloOpcode::kBitcast);
   // The copy to the host runs just before the barrier that reads it.
-  const auto& order = modeled->entry()->instructions;
+  const HloModule hidden = latency_hiding_scheduled(*modeled, 80ull << 30);
+  const auto& order = hidden.entry()->instructions;
   size_t at = 0;
   while (at < order.size() && order[at].name != "to_host") ++at;
   ASSERT_LT(at + 1, order.size());
@@ -1455,6 +1456,45 @@ ENTRY main.1 {{
   const HloModule kept = modeled_with("(f32[64,256,64]{2,1,0}, f32[64,256]{1,0}) tuple(o, mx)");
   EXPECT_NE(find(kept, "mx"), nullptr) << "the program returns the maximum: it is a buffer";
   EXPECT_EQ(find(kept, "sm"), nullptr);
+}
+
+// XLA's latency-hiding scheduler (latency_hiding_scheduled): a value saved to the host and brought back is
+// two copies, each a start and a done 5000 units apart; scheduling bottom-up, it puts work that does not wait
+// on a copy between the copy's start and its done. The memory scheduler runs the reader of the copy first (it
+// frees the copy and the saved value) and a weight gradient's cosine after it; the latency-hiding scheduler
+// moves the cosine into the copy's window, so the device copy is written before it and lives across it.
+TEST(XlaGpuModel, ACopysWindowHoldsWorkThatDoesNotWaitOnIt) {
+  const std::string text = R"(HloModule jit_step
+
+ENTRY main.1 {
+  x = f32[1048576]{0} parameter(0)
+  w = f32[1048576]{0} parameter(1)
+  saved = f32[1048576]{0} exponential(x)
+  host = f32[1048576]{0} custom-call(saved), custom_call_target="annotate_device_placement", custom_call_has_side_effect=true, frontend_attributes={_xla_buffer_placement="pinned_host"}
+  y = f32[1048576]{0} sine(saved)
+  back = f32[1048576]{0} custom-call(host), custom_call_target="annotate_device_placement", custom_call_has_side_effect=true, frontend_attributes={_xla_buffer_placement="device"}
+  dx = f32[1048576]{0} multiply(back, y)
+  dw = f32[1048576]{0} cosine(w)
+  ROOT t = (f32[1048576]{0}, f32[1048576]{0}) tuple(dx, dw)
+})";
+  const HloModule listed = list_scheduled(model_of(text));
+  auto position = [](const HloModule& m, const std::string& name) {
+    const HloComputation& c = *m.entry();
+    for (size_t i = 0; i < c.instructions.size(); ++i)
+      if (c.instructions[i].name == name) return i;
+    ADD_FAILURE() << name;
+    return c.instructions.size();
+  };
+  EXPECT_LT(position(listed, "dx"), position(listed, "dw"));
+  const HloModule hidden = latency_hiding_scheduled(listed, 80ull << 30);
+  EXPECT_LT(position(hidden, "back"), position(hidden, "dw"));
+  EXPECT_LT(position(hidden, "dw"), position(hidden, "dx"));
+  // A program that copies nothing keeps the memory scheduler's order.
+  const HloModule plain = list_scheduled(model_of(
+      with_all(with_all(text, "\"pinned_host\"", "\"device\""), "custom-call(host)", "custom-call(saved)")));
+  const HloModule kept = latency_hiding_scheduled(plain, 80ull << 30);
+  for (const char* name : {"saved", "dx", "dw"})
+    EXPECT_EQ(position(kept, name), position(plain, name)) << name;
 }
 
 }  // namespace

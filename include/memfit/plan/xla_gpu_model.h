@@ -121,6 +121,16 @@ void alias_buffer_donors(HloModule& lowered);
 HloModule list_scheduled(HloModule modeled);
 // ... and in the order of XLA's DFSMemoryScheduler (a post order, widest fan-out first).
 HloModule dfs_scheduled(HloModule modeled);
+// What XLA:GPU's latency-hiding scheduler makes of a scheduled module that copies values to or from the host
+// (src/plan/xla_gpu_latency_hiding.cc): each copy's window filled with whatever does not wait on it - a
+// training step's later weight gradients - so the device holds more than the memory scheduler's order.
+// Computations that copy nothing keep their order. `device_memory_bytes`: the GPU's memory, from which
+// XLA derives the scheduler's limit (xla_scheduler_memory_limit); past half of it the scheduler weighs
+// memory too.
+HloModule latency_hiding_scheduled(HloModule scheduled, uint64_t device_memory_bytes);
+// GetSchedulerMemoryLimit (gpu_hlo_schedule.cc): 95% of (80% of the device less the module's arguments and
+// outputs).
+uint64_t xla_scheduler_memory_limit(const HloModule& module, uint64_t device_memory_bytes);
 
 // XLA's copy insertion for donated arguments (xla/service/copy_insertion.cc: AddCopiesForAliasedInputOutputs
 // before scheduling, RemoveUnnecessaryCopies again once the schedule is fixed, as gpu_compiler.cc's
