@@ -113,6 +113,7 @@ Expected<StepPlan> plan_whole_step(const ModelSpec& spec, std::optional<uint64_t
   HloPlanOptions options;
   options.top = 8;
   options.pack = pack;
+  if (capacity_bytes) options.device_memory_bytes = *capacity_bytes;  // the GPU XLA schedules for
   MEMFIT_ASSIGN_OR_RETURN(plan.hlo, plan_hlo(std::move(module), options));
   plan.peak_bytes = plan.hlo.peak_bytes;
   plan.peak_upper_bytes = plan.hlo.peak_upper_bytes;

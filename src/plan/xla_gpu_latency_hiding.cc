@@ -388,17 +388,23 @@ namespace memfit {
 
 uint64_t xla_scheduler_memory_limit(const HloModule& module, uint64_t device_memory_bytes) {
   // GetSchedulerMemoryLimit (gpu_hlo_schedule.cc): 80% of the device, less the arguments and the outputs
-  // (an output that aliases an argument counted once), times xla_gpu_memory_limit_slop_factor's 95%.
+  // (every subshape, tuple tables too; an output that aliases an argument counted once), times
+  // xla_gpu_memory_limit_slop_factor's 95%.
+  auto all_bytes = [](const Shape& s, auto&& self) -> uint64_t {
+    uint64_t b = s.own_bytes();
+    for (const Shape& e : s.elements) b = saturating_add(b, self(e, self));
+    return b;
+  };
   const HloComputation* entry = module.entry();
   uint64_t io = 0;
   if (entry != nullptr) {
     for (const HloInstruction& x : entry->instructions) {
-      if (x.opcode == HloOpcode::kParameter) io = saturating_add(io, x.shape.leaf_bytes());
+      if (x.opcode == HloOpcode::kParameter) io = saturating_add(io, all_bytes(x.shape, all_bytes));
     }
-    if (const HloInstruction* root = entry->root()) io = saturating_add(io, root->shape.leaf_bytes());
-    for (const HloAlias& a : module.aliases) {
-      if (const HloInstruction* root = entry->root())
-        if (const Shape* out = root->shape.at(a.output_index)) io -= std::min(io, out->leaf_bytes());
+    if (const HloInstruction* root = entry->root()) {
+      io = saturating_add(io, all_bytes(root->shape, all_bytes));
+      for (const HloAlias& a : module.aliases)
+        if (const Shape* out = root->shape.at(a.output_index)) io -= std::min(io, all_bytes(*out, all_bytes));
     }
   }
   const uint64_t base = device_memory_bytes / 10 * 8;

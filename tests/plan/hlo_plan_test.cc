@@ -484,6 +484,28 @@ TEST(HloPlan, XlasLatencyHidingSchedulerIsReproducedOverItsOwnOffloadGraph) {
       100 * relative(from_list, xla_temp), moved / static_cast<double>(after.instructions.size()));
 }
 
+// XLA's scheduler limit comes from the GPU (GetSchedulerMemoryLimit: 95% of 80% of it, less the arguments
+// and outputs), and past half of it the latency-hiding scheduler weighs memory before hiding copies: the
+// offload program planned for an 8 GiB GPU holds less than for an H200, where the limit is far off.
+TEST(HloPlan, AnOffloadingProgramIsScheduledForTheGpuItRunsOn) {
+  auto text = read_file(data("gpt_mixed_donate_offload_dots_nb.lowered.hlo.txt.gz"));
+  ASSERT_TRUE(text.ok());
+  auto module = parse_program_text(*text);
+  ASSERT_TRUE(module.ok()) << module.error().message();
+  EXPECT_EQ(xla_scheduler_memory_limit(*module, 8ull << 30),
+            ((8ull << 30) / 10 * 8 - (1614733316ull + 1614669816ull - 1614667780ull)) / 100 * 95);
+  HloPlanOptions small, h200;
+  small.device_memory_bytes = 8ull << 30;
+  h200.device_memory_bytes = 143771ull << 20;
+  auto on_small = plan_hlo(*module, small);
+  auto on_h200 = plan_hlo(*module, h200);
+  ASSERT_TRUE(on_small.ok() && on_h200.ok());
+  EXPECT_LT(on_small->temp_bytes, on_h200->temp_bytes);
+  std::printf("offload program's temp: %llu for an 8 GiB GPU, %llu for an H200\n",
+              static_cast<unsigned long long>(on_small->temp_bytes),
+              static_cast<unsigned long long>(on_h200->temp_bytes));
+}
+
 // The host offload program is the one XLA's latency-hiding scheduler reorders (it holds asynchronous copies),
 // and the model follows it approximately: measured, the step peaked 11% under the prediction. The plan says
 // so beside its figures - for the lowered program only: the compiled module is in XLA's final order already,

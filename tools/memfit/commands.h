@@ -2,7 +2,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,13 +56,15 @@ std::string caveat_lines(const std::vector<std::string>& caveats);
 // return the same.
 Json hlo_to_json(const std::string& path, const HloPlan& plan, bool all_buffers);
 // memfit hlo's work on a program read (CLI and Python module): parse, plan, and beside a dump's buffer
-// assignment, compare with XLA's. `progress` (may be empty) hears each stage.
+// assignment, compare with XLA's. `progress` (may be empty) hears each stage. `device_memory_bytes`: the GPU
+// a program before optimization is planned for (HloPlanOptions::device_memory_bytes), when told.
 struct HloRun {
   HloSource source;
   HloPlan plan;
   std::optional<XlaComparison> xla;
 };
 Expected<HloRun> run_hlo(HloSource source, size_t top,
+                         std::optional<uint64_t> device_memory_bytes = std::nullopt,
                          const std::function<void(const std::string&)>& progress = {});
 Json hlo_run_to_json(const HloRun& run,
                      bool all_buffers);  // hlo_to_json, with the comparison when there is one

@@ -90,7 +90,7 @@ Json xla_comparison_to_json(const std::string& path, const XlaComparison& c) {
   return j;
 }
 
-Expected<HloRun> run_hlo(HloSource source, size_t top,
+Expected<HloRun> run_hlo(HloSource source, size_t top, std::optional<uint64_t> device_memory_bytes,
                          const std::function<void(const std::string&)>& progress) {
   if (progress) progress("memfit hlo: parsing " + source.path);
   // Optimized HLO, the lowered program as HLO, or as StableHLO: told apart by the text itself.
@@ -99,6 +99,7 @@ Expected<HloRun> run_hlo(HloSource source, size_t top,
   if (progress) progress("memfit hlo: planning " + module->name);
   HloPlanOptions po;
   po.top = top;
+  if (device_memory_bytes) po.device_memory_bytes = *device_memory_bytes;
   auto plan = plan_hlo(*module, po);
   if (!plan.ok()) return plan.error().with_context(source.path);
   HloRun run{std::move(source), std::move(plan).value(), std::nullopt};
@@ -226,10 +227,11 @@ Action add_hlo_command(CLI::App& app, Io& io) {
   app.add_option("--profile-device", options->profile_device,
                  "The profile's device (cuda:0); default: the one holding most");
   return [options, &io]() -> int {
-    std::optional<uint64_t> limit;
+    std::optional<uint64_t> limit, device_memory;
     if (!options->capacity.empty()) {
       auto capacity = parse_capacity(options->capacity);
       if (!capacity.ok()) return fail(io, capacity.error().with_context("--capacity"));
+      device_memory = *capacity;
       auto config = parse_xla_allocator_env(io.env);
       if (!config.ok()) return fail(io, config.error());
       const XlaAllocatorPlan pool = plan_xla_allocator(*config, *capacity);
@@ -239,7 +241,7 @@ Action add_hlo_command(CLI::App& app, Io& io) {
     progress.update("memfit hlo: reading " + options->path);
     auto source = read_hlo_source(options->path, options->module);
     if (!source.ok()) return fail(io, source.error());
-    auto run = run_hlo(std::move(source).value(), options->top,
+    auto run = run_hlo(std::move(source).value(), options->top, device_memory,
                        [&](const std::string& what) { progress.update(what); });
     progress.done();
     if (!run.ok()) return fail(io, run.error());
