@@ -61,6 +61,10 @@ namespace {
 constexpr double kCopyLatency = 5000.0;  // ApproximateLatencyEstimator::kHighLatency
 constexpr double kEdgeLatency = 1.0;     // kLowLatency
 constexpr int64_t kCopiesInFlight = 2;   // SchedulerConfig::parallel_async_compute_limit
+// The ready nodes the scheduler may weigh in all, per computation (each step weighs every ready node, as
+// XLA's does): a 300-layer flax encoder that offloads weighs 1.2 x 10^8 (about a second). Past this the
+// computation keeps the memory scheduler's order.
+constexpr uint64_t kMaxCandidatesWeighed = 500'000'000;
 // XLA's estimates of a kernel's run time, against the roofline below. The compiled offload program shows
 // how many: each window XLA opens for a copy (copy-done bottom-up, then whatever does not wait on the copy
 // until its 5000 units have passed) holds three layers' weight-gradient work - four GEMMs over 8,192 tokens
@@ -146,8 +150,12 @@ std::optional<CopyGraph> copy_graph(const HloComputation& comp) {
   }
   g.preds.resize(g.instruction_of.size());
   g.succs.resize(g.instruction_of.size());
+  // Each edge once: an operand read twice (x * x) is one edge. Edges into a node are added together, so
+  // the last node each source was added to tells.
+  std::vector<uint32_t> last_added_to(g.instruction_of.size(), UINT32_MAX);
   auto add_edge = [&](uint32_t from, uint32_t to) {
-    if (std::find(g.preds[to].begin(), g.preds[to].end(), from) != g.preds[to].end()) return;
+    if (last_added_to[from] == to) return;
+    last_added_to[from] = to;
     g.preds[to].push_back(from);
     g.succs[from].push_back(to);
   };
@@ -201,7 +209,7 @@ void node_costs(const HloComputation& comp, const CopyGraph& g, std::vector<doub
     std::vector<const Shape*> operands;
     for (uint32_t p : g.preds[v]) {
       operands.push_back(&comp.instructions[g.instruction_of[p]].shape);
-      read += operands.back()->leaf_bytes();
+      read = saturating_add(read, operands.back()->leaf_bytes());
     }
     const bool gemm = x.opcode == HloOpcode::kDot || x.opcode == HloOpcode::kConvolution ||
                       target == "__memfit$gemm_with_epilogue" || target == "__memfit$batch_contracting_dot";
@@ -209,7 +217,8 @@ void node_costs(const HloComputation& comp, const CopyGraph& g, std::vector<doub
   }
 }
 
-// DefaultSchedulerCore's bottom-up list scheduling (see the header comment): the nodes, last first.
+// DefaultSchedulerCore's bottom-up list scheduling (see the header comment): the nodes, last first; empty
+// past kMaxCandidatesWeighed.
 // `bytes`: the device memory each node defines; `memory_limit`: the scheduler's (GetSchedulerMemoryLimit).
 std::vector<uint32_t> schedule_bottom_up(const CopyGraph& g, const std::vector<double>& cost,
                                          const std::vector<bool>& nop, const std::vector<uint64_t>& bytes,
@@ -232,17 +241,25 @@ std::vector<uint32_t> schedule_bottom_up(const CopyGraph& g, const std::vector<d
   std::vector<uint32_t> ready, nops, sequence;
   std::vector<uint32_t> waiting;  // ready, but not before a later time (next_ready_stack)
   sequence.reserve(nodes);
+  uint64_t weighed = 0;
   double now = 0, next = 0;  // next: the earliest time a waiting node is ready
   // Memory, bottom-up (MemoryPressureTracker): a buffer is live from the first of its readers scheduled
   // until its definition is.
-  std::vector<bool> live(nodes, false);
+  std::vector<bool> live(nodes, false), scheduled(nodes, false);
   double usage = 0;
+  // Per node, kept as the schedule goes (the ready set is scanned at every step): the bytes of its operands
+  // not yet live, and how many of its operands it is the last unscheduled reader of.
+  std::vector<double> operands_not_live(nodes, 0);
+  std::vector<int32_t> last_reader_of(nodes, 0);
+  for (uint32_t v = 0; v < nodes; ++v)
+    for (uint32_t p : g.preds[v]) {
+      operands_not_live[v] += static_cast<double>(bytes[p]);
+      last_reader_of[v] += outdegree[p] == 1;
+    }
   // Scheduling `v`: its operands not yet live become so (at once, beside its own buffer: the peak), then
   // its own buffer is freed (MemoryPressureDifference). {net change, peak increase}.
   auto pressure = [&](uint32_t v) {
-    double added = 0;
-    for (uint32_t p : g.preds[v])
-      if (!live[p]) added += static_cast<double>(bytes[p]);
+    const double added = operands_not_live[v];
     return std::make_pair(added - (live[v] ? static_cast<double>(bytes[v]) : 0.0), added);
   };
   int64_t streams_free = kCopiesInFlight, dones_queued = 0, in_flight = 0;
@@ -262,11 +279,7 @@ std::vector<uint32_t> schedule_bottom_up(const CopyGraph& g, const std::vector<d
     if (outdegree[v] == 0) make_ready(v);
   // A copy-start whose stream is full while dones wait for it.
   auto backed_up = [&](uint32_t v) { return g.is_start(v) && streams_free == 0 && dones_queued > 0; };
-  auto ready_if_scheduled = [&](uint32_t v) {
-    int count = 0;
-    for (uint32_t p : g.preds[v]) count += outdegree[p] == 1;
-    return count;
-  };
+  auto ready_if_scheduled = [&](uint32_t v) { return last_reader_of[v]; };
   // ReadySetLt::AIsBetterThanB for the rules that apply, in its order.
   auto better = [&](uint32_t a, uint32_t b) {
     if (usage > memory_limit / 2) {  // MemoryPressurePolicy
@@ -301,10 +314,12 @@ std::vector<uint32_t> schedule_bottom_up(const CopyGraph& g, const std::vector<d
   };
   auto schedule = [&](uint32_t v) {
     sequence.push_back(v);
+    scheduled[v] = true;
     for (uint32_t p : g.preds[v])
       if (!live[p]) {
         live[p] = true;
         usage += static_cast<double>(bytes[p]);
+        for (uint32_t reader : g.succs[p]) operands_not_live[reader] -= static_cast<double>(bytes[p]);
       }
     if (live[v]) {
       live[v] = false;
@@ -323,8 +338,13 @@ std::vector<uint32_t> schedule_bottom_up(const CopyGraph& g, const std::vector<d
       --in_flight;
     }
     std::erase_if(waiting, [&](uint32_t w) { return ready_time[w] < now; });
-    for (uint32_t p : g.preds[v])
-      if (--outdegree[p] == 0) make_ready(p);
+    for (uint32_t p : g.preds[v]) {
+      if (--outdegree[p] == 0) {
+        make_ready(p);
+      } else if (outdegree[p] == 1) {
+        for (uint32_t reader : g.succs[p]) last_reader_of[reader] += !scheduled[reader];
+      }
+    }
   };
   while (!ready.empty() || !nops.empty()) {
     if (!nops.empty()) {
@@ -336,6 +356,8 @@ std::vector<uint32_t> schedule_bottom_up(const CopyGraph& g, const std::vector<d
     next = std::numeric_limits<double>::max();
     for (uint32_t w : waiting) next = std::min(next, ready_time[w]);
     size_t best = ready.size();
+    weighed += ready.size();
+    if (weighed > kMaxCandidatesWeighed) return {};
     for (size_t k = 0; k < ready.size(); ++k) {
       if (g.is_done(ready[k]) && streams_free <= 0 && in_flight > 0) continue;  // over the stream's limit
       if (best == ready.size() || better(ready[k], ready[best])) best = k;
@@ -369,7 +391,8 @@ void latency_hiding_schedule(HloComputation& comp, uint64_t memory_limit_bytes) 
   }
   const std::vector<uint32_t> sequence =
       schedule_bottom_up(*graph, cost, nop, bytes, static_cast<double>(memory_limit_bytes));
-  if (sequence.size() != graph->instruction_of.size()) return;  // a cycle: not a program XLA accepts
+  // Empty past the work bound; short of the nodes for a cycle (not a program XLA accepts): the order stays.
+  if (sequence.size() != graph->instruction_of.size()) return;
   // The order, first instruction first: a copy to the device at its start (its device buffer is written
   // from there), a copy to the host at its done (the device value it reads lives until the copy is over).
   std::vector<uint32_t> order;
