@@ -1497,5 +1497,50 @@ ENTRY main.1 {
     EXPECT_EQ(position(kept, name), position(plain, name)) << name;
 }
 
+// A value written for a GEMM alone - an MLP's activation, which its second weight gradient reads - is
+// computed by XLA's multi-output fusion in the kernel of a sibling that reads all it reads (the input
+// gradient, from the same pre-activation and tanh). The latency-hiding scheduler then keeps it there; without
+// the sibling it would be computed in the copy's window with the deferred weight gradient, and keep the
+// copied pre-activation and the tanh alive until then (the compiled offload GPT: its GELU comes out of the
+// fusion that computes the MLP's input gradient).
+TEST(XlaGpuModel, AValueWrittenForAGemmIsScheduledWithItsSibling) {
+  const std::string text = R"(HloModule jit_step
+
+region_add.1 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main.1 {
+  x = f32[1024,1024]{1,0} parameter(0)
+  w = f32[1024,1024]{1,0} parameter(1)
+  g = f32[1024,1024]{1,0} parameter(2)
+  h = f32[1024,1024]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  host = f32[1024,1024]{1,0} custom-call(h), custom_call_target="annotate_device_placement", custom_call_has_side_effect=true, frontend_attributes={_xla_buffer_placement="pinned_host"}
+  back = f32[1024,1024]{1,0} custom-call(host), custom_call_target="annotate_device_placement", custom_call_has_side_effect=true, frontend_attributes={_xla_buffer_placement="device"}
+  t = f32[1024,1024]{1,0} tanh(back)
+  act = f32[1024,1024]{1,0} multiply(back, t)
+  gt = f32[1024,1024]{1,0} multiply(g, t)
+  dh = f32[1024,1024]{1,0} add(gt, back)
+  zero = f32[] constant(0)
+  db = f32[1024]{0} reduce(dh, zero), dimensions={0}, to_apply=region_add.1
+  dw = f32[1024,1024]{1,0} dot(act, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  dx = f32[1024,1024]{1,0} dot(dh, w), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  e = f32[1024,1024]{1,0} exponential(dh)
+  ROOT r = (f32[1024,1024]{1,0}, f32[1024,1024]{1,0}, f32[1024]{0}, f32[1024,1024]{1,0}) tuple(dw, dx, db, e)
+})";
+  const HloModule hidden = latency_hiding_scheduled(list_scheduled(model_of(text)), 80ull << 30);
+  auto position = [&](const std::string& name) {
+    const HloComputation& c = *hidden.entry();
+    for (size_t i = 0; i < c.instructions.size(); ++i)
+      if (c.instructions[i].name == name) return i;
+    ADD_FAILURE() << name;
+    return c.instructions.size();
+  };
+  EXPECT_LT(position("act"), position("dh"));
+  EXPECT_LT(position("dh"), position("dx.split_k"));
+}
+
 }  // namespace
 }  // namespace memfit

@@ -120,7 +120,7 @@ inline constexpr std::string_view kHostOffloadCaveat =
     "this program copies values to the host, and XLA's latency-hiding scheduler reorders it around the "
     "copies, which memfit models approximately (by a roofline, not XLA's cost model): the one measured on "
     "the "
-    "H200, gpt_mixed_donate_offload_dots_nb, peaked 11% under memfit's prediction of it (its multi-output "
+    "H200, gpt_mixed_donate_offload_dots_nb, peaked 6% under memfit's prediction of it (its multi-output "
     "fusions keep fewer buffers per layer)";
 
 Expected<HloPlan> plan_hlo(const HloModule& module, const HloPlanOptions& options = {});

@@ -83,7 +83,7 @@
 //     reads the value back (so the device holds it until then) and each copy's window is filled with what
 //     no copy waits on - later layers' weight gradients, whose inputs then live to the end of the backward
 //     pass. Over XLA's own compiled graph of the offload program it lands within 3% of XLA's temp from the
-//     list order (-64% without it); over this model's graph +16.5% (XLA's multi-output fusions keep fewer
+//     list order (-64% without it); over this model's graph +9.0% (XLA's multi-output fusions keep fewer
 //     buffers per deferred layer). Costs are a roofline x 2, read from the compiled program's windows; the
 //     scheduler's memory limit comes from the GPU planned for (HloPlanOptions::device_memory_bytes).
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
