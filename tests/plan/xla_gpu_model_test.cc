@@ -43,6 +43,14 @@ std::string with_all(std::string text, std::string_view key, std::string_view va
   return text;
 }
 
+// Where `name` stands in the entry's order (the count of instructions when it is not there).
+size_t position_of(const HloModule& m, std::string_view name) {
+  const auto& insts = m.entry()->instructions;
+  for (size_t i = 0; i < insts.size(); ++i)
+    if (insts[i].name == name) return i;
+  return insts.size();
+}
+
 // A loss as JAX lowers it: the sum and max regions, a log-softmax over [ROWS, VOCAB] logits and the
 // log-likelihood gathered at idx (picked). The entry's tail follows.
 constexpr std::string_view kLogSoftmaxLoss = R"(HloModule jit_step
@@ -287,12 +295,7 @@ ENTRY main.1 {{
   auto reads = [](const HloInstruction& x, std::string_view name) {
     return std::find(x.operands.begin(), x.operands.end(), name) != x.operands.end();
   };
-  auto position = [](const HloModule& m, std::string_view name) {
-    const auto& insts = m.entry()->instructions;
-    for (size_t i = 0; i < insts.size(); ++i)
-      if (insts[i].name == name) return i;
-    return insts.size();
-  };
+  const auto position = position_of;
   for (bool read_both : {false, true}) {
     SCOPED_TRACE(read_both ? "a reader of both values" : "a reader of the old value");
     const std::string t = text(read_both);
@@ -1478,13 +1481,7 @@ ENTRY main.1 {
   ROOT t = (f32[1048576]{0}, f32[1048576]{0}) tuple(dx, dw)
 })";
   const HloModule listed = list_scheduled(model_of(text));
-  auto position = [](const HloModule& m, const std::string& name) {
-    const HloComputation& c = *m.entry();
-    for (size_t i = 0; i < c.instructions.size(); ++i)
-      if (c.instructions[i].name == name) return i;
-    ADD_FAILURE() << name;
-    return c.instructions.size();
-  };
+  const auto position = position_of;
   EXPECT_LT(position(listed, "dx"), position(listed, "dw"));
   const HloModule hidden = latency_hiding_scheduled(listed, 80ull << 30);
   EXPECT_LT(position(hidden, "back"), position(hidden, "dw"));
@@ -1531,15 +1528,9 @@ ENTRY main.1 {
   ROOT r = (f32[1024,1024]{1,0}, f32[1024,1024]{1,0}, f32[1024]{0}, f32[1024,1024]{1,0}) tuple(dw, dx, db, e)
 })";
   const HloModule hidden = latency_hiding_scheduled(list_scheduled(model_of(text)), 80ull << 30);
-  auto position = [&](const std::string& name) {
-    const HloComputation& c = *hidden.entry();
-    for (size_t i = 0; i < c.instructions.size(); ++i)
-      if (c.instructions[i].name == name) return i;
-    ADD_FAILURE() << name;
-    return c.instructions.size();
-  };
-  EXPECT_LT(position("act"), position("dh"));
-  EXPECT_LT(position("dh"), position("dx.split_k"));
+  ASSERT_LT(position_of(hidden, "dx.split_k"), hidden.entry()->instructions.size());
+  EXPECT_LT(position_of(hidden, "act"), position_of(hidden, "dh"));
+  EXPECT_LT(position_of(hidden, "dh"), position_of(hidden, "dx.split_k"));
 }
 
 }  // namespace
