@@ -126,9 +126,10 @@ struct CopyGraph {
 // sibling that reads all it reads, as a second output: the compiled offload GPT's GELU, which the MLP's
 // second weight gradient reads, comes out of the fusion that computes the MLP's input gradient from the same
 // pre-activation and tanh. The model has no multi-output fusions; for the scheduler, such a value is taken
-// with its sibling: an edge from it to the sibling (no cycle: the sibling reads all it reads, so it cannot
-// read the sibling). Without it a weight gradient deferred into a copy's window would compute the value
-// there, and keep what it reads alive until then.
+// with its sibling: an edge from it to the sibling (one edge closes no cycle: the sibling reads all it reads,
+// so it cannot read the value; were several to close one - no program JAX writes - the scheduler would place
+// fewer nodes than there are, and the order stays). Without it a weight gradient deferred into a copy's
+// window would compute the value there, and keep what it reads alive until then.
 void add_sibling_edges(const HloComputation& comp, CopyGraph& g) {
   constexpr size_t kMaxOperands = 8;  // siblings compared by their operand sets: small ones only
   auto elementwise = [&](uint32_t v) {
