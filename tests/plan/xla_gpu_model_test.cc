@@ -16,6 +16,8 @@
 namespace memfit {
 namespace {
 
+HloModule lowered(const char* text);
+HloModule lowered(const std::string& text) { return lowered(text.c_str()); }
 HloModule lowered(const char* text) {
   auto m = parse_hlo_module(text);
   EXPECT_TRUE(m.ok()) << m.error().message();
@@ -49,6 +51,23 @@ size_t position_of(const HloModule& m, std::string_view name) {
   for (size_t i = 0; i < insts.size(); ++i)
     if (insts[i].name == name) return i;
   return insts.size();
+}
+
+// A lowered module's head with the summing region its reductions call (to_apply=region_0.1); the entry
+// follows.
+constexpr std::string_view kSumRegion = R"(HloModule jit_step
+
+region_0.1 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+)";
+
+// Whether `x` reads the instruction `name`.
+bool reads(const HloInstruction* x, std::string_view name) {
+  return x != nullptr && std::find(x->operands.begin(), x->operands.end(), name) != x->operands.end();
 }
 
 // A loss as JAX lowers it: the sum and max regions, a log-softmax over [ROWS, VOCAB] logits and the
@@ -266,7 +285,7 @@ ENTRY main.1 {
   for (const char* reader : {"dx", "dw", "db"}) {
     const HloInstruction* r = find(modeled, reader);
     ASSERT_NE(r, nullptr) << reader;
-    EXPECT_NE(std::find(r->operands.begin(), r->operands.end(), "dy"), r->operands.end()) << reader;
+    EXPECT_TRUE(reads(r, "dy")) << reader;
   }
 }
 
@@ -292,9 +311,6 @@ ENTRY main.1 {{
   ROOT t = (f32[512,512]{1,0}, f32[512,512]{1,0}, f32[512,512]{1,0}) tuple(neww, dx, both))"
                                  : R"(ROOT t = (f32[512,512]{1,0}, f32[512,512]{1,0}) tuple(neww, dx))");
   };
-  auto reads = [](const HloInstruction& x, std::string_view name) {
-    return std::find(x.operands.begin(), x.operands.end(), name) != x.operands.end();
-  };
   const auto position = position_of;
   for (bool read_both : {false, true}) {
     SCOPED_TRACE(read_both ? "a reader of both values" : "a reader of the old value");
@@ -305,9 +321,9 @@ ENTRY main.1 {{
     const size_t copy = position(*modeled, "w.donated-copy");
     ASSERT_LT(copy, modeled->entry()->instructions.size()) << "every reader of w reads its copy";
     const auto& insts = modeled->entry()->instructions;
-    EXPECT_TRUE(reads(insts[copy + 1], "w.donated-copy")) << "the copy is made just before the first reader";
+    EXPECT_TRUE(reads(&insts[copy + 1], "w.donated-copy")) << "the copy is made just before the first reader";
     for (size_t i = 0; i < insts.size(); ++i)
-      EXPECT_TRUE(i == copy || !reads(insts[i], "w")) << insts[i].name << " reads the weight, not its copy";
+      EXPECT_TRUE(i == copy || !reads(&insts[i], "w")) << insts[i].name << " reads the weight, not its copy";
     HloModule in_order = *modeled, listed = list_scheduled(*modeled);
     remove_unneeded_donation_copies(in_order);
     remove_unneeded_donation_copies(listed);
@@ -325,7 +341,7 @@ ENTRY main.1 {{
       const auto& order = listed.entry()->instructions;
       size_t last_reader = 0;
       for (size_t i = 0; i < order.size(); ++i)
-        if (order[i].name != "neww" && reads(order[i], "w")) last_reader = i;
+        if (order[i].name != "neww" && reads(&order[i], "w")) last_reader = i;
       EXPECT_LT(last_reader, position(listed, "neww")) << "every other reader runs before the update";
     }
   }
@@ -594,7 +610,7 @@ ENTRY main.1 {
   EXPECT_EQ(h->operands, (std::vector<std::string>{"z.split_k"}));
   const HloInstruction* dz = find(*modeled, "dz");
   ASSERT_NE(dz, nullptr);
-  EXPECT_NE(std::find(dz->operands.begin(), dz->operands.end(), "z.split_k"), dz->operands.end());
+  EXPECT_TRUE(reads(dz, "z.split_k"));
   // 1024x1024 is 64 tiles: split 2 with 4096 of contraction (as XLA split GPT's 1024x1024 weight gradient).
   const HloInstruction* g = find(*modeled, "g.split_k");
   ASSERT_NE(g, nullptr);
@@ -782,15 +798,7 @@ TEST(XlaGpuModel, AFusionReadsAtMost63Buffers) {
 }
 
 TEST(XlaGpuModel, ANormsInputBuiltByAConcatenateIsWrittenOnce) {
-  const HloModule m = lowered(R"(HloModule jit_step
-
-region_0.1 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main.1 {
+  const HloModule m = lowered(std::string(kSumRegion) + R"(ENTRY main.1 {
   cls = f32[64]{0} parameter(0)
   patches = f32[8,16,64]{2,1,0} parameter(1)
   w = f32[64,64]{1,0} parameter(2)
@@ -816,19 +824,10 @@ ENTRY main.1 {
   EXPECT_EQ(find(*modeled, "sum"), nullptr) << "the mean is computed inside the norm's fusion";
   const HloInstruction* norm = find(*modeled, "centered");
   ASSERT_NE(norm, nullptr);
-  EXPECT_NE(std::find(norm->operands.begin(), norm->operands.end(), "cat"), norm->operands.end());
-  EXPECT_EQ(std::find(norm->operands.begin(), norm->operands.end(), "emb"), norm->operands.end())
-      << "the norm reads the concatenate, not the patch GEMM's result";
+  EXPECT_TRUE(reads(norm, "cat"));
+  EXPECT_FALSE(reads(norm, "emb")) << "the norm reads the concatenate, not the patch GEMM's result";
   // A plain reduction of a concatenate (no diamond) takes it in, as XLA's input fusions do.
-  const HloModule plain = lowered(R"(HloModule jit_step
-
-region_0.1 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main.1 {
+  const HloModule plain = lowered(std::string(kSumRegion) + R"(ENTRY main.1 {
   p = f32[8,16,64]{2,1,0} parameter(0)
   q = f32[8,1,64]{2,1,0} parameter(1)
   cat = f32[8,17,64]{2,1,0} concatenate(q, p), dimensions={1}
@@ -871,7 +870,7 @@ ENTRY main.1 {
   EXPECT_EQ(find(*modeled, "r"), nullptr) << "the residual sum is recomputed by its two readers";
   const HloInstruction* a = find(*modeled, "a");
   ASSERT_NE(a, nullptr);
-  EXPECT_NE(std::find(a->operands.begin(), a->operands.end(), "d2"), a->operands.end());
+  EXPECT_TRUE(reads(a, "d2"));
 }
 
 // Priority fusion over ViT inference's residual stream, on the program JAX lowered (bundled): x + attention
@@ -915,15 +914,7 @@ TEST(XlaGpuModel, ViTsResidualStreamIsWrittenOnceALayer) {
 // the statistics, so no normalized copy is held from the forward pass to the backward one (the compiled
 // ViT keeps the residuals, not the norms). A value only GEMMs read is one buffer they share.
 TEST(XlaGpuModel, ANormWrittenForAGemmIsRecomputedByItsOtherReaders) {
-  const char* text = R"(HloModule jit_step
-
-region_0.1 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main.1 {
+  const std::string text = std::string(kSumRegion) + R"(ENTRY main.1 {
   x = f32[4096,2048]{1,0} parameter(0)
   w = f32[2048,2048]{1,0} parameter(1)
   zero = f32[] constant(0)
@@ -947,8 +938,7 @@ ENTRY main.1 {
   EXPECT_EQ(d_reads, (std::vector<std::string>{"w", "n.for.d"})) << "the GEMM reads the copy, not x";
   const HloInstruction* g = find(reduced, "g");
   ASSERT_NE(g, nullptr);
-  EXPECT_NE(std::find(g->operands.begin(), g->operands.end(), "x"), g->operands.end())
-      << "the other reader recomputes the rows from the input";
+  EXPECT_TRUE(reads(g, "x")) << "the other reader recomputes the rows from the input";
   const HloModule two_gemms = with(
       "d2 = f32[4096,2048]{1,0} dot(n, w), lhs_contracting_dims={1}, rhs_contracting_dims={1}\n"
       "  ROOT t = (f32[4096,2048]{1,0}, f32[4096,2048]{1,0}) tuple(d, d2)");
@@ -970,15 +960,7 @@ ENTRY main.1 {
 // (the scale's gradient) are written once and read by both fusions, as the compiled gpt_mixed_donate keeps
 // each norm's rows beside its output; rows only the scale reads are fused into it.
 TEST(XlaGpuModel, ANormsRowsSeveralFusionsReadAreWrittenOnce) {
-  const char* text = R"(HloModule jit_step
-
-region_0.1 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main.1 {
+  const std::string text = std::string(kSumRegion) + R"(ENTRY main.1 {
   x = bf16[4096,2048]{1,0} parameter(0)
   w = f32[2048,2048]{1,0} parameter(1)
   g = f32[2048]{0} parameter(2)
@@ -1017,10 +999,8 @@ ENTRY main.1 {
   ASSERT_NE(find(backward, "n"), nullptr) << "the rows: one buffer";
   ASSERT_NE(find(backward, "a"), nullptr) << "the scaled rows: a buffer both GEMMs read";
   EXPECT_EQ(find(backward, "a")->operands, (std::vector<std::string>{"n", "g"})) << "scaled from the rows";
-  const std::vector<std::string>& dg_reads = find(backward, "dg")->operands;
-  EXPECT_NE(std::find(dg_reads.begin(), dg_reads.end(), "n"), dg_reads.end())
-      << "the gradient reads the rows";
-  EXPECT_EQ(std::find(dg_reads.begin(), dg_reads.end(), "x"), dg_reads.end()) << "not recomputed from x";
+  EXPECT_TRUE(reads(find(backward, "dg"), "n")) << "the gradient reads the rows";
+  EXPECT_FALSE(reads(find(backward, "dg"), "x")) << "not recomputed from x";
   const HloModule forward = with("ROOT t = (bf16[4096,2048]{1,0}, bf16[2048,2048]{1,0}) tuple(d, dw)");
   EXPECT_EQ(find(forward, "n"), nullptr) << "rows only the scale reads are fused into it";
   ASSERT_NE(find(forward, "a"), nullptr);
@@ -1033,15 +1013,7 @@ ENTRY main.1 {
 // compiled fp32 ViT holds f32[197,768,64] and makes no Triton norm at all - so there the rows are written
 // for the GEMM and its other readers recompute them.
 TEST(XlaGpuModel, ANormsRowsAGemmTakesInAreSharedUnlessAPoolTransposesTheStream) {
-  const char* text = R"(HloModule jit_step
-
-region_0.1 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main.1 {
+  const std::string text = std::string(kSumRegion) + R"(ENTRY main.1 {
   x = f32[8,512,1024]{2,1,0} parameter(0)
   w = f32[1024,1024]{1,0} parameter(1)
   g = f32[1024]{0} parameter(2)
@@ -1073,18 +1045,15 @@ ENTRY main.1 {
   const HloModule gpt = with("ROOT t = (f32[8,512,1024]{2,1,0}, f32[1024]{0}) tuple(d, dg)");
   ASSERT_NE(find(gpt, "n"), nullptr) << "the rows: one buffer, read by the GEMM and the gradient";
   EXPECT_EQ(find(gpt, "n.for.d"), nullptr);
-  const std::vector<std::string>& dg_reads = find(gpt, "dg")->operands;
-  EXPECT_NE(std::find(dg_reads.begin(), dg_reads.end(), "n"), dg_reads.end());
-  EXPECT_EQ(std::find(dg_reads.begin(), dg_reads.end(), "x"), dg_reads.end()) << "not recomputed from x";
+  EXPECT_TRUE(reads(find(gpt, "dg"), "n"));
+  EXPECT_FALSE(reads(find(gpt, "dg"), "x")) << "not recomputed from x";
   const HloModule vit = with(
       "pool = f32[8,1024]{1,0} reduce(a, zero), dimensions={1}, to_apply=region_0.1\n"
       "  ROOT t = (f32[8,512,1024]{2,1,0}, f32[1024]{0}, f32[8,1024]{1,0}) tuple(d, dg, pool)");
   EXPECT_EQ(find(vit, "n"), nullptr) << "a pool over the sequence: no Triton norm rows";
   ASSERT_NE(find(vit, "n.for.d"), nullptr) << "the rows written for the GEMM, which scales and shifts them";
   EXPECT_EQ(find(vit, "d")->operands, (std::vector<std::string>{"w", "n.for.d", "g", "bias"}));
-  const std::vector<std::string>& vit_dg_reads = find(vit, "dg")->operands;
-  EXPECT_NE(std::find(vit_dg_reads.begin(), vit_dg_reads.end(), "x"), vit_dg_reads.end())
-      << "the gradient recomputes the rows from the input";
+  EXPECT_TRUE(reads(find(vit, "dg"), "x")) << "the gradient recomputes the rows from the input";
 }
 
 // A sum to a scalar short enough for one thread block (at most 16,384 elements: reduction_utils.cc) runs
@@ -1107,8 +1076,7 @@ TEST(XlaGpuModel, AOneBlockSumsCostlyProducerIsWrittenByAKernelOfItsOwn) {
   EXPECT_EQ(find(tokens, "loss")->operands, (std::vector<std::string>{"picked"})) << "the sum reads it alone";
   const HloModule images = with_rows("64");
   EXPECT_EQ(find(images, "picked"), nullptr) << "64 rows: summed in the same kernel";
-  const std::vector<std::string>& loss_reads = find(images, "loss")->operands;
-  EXPECT_NE(std::find(loss_reads.begin(), loss_reads.end(), "logits"), loss_reads.end());
+  EXPECT_TRUE(reads(find(images, "loss"), "logits"));
 }
 
 // A reshape of a buffer that a loop's state needs is a bitcast after layout assignment (XLA's
@@ -1284,9 +1252,8 @@ ENTRY main.1 {{
   };
   const HloModule one = modeled_with("(f32[1024,1024]{1,0}) tuple(g)");
   EXPECT_EQ(find(one, "t"), nullptr) << "a, s and d fuse into g, and so does the tanh";
-  const std::vector<std::string>& reads = find(one, "g")->operands;
-  EXPECT_EQ(reads.size(), 2u) << "the product (or its split partials' sum) and dy";
-  EXPECT_TRUE(std::find(reads.begin(), reads.end(), "dy") != reads.end());
+  EXPECT_EQ(find(one, "g")->operands.size(), 2u) << "the product (or its split partials' sum) and dy";
+  EXPECT_TRUE(reads(find(one, "g"), "dy"));
   const HloModule two = modeled_with("(f32[1024,1024]{1,0}, f32[1024,1024]{1,0}) tuple(g, u)");
   EXPECT_NE(find(two, "t"), nullptr) << "g and u are two fusions: the tanh is computed once, for both";
 }
@@ -1501,15 +1468,7 @@ ENTRY main.1 {
 // copied pre-activation and the tanh alive until then (the compiled offload GPT: its GELU comes out of the
 // fusion that computes the MLP's input gradient).
 TEST(XlaGpuModel, AValueWrittenForAGemmIsScheduledWithItsSibling) {
-  const std::string text = R"(HloModule jit_step
-
-region_add.1 {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main.1 {
+  const std::string text = std::string(kSumRegion) + R"(ENTRY main.1 {
   x = f32[1024,1024]{1,0} parameter(0)
   w = f32[1024,1024]{1,0} parameter(1)
   g = f32[1024,1024]{1,0} parameter(2)
@@ -1521,7 +1480,7 @@ ENTRY main.1 {
   gt = f32[1024,1024]{1,0} multiply(g, t)
   dh = f32[1024,1024]{1,0} add(gt, back)
   zero = f32[] constant(0)
-  db = f32[1024]{0} reduce(dh, zero), dimensions={0}, to_apply=region_add.1
+  db = f32[1024]{0} reduce(dh, zero), dimensions={0}, to_apply=region_0.1
   dw = f32[1024,1024]{1,0} dot(act, g), lhs_contracting_dims={0}, rhs_contracting_dims={0}
   dx = f32[1024,1024]{1,0} dot(dh, w), lhs_contracting_dims={1}, rhs_contracting_dims={1}
   e = f32[1024,1024]{1,0} exponential(dh)
