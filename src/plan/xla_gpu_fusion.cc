@@ -1019,7 +1019,7 @@ void Fusion::emit() {
       if (auto found = copy_index.find(key); found != copy_index.end()) return found->second;
       HloInstruction copy;
       copy.opcode = HloOpcode::kCustomCall;
-      copy.custom_call_target = "__memfit$gemm_input";
+      copy.custom_call_target = xla_gpu_internal::kGemmInput;
       copy.shape = comp.instructions[x].shape;
       copy.op_name = comp.instructions[x].op_name;
       copy.category = comp.instructions[x].category;
@@ -1059,7 +1059,7 @@ void Fusion::emit() {
       HloInstruction dot;
       dot.name = f->second;
       dot.opcode = HloOpcode::kCustomCall;
-      dot.custom_call_target = "__memfit$batch_contracting_dot";
+      dot.custom_call_target = xla_gpu_internal::kBatchContractingDot;
       for (const auto& [r, x] : transposed_fold)
         if (x == i) dot.shape = comp.instructions[r].shape;
       for (uint32_t b : fusion_operands(i, i, fusion_operands)) dot.operands.push_back(name_of(b));
@@ -1097,7 +1097,7 @@ void Fusion::emit() {
     if (gemm_epilogue[i]) {
       // The GEMM writes it: a new buffer, never one of its operands' (not elementwise in XLA's sense).
       inst.opcode = HloOpcode::kCustomCall;
-      inst.custom_call_target = "__memfit$gemm_with_epilogue";
+      inst.custom_call_target = xla_gpu_internal::kGemmWithEpilogue;
     } else if (fuses(role[i]) && std::any_of(unique.begin(), unique.end(),
                                              [&](uint32_t r) { return transposed_in_readers.contains(r); })) {
       // It reads a sum written in the transposed order: XLA's transpose fusion, which iterates in that
@@ -1114,7 +1114,7 @@ void Fusion::emit() {
       // A softmax or a two-pass norm: one fusion in XLA:GPU that reads each row whole before writing it, so
       // its result cannot take the input's memory (FusionCanShareBufferHint stops at a reduction).
       inst.opcode = HloOpcode::kCustomCall;
-      inst.custom_call_target = "__memfit$normalization";
+      inst.custom_call_target = xla_gpu_internal::kNormalization;
     }
     out.push_back(std::move(inst));
   }

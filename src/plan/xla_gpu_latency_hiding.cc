@@ -137,13 +137,7 @@ void add_sibling_edges(const HloComputation& comp, CopyGraph& g) {
     const HloInstruction& x = comp.instructions[v];
     return fuses(role_of(x.opcode)) && !x.shape.is_tuple() && x.custom_call_target.empty();
   };
-  auto gemm = [&](uint32_t v) {
-    if (v >= g.instructions) return false;
-    const HloInstruction& x = comp.instructions[v];
-    return x.opcode == HloOpcode::kDot || x.opcode == HloOpcode::kConvolution ||
-           x.custom_call_target == "__memfit$gemm_with_epilogue" ||
-           x.custom_call_target == "__memfit$batch_contracting_dot";
-  };
+  auto gemm = [&](uint32_t v) { return v < g.instructions && written_by_gemm(comp.instructions[v]); };
   auto for_gemms_alone = [&](uint32_t v) {
     return !g.succs[v].empty() && std::all_of(g.succs[v].begin(), g.succs[v].end(), gemm);
   };
@@ -257,8 +251,8 @@ void node_costs(const HloComputation& comp, const CopyGraph& g, std::vector<doub
       default:
         break;
     }
-    if (g.is_start(v) || target == "__memfit$normalization") continue;  // 0.01
-    if ((x.opcode == HloOpcode::kCustomCall && !target.starts_with("__memfit$")) ||
+    if (g.is_start(v) || target == kNormalization) continue;  // 0.01
+    if ((x.opcode == HloOpcode::kCustomCall && !target.starts_with(kModeledKernel)) ||
         role_of(x.opcode) == Role::kControl) {
       cost[v] = 10.0;
       continue;
@@ -269,9 +263,7 @@ void node_costs(const HloComputation& comp, const CopyGraph& g, std::vector<doub
       operands.push_back(&comp.instructions[g.instruction_of[p]].shape);
       read = saturating_add(read, operands.back()->leaf_bytes());
     }
-    const bool gemm = x.opcode == HloOpcode::kDot || x.opcode == HloOpcode::kConvolution ||
-                      target == "__memfit$gemm_with_epilogue" || target == "__memfit$batch_contracting_dot";
-    cost[v] = kXlaUnitsPerRooflineUs * roofline_us(x, read, gemm ? gemm_flops(x, operands) : 0);
+    cost[v] = kXlaUnitsPerRooflineUs * roofline_us(x, read, written_by_gemm(x) ? gemm_flops(x, operands) : 0);
   }
 }
 

@@ -38,6 +38,19 @@ inline constexpr std::string_view kSplitKReduce = "__memfit$split_k_reduce";
 // An elementwise fusion that reads a value through a transpose XLA fuses into it: no result shares an
 // operand's buffer, and a new value of a donated parameter is written apart and copied over it.
 inline constexpr std::string_view kTransposeFusion = "__memfit$transpose_fusion";
+// The other kernels fusion writes as custom calls of its own: a value written for a GEMM that cannot take it
+// in, a dot that contracts a sum's batch dimensions, a GEMM with its epilogue (the epilogue's op kept), a
+// softmax or norm (one Triton fusion). All start with kModeledKernel; XLA's own custom calls do not.
+inline constexpr std::string_view kModeledKernel = "__memfit$";
+inline constexpr std::string_view kGemmInput = "__memfit$gemm_input";
+inline constexpr std::string_view kBatchContractingDot = "__memfit$batch_contracting_dot";
+inline constexpr std::string_view kGemmWithEpilogue = "__memfit$gemm_with_epilogue";
+inline constexpr std::string_view kNormalization = "__memfit$normalization";
+// Whether a modeled buffer is written by a GEMM (a dot, a convolution, or fusion's kernels around one).
+inline bool written_by_gemm(const HloInstruction& x) {
+  return x.opcode == HloOpcode::kDot || x.opcode == HloOpcode::kConvolution ||
+         x.custom_call_target == kGemmWithEpilogue || x.custom_call_target == kBatchContractingDot;
+}
 
 // An array's elements (a tuple's: 1).
 uint64_t elements(const Shape& s);
