@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "memfit/core/device_catalog.h"
 #include "memfit/core/file_io.h"
 #include "memfit/core/json.h"
 #include "memfit/plan/buffer_model.h"
@@ -454,14 +455,16 @@ TEST(HloPlan, XlasLatencyHidingSchedulerIsReproducedOverItsOwnOffloadGraph) {
   auto compiled = parse_program_text(*text);
   ASSERT_TRUE(compiled.ok()) << compiled.error().message();
   const HloModule graph = with_copies_as_placements(std::move(*compiled));
-  const double xla_temp = 5132850808.0;
+  const Json xla = program_named("programs.json", "gpt_mixed_donate_offload_dots_nb")["xla_memory_analysis"];
+  ASSERT_TRUE(xla.is_object());
+  const double xla_temp = xla["temp_size_in_bytes"].get<double>();
   auto temp_of = [](const HloModule& m) {
     auto plan = plan_hlo(m);
     EXPECT_TRUE(plan.ok()) << plan.error().message();
     return plan.ok() ? static_cast<double>(plan->temp_bytes) : 0.0;
   };
   EXPECT_LE(std::abs(relative(temp_of(graph), xla_temp)), 0.02);
-  const uint64_t h200 = 143771ull << 20;
+  const uint64_t h200 = *known_device_capacity("h200");
   const HloModule listed = list_scheduled(graph);
   EXPECT_LE(relative(temp_of(listed), xla_temp), -0.5) << "the memory scheduler's order alone";
   const double from_list = temp_of(latency_hiding_scheduled(listed, h200));
@@ -492,11 +495,15 @@ TEST(HloPlan, AnOffloadingProgramIsScheduledForTheGpuItRunsOn) {
   ASSERT_TRUE(text.ok());
   auto module = parse_program_text(*text);
   ASSERT_TRUE(module.ok()) << module.error().message();
-  EXPECT_EQ(xla_scheduler_memory_limit(*module, 8ull << 30),
-            ((8ull << 30) / 10 * 8 - (1614733316ull + 1614669816ull - 1614667780ull)) / 100 * 95);
+  const Json xla = program_named("programs.json", "gpt_mixed_donate_offload_dots_nb")["xla_memory_analysis"];
+  ASSERT_TRUE(xla.is_object());
+  const uint64_t io = xla["argument_size_in_bytes"].get<uint64_t>() +
+                      xla["output_size_in_bytes"].get<uint64_t>() -
+                      xla["alias_size_in_bytes"].get<uint64_t>();
+  EXPECT_EQ(xla_scheduler_memory_limit(*module, 8ull << 30), ((8ull << 30) / 10 * 8 - io) / 100 * 95);
   HloPlanOptions small, h200;
   small.device_memory_bytes = 8ull << 30;
-  h200.device_memory_bytes = 143771ull << 20;
+  h200.device_memory_bytes = *known_device_capacity("h200");
   auto on_small = plan_hlo(*module, small);
   auto on_h200 = plan_hlo(*module, h200);
   ASSERT_TRUE(on_small.ok() && on_h200.ok());

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "memfit/core/device_catalog.h"
 #include "memfit/core/status.h"
 #include "memfit/plan/buffer_model.h"
 #include "memfit/plan/heap_simulator.h"
@@ -24,8 +25,8 @@ struct HloPlanOptions {
   bool pack = true;
   // The GPU a program before optimization is planned for (its memory): XLA's latency-hiding scheduler lets
   // a program that copies to the host grow up to a limit derived from it (latency_hiding_scheduled,
-  // plan/xla_gpu_model.h). An H100's 80 GiB unless told.
-  uint64_t device_memory_bytes = 80ull << 30;
+  // plan/xla_gpu_model.h). An H100's unless told (core/device_catalog.h).
+  uint64_t device_memory_bytes = known_device_capacity("h100").value_or(80ull << 30);
 };
 
 struct PlannedBuffer {
