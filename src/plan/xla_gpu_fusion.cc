@@ -99,6 +99,8 @@ struct Fusion {
   std::vector<std::vector<uint32_t>> sources;
   // Each value's elements, kept for emit(), which moves the instructions out as it goes.
   std::vector<uint64_t> element_count;
+  // Receives what each reduction written reads (emit), when asked.
+  ReducedInputs* reduced_inputs = nullptr;
 
   Fusion(HloComputation& c, const Combiners& k) : comp(c), combiners(k) {}
 
@@ -1068,6 +1070,9 @@ void Fusion::emit() {
       out.push_back(std::move(dot));
     }
     if (!materialized[i]) continue;
+    if (reduced_inputs != nullptr && role[i] == Role::kReduce && !operands[i].empty() &&
+        at(i).opcode == HloOpcode::kReduce)
+      reduced_inputs->emplace(at(i).name, at(operands[i][0]).shape);
     // Later buffers' operands are named by what they read; nothing else of this instruction is read again.
     HloInstruction inst = std::move(comp.instructions[i]);
     comp.instructions[i].name = inst.name;
@@ -1136,8 +1141,10 @@ Adjacency Adjacency::transposed(size_t rows) const {
   return t;
 }
 
-Status fuse_computation(HloComputation& comp, const Combiners& combiners) {
-  return Fusion(comp, combiners).run();
+Status fuse_computation(HloComputation& comp, const Combiners& combiners, ReducedInputs* reduced_inputs) {
+  Fusion f(comp, combiners);
+  f.reduced_inputs = reduced_inputs;
+  return f.run();
 }
 
 }  // namespace memfit::xla_gpu_internal

@@ -38,9 +38,10 @@
 // limit (80% of the GPU less the arguments and outputs), are not modeled; nor are collectives (one device's
 // program has none left asynchronous here). Run over XLA's own compiled graph of that program (its copy
 // pairs written as placements), it keeps XLA's order within 28 places per instruction and its temp within
-// 5% (HloPlan test); over this model's graph the deferred weight gradients hold more than XLA's, whose
-// multi-output fusions keep fewer buffers per layer (+9.0% of XLA's temp there, with add_sibling_edges
-// standing in for the one that matters most; +16.5% without).
+// 5% (HloPlan test); over this model's graph, whose sibling multi-output fusions
+// (xla_gpu_multi_output_fusion.cc) compute a GELU in the kernel of the input gradient that reads what it
+// reads, +1.7% of XLA's temp (+16.5% without those fusions: the GELU, deferred with its weight gradient
+// into a copy's window, kept the copied pre-activation and its tanh alive until then).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -124,56 +125,6 @@ struct CopyGraph {
   }
 };
 
-// XLA's multi-output fusion (multi_output_fusion.cc) computes an elementwise value in the kernel of a
-// sibling that reads all it reads, as a second output: the compiled offload GPT's GELU, which the MLP's
-// second weight gradient reads, comes out of the fusion that computes the MLP's input gradient from the same
-// pre-activation and tanh. The model has no multi-output fusions; for the scheduler, such a value is taken
-// with its sibling: an edge from it to the sibling (one edge closes no cycle: the sibling reads all it reads,
-// so it cannot read the value; were several to close one - no program JAX writes - the scheduler would place
-// fewer nodes than there are, and the order stays). Without it a weight gradient deferred into a copy's
-// window would compute the value there, and keep what it reads alive until then.
-void add_sibling_edges(const HloComputation& comp, CopyGraph& g) {
-  constexpr size_t kMaxOperands = 8;  // siblings compared by their operand sets: small ones only
-  auto elementwise = [&](uint32_t v) {
-    if (v >= g.instructions || g.transfer[v] != Transfer::kNone) return false;
-    const HloInstruction& x = comp.instructions[v];
-    return fuses(role_of(x.opcode)) && !x.shape.is_tuple() && x.custom_call_target.empty();
-  };
-  auto gemm = [&](uint32_t v) { return v < g.instructions && written_by_gemm(comp.instructions[v]); };
-  auto for_gemms_alone = [&](uint32_t v) {
-    return !g.succs[v].empty() && std::all_of(g.succs[v].begin(), g.succs[v].end(), gemm);
-  };
-  std::vector<std::pair<uint32_t, uint32_t>> edges;
-  for (uint32_t v = 0; v < g.instructions; ++v) {
-    if (!elementwise(v) || g.preds[v].empty() || g.preds[v].size() > kMaxOperands) continue;
-    // A value computed from computed values (a weight's bf16 copy is no one's sibling) and written for GEMMs
-    // alone (what else reads it would have computed it already).
-    if (!for_gemms_alone(v) || std::any_of(g.preds[v].begin(), g.preds[v].end(), [&](uint32_t p) {
-          return p < g.instructions && comp.instructions[p].opcode == HloOpcode::kParameter;
-        }))
-      continue;
-    std::vector<uint32_t> mine = g.preds[v];
-    std::sort(mine.begin(), mine.end());
-    const uint64_t count = elements(comp.instructions[v].shape);
-    uint32_t sibling = UINT32_MAX;
-    for (uint32_t s : g.succs[mine[0]]) {
-      if (s == v || s >= sibling || !elementwise(s) || for_gemms_alone(s) ||
-          elements(comp.instructions[s].shape) != count)
-        continue;
-      if (g.preds[s].size() > kMaxOperands || g.preds[s].size() < mine.size()) continue;
-      std::vector<uint32_t> theirs = g.preds[s];
-      std::sort(theirs.begin(), theirs.end());
-      if (std::includes(theirs.begin(), theirs.end(), mine.begin(), mine.end())) sibling = s;
-    }
-    if (sibling != UINT32_MAX) edges.emplace_back(v, sibling);
-  }
-  for (const auto& [v, s] : edges) {
-    if (std::find(g.preds[s].begin(), g.preds[s].end(), v) != g.preds[s].end()) continue;
-    g.preds[s].push_back(v);
-    g.succs[v].push_back(s);
-  }
-}
-
 // nullopt when the computation copies nothing (or is not well formed: an operand it does not define).
 std::optional<CopyGraph> copy_graph(const HloComputation& comp) {
   CopyGraph g;
@@ -220,7 +171,6 @@ std::optional<CopyGraph> copy_graph(const HloComputation& comp) {
     }
     if (done_of[i] != UINT32_MAX) add_edge(i, done_of[i]);
   }
-  add_sibling_edges(comp, g);
   return g;
 }
 

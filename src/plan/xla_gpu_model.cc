@@ -514,10 +514,15 @@ void split_k_gemms(HloComputation& comp) {
 }
 
 // `combiners`: each computation's root opcode, for the reductions that name their combiner by computation.
-Status model_computation(HloComputation& comp, const Combiners& combiners) {
+// `bodies` receives the computations of the multi-output fusions it makes, named apart from `names`.
+Status model_computation(HloComputation& comp, const Combiners& combiners,
+                         std::vector<HloComputation>& bodies, std::unordered_set<std::string>& names) {
   simplify_tuples_and_dce(comp);
   split_k_gemms(comp);
-  return xla_gpu_internal::fuse_computation(comp, combiners);
+  xla_gpu_internal::ReducedInputs reduced_inputs;
+  MEMFIT_RETURN_IF_ERROR(xla_gpu_internal::fuse_computation(comp, combiners, &reduced_inputs));
+  xla_gpu_internal::fuse_sibling_outputs(comp, reduced_inputs, bodies, names);
+  return ok_status();
 }
 
 // XLA's CallInliner (xla/service/call_inliner.cc) runs first in the GPU pipeline: JAX's nested jits and
@@ -734,13 +739,17 @@ Expected<HloModule> model_xla_gpu(HloModule lowered) {
   Combiners combiners;
   for (const HloComputation& c : m.computations)
     if (const HloInstruction* r = c.root()) combiners.emplace(c.name, r->opcode);
+  std::vector<HloComputation> bodies;
+  std::unordered_set<std::string> names;
+  for (const HloComputation& c : m.computations) names.insert(c.name);
   for (HloComputation& c : m.computations) {
     // Reduction and sort regions are scalar code inside their op, not buffers; they stay as they are.
     fold_add_of_scatter(c, combiners);
     fold_transposes(c);
     reshape_degenerate_reductions(c);
-    MEMFIT_RETURN_IF_ERROR(model_computation(c, combiners));
+    MEMFIT_RETURN_IF_ERROR(model_computation(c, combiners, bodies, names));
   }
+  for (HloComputation& b : bodies) m.computations.push_back(std::move(b));
   m.is_scheduled = true;
   return m;
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -60,9 +61,15 @@ using Combiners = std::unordered_map<std::string, HloOpcode>;
 // What a reduce or scatter combines with: its one-op region (StableHLO), else its called computation's root.
 HloOpcode combiner_of(const HloInstruction& x, const Combiners& combiners);
 
+// What each reduction the fusion wrote reads (its input's shape), by name: a fused computation no longer
+// shows it, and multi-output fusion compares loop shapes by it.
+using ReducedInputs = std::unordered_map<std::string, Shape>;
+
 // XLA:GPU's fusion of one computation, simplified and its GEMMs split (xla_gpu_fusion.cc): the computation
-// becomes the values that get a buffer, each reading the buffers its fused operands were computed from.
-Status fuse_computation(HloComputation& comp, const Combiners& combiners);
+// becomes the values that get a buffer, each reading the buffers its fused operands were computed from;
+// `reduced_inputs`, if given, receives what each reduction reads.
+Status fuse_computation(HloComputation& comp, const Combiners& combiners,
+                        ReducedInputs* reduced_inputs = nullptr);
 
 // Each instruction's operands, or users, by index: row i holds instruction i's, in order (a value read
 // twice, twice). One array for all rows: a vector per instruction was the fusion pass's largest share of a
@@ -114,6 +121,13 @@ double xla_flops_per_element(HloOpcode op, PrimitiveType type);
 // to a scalar of at most 16384 elements): gpu_performance_model.cc's run times, fused against unfused, for
 // a producer of `producer_flops` (per XLA's cost model) writing `producer_bytes`.
 bool fuses_into_one_block_reduction(double producer_flops, uint64_t producer_bytes);
+
+// XLA:GPU's sibling multi-output fusion (xla_gpu_multi_output_fusion.cc) over a fused computation: buffers
+// read by the same buffer that one kernel can write together become one fusion with several outputs; the
+// fused computations it makes are appended to `bodies`, named apart from `names` (which receives them).
+void fuse_sibling_outputs(HloComputation& comp, const ReducedInputs& reduced_inputs,
+                          std::vector<HloComputation>& bodies, std::unordered_set<std::string>& names);
+
 // Whether priority fusion fuses a producer into a memory-bound consumer that recomputes it for
 // `extra_flops` in all (its flops times the elements read per element): 5% of that compute shows over the
 // consumer's traffic (CombineComputeAndMemoryAccessTime), against the launch and traffic fusing saves.

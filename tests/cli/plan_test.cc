@@ -185,11 +185,16 @@ TEST(PlanCommand, FitJsonHasTheArchitecturesKeys) {
     EXPECT_GE(upper, c["peak_bytes"].get<uint64_t>());
     EXPECT_EQ(c["fits_in_every_order"].get<bool>(), upper <= c["limit_bytes"].get<uint64_t>());
   }
-  // jax.checkpoint's recomputation, written where the backward pass needs it, can hold far more than it
-  // saves.
-  EXPECT_TRUE(std::any_of(j["changes"].begin(), j["changes"].end(),
-                          [](const auto& c) { return !c["fits_in_every_order"].template get<bool>(); }));
   EXPECT_GT(j["tried"].size(), j["changes"].size());  // some of the seed's fixes do not fit alone
+  // jax.checkpoint's recomputation, written where the backward pass needs it, can hold far more than it
+  // saves: at batch 16, full remat needs 7.5 GiB in the list order and 16.9 GiB in the program's own.
+  const auto wide =
+      testing::run_cli({"fit", "--model", "gpt", "--batch", "16", "--capacity", "16GiB", "--json"});
+  ASSERT_EQ(wide.code, 0) << wide.err;
+  const auto w = nlohmann::json::parse(wide.out);
+  EXPECT_TRUE(std::any_of(w["changes"].begin(), w["changes"].end(), [](const auto& c) {
+    return c["change"] == "remat full" && !c["fits_in_every_order"].template get<bool>();
+  })) << wide.out;
   const auto roomy = testing::run_cli({"fit", "--model", "mlp", "--capacity", "h200", "--json"});
   ASSERT_EQ(roomy.code, 0) << roomy.err;
   EXPECT_TRUE(nlohmann::json::parse(roomy.out)["fits"].get<bool>());

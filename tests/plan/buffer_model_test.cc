@@ -368,7 +368,7 @@ ENTRY main {
   auto modeled = model_xla_gpu(*m);
   ASSERT_TRUE(modeled.ok()) << modeled.error().message();
   size_t copies = 0;
-  for (const HloInstruction& i : modeled->computations.back().instructions)
+  for (const HloInstruction& i : modeled->entry()->instructions)
     copies += i.opcode == HloOpcode::kCopy && i.op_name.starts_with("copy insertion");
   EXPECT_EQ(copies, 1u);  // the second use of `zeros`; `x` passes through the loop unchanged
   auto plan = plan_hlo(*m);

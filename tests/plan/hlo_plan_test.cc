@@ -240,13 +240,15 @@ void expect_lowered_plans(const std::string& suffix, const std::string& source,
     }
     // The range XLA's choice of schedule spans: the program's own order is the most XLA's memory scheduler
     // keeps, and XLA's temp lies under it - where memfit's prediction misses by XLA's ordering too - to 1%.
-    // Where the program's own order is the one kept (the range is one figure: accumulated GPT, whose logits
-    // die at the backward pass's start as in XLA's graph) the bound is the prediction, held to the 5% above.
-    // (Per-example gradients lay above it until their Adam updates were written apart, as XLA's transpose
-    // fusions write them.)
+    // Where the program's own order is the one kept or needs what it does to 1% (the range is one figure:
+    // accumulated GPT, whose logits die at the backward pass's start as in XLA's graph; the conv net, whose
+    // orders all need 2.50 GB) the bound is the prediction, held to the 5% above. (Per-example gradients
+    // lay above it until their Adam updates were written apart, as XLA's transpose fusions write them.)
     EXPECT_GE(plan->temp_upper_bytes, plan->temp_bytes);
     EXPECT_EQ(plan->peak_upper_bytes - plan->temp_upper_bytes, plan->peak_bytes - plan->temp_bytes);
-    const double range_tolerance = plan->temp_upper_bytes > plan->temp_bytes ? 1.01 : 1.05;
+    const double range_tolerance =
+        static_cast<double>(plan->temp_upper_bytes) > 1.01 * static_cast<double>(plan->temp_bytes) ? 1.01
+                                                                                                   : 1.05;
     EXPECT_GE(range_tolerance * static_cast<double>(plan->temp_upper_bytes), xla_temp)
         << "upper " << plan->temp_upper_bytes;
     std::printf("%-28s at most (the program's own order): temp %llu, peak %llu (%+.1f%% of measured)\n",

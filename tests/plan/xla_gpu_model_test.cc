@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "memfit/core/file_io.h"
@@ -112,6 +113,40 @@ const HloInstruction* find(const HloModule& m, std::string_view name) {
   for (const HloInstruction& i : m.entry()->instructions)
     if (i.name == name) return &i;
   return nullptr;
+}
+
+// The multi-output fusion that computes `name` as one of its outputs (XLA's sibling multi-output fusion made
+// it a get-tuple-element of that fusion), or nullptr.
+const HloInstruction* fusion_of(const HloModule& m, std::string_view name) {
+  const HloInstruction* x = find(m, name);
+  if (x == nullptr || x->opcode != HloOpcode::kGetTupleElement || x->operands.size() != 1) return nullptr;
+  const HloInstruction* f = find(m, x->operands[0]);
+  return f != nullptr && f->opcode == HloOpcode::kFusion && f->called.size() == 1 ? f : nullptr;
+}
+
+// What the model writes for `name`: its instruction, or - as one output of a multi-output fusion - that
+// output, named `name` and reading the fusion's operands in its parameters' place.
+std::optional<HloInstruction> written(const HloModule& m, std::string_view name) {
+  const HloInstruction* x = find(m, name);
+  if (x == nullptr) return std::nullopt;
+  const HloInstruction* f = fusion_of(m, name);
+  const HloComputation* body = f != nullptr ? m.find(f->called[0]) : nullptr;
+  if (body == nullptr || body->root() == nullptr) return *x;
+  const HloInstruction* root = body->root();
+  if (x->tuple_index < 0 || static_cast<size_t>(x->tuple_index) >= root->operands.size()) return *x;
+  HloInstruction out;
+  for (const HloInstruction& i : body->instructions)
+    if (i.name == root->operands[static_cast<size_t>(x->tuple_index)]) out = i;
+  out.name = x->name;
+  for (std::string& operand : out.operands)
+    for (const HloInstruction& i : body->instructions)
+      if (i.name == operand && i.opcode == HloOpcode::kParameter &&
+          static_cast<size_t>(i.parameter_number) < f->operands.size())
+        operand = f->operands[static_cast<size_t>(i.parameter_number)];
+  return out;
+}
+bool reads(const std::optional<HloInstruction>& x, std::string_view name) {
+  return x.has_value() && reads(&*x, name);
 }
 
 // XLA's CallInliner runs first: each call's instructions take its place in the program's order - a call
@@ -466,16 +501,20 @@ TEST(XlaGpuModel, ALossGradientsPerRowDivisionIsWrittenOnce) {
   };
   const HloModule gpt = with_vocab("50257");
   EXPECT_EQ(find(gpt, "gs"), nullptr) << "a sum over one element is a reshape, fused into its reader";
-  const HloInstruction* d = find(gpt, "d");
-  ASSERT_NE(d, nullptr) << "the division is written once for the [rows, vocabulary] fusion";
+  const auto d = written(gpt, "d");
+  ASSERT_TRUE(d.has_value()) << "the division is written once for the [rows, vocabulary] fusion";
   EXPECT_EQ(d->opcode, HloOpcode::kDivide);
   // The sum it reads directly, then what the fused reshape reads (XLA's fusion appends a producer's
   // operands).
   EXPECT_EQ(d->operands, (std::vector<std::string>{"s", "dy"}));
-  const HloInstruction* picked = find(gpt, "picked");
-  ASSERT_NE(picked, nullptr);
+  const auto picked = written(gpt, "picked");
+  ASSERT_TRUE(picked.has_value());
   EXPECT_EQ(picked->opcode, HloOpcode::kGather);
   EXPECT_EQ(picked->custom_call_target, "") << "a loop fusion, not a normalization";
+  // Both read the softmax's sum over the same rows: one kernel writes them (the compiled GPT steps'
+  // loop_divide_select_fusion), so the log-likelihood is computed where the gradient is.
+  ASSERT_NE(fusion_of(gpt, "d"), nullptr);
+  EXPECT_EQ(fusion_of(gpt, "d"), fusion_of(gpt, "picked"));
   const HloModule narrow = with_vocab("8");
   EXPECT_EQ(find(narrow, "d"), nullptr) << "8 columns: recomputed by the fusion that reads it";
   EXPECT_EQ(find(narrow, "gs"), nullptr);
@@ -868,8 +907,8 @@ ENTRY main.1 {
   EXPECT_EQ(e1->custom_call_target, "__memfit$gemm_with_epilogue");
   ASSERT_NE(find(*modeled, "d2"), nullptr) << "the GEMM under a residual sum writes its own product";
   EXPECT_EQ(find(*modeled, "r"), nullptr) << "the residual sum is recomputed by its two readers";
-  const HloInstruction* a = find(*modeled, "a");
-  ASSERT_NE(a, nullptr);
+  const auto a = written(*modeled, "a");
+  ASSERT_TRUE(a.has_value());
   EXPECT_TRUE(reads(a, "d2"));
 }
 
@@ -1189,7 +1228,7 @@ ENTRY main.1 {
   auto modeled = model_xla_gpu(m);
   ASSERT_TRUE(modeled.ok()) << modeled.error().message();
   EXPECT_EQ(find(*modeled, "mean"), nullptr) << "g * (1/64), recomputed by m2 and v2";
-  EXPECT_EQ(find(*modeled, "m2")->operands, (std::vector<std::string>{"m", "g"}));
+  EXPECT_EQ(written(*modeled, "m2")->operands, (std::vector<std::string>{"m", "g"}));
   EXPECT_EQ(find(*modeled, "by_v"), nullptr) << "a division by a computed value is recomputed by a and b";
 }
 
@@ -1220,7 +1259,7 @@ ENTRY main.1 {{
   EXPECT_NE(find(modeled_with("tanh", 4096), "t"), nullptr) << "4096 x 1024: computed once, written";
   EXPECT_EQ(find(modeled_with("exponential", 4096), "t"), nullptr) << "an exp is memory-bound";
   const HloModule small = modeled_with("tanh", 128);
-  EXPECT_EQ(find(small, "a")->operands, (std::vector<std::string>{"z", "x", "y"}))
+  EXPECT_EQ(written(small, "a")->operands, (std::vector<std::string>{"z", "x", "y"}))
       << "each reader computes the tanh from what it is computed from";
 }
 
@@ -1462,11 +1501,12 @@ ENTRY main.1 {
 }
 
 // A value written for a GEMM alone - an MLP's activation, which its second weight gradient reads - is
-// computed by XLA's multi-output fusion in the kernel of a sibling that reads all it reads (the input
-// gradient, from the same pre-activation and tanh). The latency-hiding scheduler then keeps it there; without
-// the sibling it would be computed in the copy's window with the deferred weight gradient, and keep the
-// copied pre-activation and the tanh alive until then (the compiled offload GPT: its GELU comes out of the
-// fusion that computes the MLP's input gradient).
+// computed by XLA's sibling multi-output fusion in the kernel of the input gradient, which reads all it reads
+// (the same pre-activation and tanh): one fusion writes both. The latency-hiding scheduler then runs that
+// fusion before the input gradient's GEMM; were the activation its own kernel it would be computed in the
+// copy's window with the deferred weight gradient, and keep the copied pre-activation and the tanh alive
+// until then (the compiled offload GPT: its GELU comes out of the fusion that computes the MLP's input
+// gradient).
 TEST(XlaGpuModel, AValueWrittenForAGemmIsScheduledWithItsSibling) {
   const std::string text = std::string(kSumRegion) + R"(ENTRY main.1 {
   x = f32[1024,1024]{1,0} parameter(0)
@@ -1488,8 +1528,14 @@ TEST(XlaGpuModel, AValueWrittenForAGemmIsScheduledWithItsSibling) {
 })";
   const HloModule hidden = latency_hiding_scheduled(list_scheduled(model_of(text)), 80ull << 30);
   ASSERT_LT(position_of(hidden, "dx.split_k"), hidden.entry()->instructions.size());
-  EXPECT_LT(position_of(hidden, "act"), position_of(hidden, "dh"));
-  EXPECT_LT(position_of(hidden, "dh"), position_of(hidden, "dx.split_k"));
+  const HloInstruction* both = fusion_of(hidden, "act");
+  ASSERT_NE(both, nullptr) << "the activation is an output of a multi-output fusion";
+  EXPECT_EQ(fusion_of(hidden, "dh"), both) << "... the one that computes the input gradient";
+  EXPECT_EQ(written(hidden, "act")->opcode, HloOpcode::kMultiply);
+  EXPECT_TRUE(reads(written(hidden, "act"), "back"));
+  EXPECT_LT(position_of(hidden, both->name), position_of(hidden, "dx.split_k"));
+  // The weight gradient's GEMM reads the activation from that fusion, not from a kernel of its own.
+  EXPECT_TRUE(reads(find(hidden, "dw.split_k"), "act"));
 }
 
 }  // namespace

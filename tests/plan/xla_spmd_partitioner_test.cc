@@ -313,7 +313,8 @@ TEST(SpmdPartitioner, TheZoosShardedStepIsTheProgramJaxLowersPartitioned) {
 // the update reads them beside; the attention mask JAX broadcasts to the whole batch before the scan and
 // carries unchanged, split like the scores its select reads it beside), so each device's temp is within a
 // tenth of the same step's on one GPU with the per-device batch, not the whole batch's - the scan's and the
-// data-parallel accumulation's to the byte (the scan's was 9.1% over while the mask was carried whole).
+// data-parallel accumulation's one of that step's two schedules to the byte (the scan's was 9.1% over while
+// the mask was carried whole).
 TEST(SpmdPartitioner, LoopsRunOnEachDevicesShare) {
   const std::string base =
       R"("model": "gpt", "vocab": 8192, "d_model": 512, "heads": 8, "layers": 4, "seq": 512, "donate": true)";
@@ -345,7 +346,13 @@ TEST(SpmdPartitioner, LoopsRunOnEachDevicesShare) {
     EXPECT_GE(a->temp_bytes, b->temp_bytes - b->temp_bytes / 10)
         << a->temp_bytes << " against " << b->temp_bytes;
     if (c.exact) {
-      EXPECT_EQ(a->temp_bytes, b->temp_bytes);
+      // Within the one-GPU step's range: its two schedules' temps, to the byte. (The gradients' all-reduces
+      // can tip which of the two the memory scheduler keeps: the scan's per-device step keeps the program's
+      // order, which the one-GPU step reports as its top.)
+      EXPECT_GE(a->temp_bytes, b->temp_bytes);
+      EXPECT_LE(a->temp_bytes, b->temp_upper_bytes);
+      EXPECT_TRUE(a->temp_bytes == b->temp_bytes || a->temp_bytes == b->temp_upper_bytes)
+          << a->temp_bytes << " against " << b->temp_bytes << " - " << b->temp_upper_bytes;
     }
   }
 }

@@ -323,7 +323,8 @@ Action add_fit_command(CLI::App& app, Io& io) {
                                                       2 * kExtrapolationLayers, 3 * kExtrapolationLayers)
                                         : "; the rest whole";
         const size_t alike = fit->programs_extrapolated - fit->programs_approximate;
-        // The lines taken as figures (each figure grew alike), and those kept for a verdict alone.
+        // The lines taken as figures (each figure grew alike, to 64 KiB or but for the shallowest depth's
+        // heap holes: plan_step_extended), and those kept for a verdict alone.
         std::string how;
         if (alike > 0) how = fmt::format("{} where each figure grew alike", alike);
         if (fit->programs_approximate > 0)

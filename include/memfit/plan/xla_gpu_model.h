@@ -39,6 +39,12 @@
 //     (SoftmaxRewriterTriton, priority fusion's all-or-none), also where a GEMM takes them in - unless a
 //     pool over a middle dimension lays the stream out transposed (GpuLayoutAssignment's row reductions;
 //     the layout itself is not modeled, only whether such a pool reads a norm's output);
+//   - sibling multi-output fusion (multi_output_fusion.cc, after priority fusion; src/plan/
+//     xla_gpu_multi_output_fusion.cc): fusions reading the same buffer whose loops agree, that do not read
+//     one another, become one kernel with several outputs (up to 64 operands and outputs, 8 reductions) - a
+//     loss's log-likelihood written with the backward pass's first division, an MLP's activation with its
+//     input gradient - so what they read dies where the first of them needs it (the producer-consumer kind
+//     is not modeled);
 //   - layout: a summed dot read through a transpose is written once in the dot's order; an elementwise
 //     fusion reading it is XLA's transpose fusion, whose results take no operand's memory
 //     (buffer_sharing.cc, FusionCanShareBufferHint), and a new value of a donated argument it writes is
@@ -71,21 +77,23 @@
 //     same), nor GPT-2's dimensions'; it does move the offload program's (the list order XLA kept there,
 //     254 places per instruction on average: its asynchronous copies to the host). plan_hlo does not choose
 //     by XLA's estimate: over the compiled graphs it shows that XLA kept its post order for most GPT steps
-//     (HloPlan.XlaKeptThePostOrderOfAPlainGptStep), and this model's post order holds 0.5-3.6 GiB more than
-//     XLA's - it lacks XLA's multi-output fusion (the loss's read of the logits merged into the backward
-//     pass's first fusion, so the logits do not live to the end; the GELU gradient's outputs in one
-//     fusion) - while its list order needs what XLA's post order does. Chosen by the estimate, 23 of 27
-//     programs came within 5%, against 24 (2026-12-07). DFS over this model's graph - whose fan-out differs
-//     from XLA's graph - is 9.2 GB there, not 5.1; the range's top (the post order) covers it.
+//     (HloPlan.XlaKeptThePostOrderOfAPlainGptStep), and this model's post order can hold more than XLA's
+//     (GPT's full remat at batch 16: 8.8 GB against XLA's DFS 5.1 GB; its estimate 9.3 GB against XLA's
+//     8.5 GB for the post order) while its list order needs what XLA's post order does. Chosen by the
+//     estimate among the three, 24 of 27 programs come within 5%, against 25 by the smaller of the two
+//     here (2026-12-07, with sibling multi-output fusion; 23 and 24 before it: MLP's full remat goes to
+//     DFS and -10.6%). DFS over this model's graph - whose fan-out differs from XLA's graph - needs 9.2 GB
+//     for GPT's full remat at batch 16, not 5.1; the range's top (the post order) covers it.
 //   - then XLA's latency-hiding scheduler, over a program that copies to or from the host
 //     (latency_hiding_scheduled, src/plan/xla_gpu_latency_hiding.cc): bottom-up, each copy a start and a
 //     done 5000 units apart, ReadySetLt's rules; the copy to the host is taken just before the backward pass
 //     reads the value back (so the device holds it until then) and each copy's window is filled with what
 //     no copy waits on - later layers' weight gradients, whose inputs then live to the end of the backward
 //     pass. Over XLA's own compiled graph of the offload program it lands within 3% of XLA's temp from the
-//     list order (-64% without it); over this model's graph +9.0% (XLA's multi-output fusions keep fewer
-//     buffers per deferred layer). Costs are a roofline x 2, read from the compiled program's windows; the
-//     scheduler's memory limit comes from the GPU planned for (HloPlanOptions::device_memory_bytes).
+//     list order (-64% without it); over this model's graph +1.7% (+9.0% before sibling multi-output fusion
+//     computed the GELU with its input gradient). Costs are a roofline x 2, read from the compiled program's
+//     windows; the scheduler's memory limit comes from the GPU planned for
+//     (HloPlanOptions::device_memory_bytes).
 // The result is a prediction for an H100/H200-class GPU; the measured error on the shared programs is in
 // the README's table.
 #pragma once
