@@ -516,7 +516,7 @@ TEST(HloPlan, AnOffloadingProgramIsScheduledForTheGpuItRunsOn) {
 }
 
 // The host offload program is the one XLA's latency-hiding scheduler reorders (it holds asynchronous copies),
-// and the model follows it approximately: measured, the step peaked 6% under the prediction. The plan says
+// and the model follows it approximately: measured, the step peaked 1.3% under the prediction. The plan says
 // so beside its figures - for the lowered program only: the compiled module is in XLA's final order already,
 // and a program that offloads nothing is not reordered.
 TEST(HloPlan, AHostOffloadPredictionSaysWhatItMisses) {
