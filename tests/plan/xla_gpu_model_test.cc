@@ -1467,6 +1467,60 @@ ENTRY main.1 {{
   EXPECT_EQ(find(kept, "sm"), nullptr);
 }
 
+// Sibling multi-output fusion's rules (xla_gpu_multi_output_fusion.cc, after XLA's FuseSiblings): two
+// outputs that read the same buffer and not each other become one fusion; one that reads the other stays
+// apart (merged, the fusion would read its own output); a learning rate every update reads is an effective
+// scalar, no profitable shared operand - the updates stay apart; and a fusion holds at most 64 operands and
+// outputs, so 40 siblings each reading the parent and a buffer of their own make two fusions, not one.
+TEST(XlaGpuModel, SiblingsShareAFusionWithinXlasRules) {
+  std::string text = R"(HloModule jit_step
+
+ENTRY main.1 {
+  lr = f32[] parameter(0)
+  p1 = f32[1024,1024]{1,0} parameter(1)
+  p2 = f32[1024,1024]{1,0} parameter(2)
+  g1 = f32[1024,1024]{1,0} parameter(3)
+  g2 = f32[1024,1024]{1,0} parameter(4)
+  x = f32[1024,1024]{1,0} parameter(5)
+  lrb = f32[1024,1024]{1,0} broadcast(lr), dimensions={}
+  s1 = f32[1024,1024]{1,0} multiply(lrb, g1)
+  u1 = f32[1024,1024]{1,0} subtract(p1, s1)
+  s2 = f32[1024,1024]{1,0} multiply(lrb, g2)
+  u2 = f32[1024,1024]{1,0} subtract(p2, s2)
+  e = f32[1024,1024]{1,0} multiply(x, x)
+  f = f32[1024,1024]{1,0} negate(x)
+  c = f32[1024,1024]{1,0} add(x, f)
+)";
+  std::string outputs = "u1, u2, e, f, c";
+  std::string shapes =
+      "f32[1024,1024]{1,0}, f32[1024,1024]{1,0}, f32[1024,1024]{1,0}, f32[1024,1024]{1,0}, "
+      "f32[1024,1024]{1,0}";
+  // 40 siblings of w, each with a buffer of its own (q0..q39).
+  text += "  w = f32[256]{0} parameter(6)\n";
+  for (int k = 0; k < 40; ++k) {
+    text +=
+        fmt::format("  q{0} = f32[256]{{0}} parameter({1})\n  y{0} = f32[256]{{0}} add(w, q{0})\n", k, 7 + k);
+    outputs += fmt::format(", y{}", k);
+    shapes += ", f32[256]{0}";
+  }
+  text += fmt::format("  ROOT r = ({}) tuple({})\n}}\n", shapes, outputs);
+  const HloModule m = model_of(text);
+  ASSERT_NE(fusion_of(m, "e"), nullptr) << "two readers of x, neither reading the other";
+  EXPECT_EQ(fusion_of(m, "e"), fusion_of(m, "f"));
+  EXPECT_NE(fusion_of(m, "c"), fusion_of(m, "f")) << "c reads f";
+  EXPECT_EQ(fusion_of(m, "u1"), nullptr) << "the learning rate is no shared operand";
+  EXPECT_EQ(fusion_of(m, "u2"), nullptr);
+  std::set<const HloInstruction*> groups;
+  for (int k = 0; k < 40; ++k) {
+    const HloInstruction* g = fusion_of(m, fmt::format("y{}", k));
+    ASSERT_NE(g, nullptr) << k;
+    groups.insert(g);
+    // Outputs and operands (w and a q each) within FusionFitsInBudget's 64.
+    EXPECT_LE(g->shape.elements.size() + g->operands.size(), 64u);
+  }
+  EXPECT_EQ(groups.size(), 2u);
+}
+
 // XLA's latency-hiding scheduler (latency_hiding_scheduled): a value saved to the host and brought back is
 // two copies, each a start and a done 5000 units apart; scheduling bottom-up, it puts work that does not wait
 // on a copy between the copy's start and its done. The memory scheduler runs the reader of the copy first (it
