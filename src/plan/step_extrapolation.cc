@@ -154,7 +154,7 @@ Expected<StepPlan> step_plan_internal::extrapolate(const ModelSpec& spec, uint64
   // at 32 and 48, and the line through them is the 300-layer plan's peak to the byte).
   auto lb = [&](size_t k) { return at[k].hlo.temp_lower_bound_bytes; };
   auto tb = [&](size_t k) { return at[k].hlo.temp_bytes; };
-  const bool packing_settles = Extender::on_a_line(lb(0), lb(1), lb(2)) && tb(2) >= tb(1) && lb(2) >= lb(1) &&
+  const bool packing_settles = Extender::on_a_line(lb(0), lb(1), lb(2)) && tb(0) <= tb(1) && tb(1) <= tb(2) &&
                                tb(2) - tb(1) == lb(2) - lb(1) && tb(1) - tb(0) <= tb(2) - tb(1);
   // Where the peak is: each pass's bytes grow on a line of their own, and the temp block's on the line of
   // the pass that leads at the three depths. A pass growing faster can overtake it deeper down - mixed
@@ -236,8 +236,8 @@ Expected<StepPlan> step_plan_internal::extrapolate(const ModelSpec& spec, uint64
   b.temporaries = plan.peak_bytes > named ? plan.peak_bytes - named : 0;
   plan.extrapolation_exact = extend.exact() && packed.exact();
   plan.extrapolation_wobble_bytes = std::max(extend.wobble_bytes(), packed.wobble_bytes());
-  plan.extrapolation_unpacked_wobble_bytes = extend.wobble_bytes();
-  plan.extrapolation_packing_settles = packing_settles && packed.wobble_bytes() != UINT64_MAX;
+  plan.extrapolation_line_wobble_bytes =
+      packing_settles ? extend.wobble_bytes() : plan.extrapolation_wobble_bytes;
   // The bytes live at once, at the least (the fit's verdict that a change cannot fit whatever the
   // packing): the deepest plan's temporaries at their fullest moment - a deeper stack of the same layers
   // holds all that a shallower one does then - beside the arguments and outputs at the step's own depth,

@@ -51,7 +51,7 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
 // less to 80 and 245 MB more to 96, and its 240-layer peak came out 0.27% low; and where no window is on a
 // line (bf16 with accumulation) the extra depths are wasted.
 // A line whose wobble is the shallowest depth's heap holes alone is taken too (line_taken,
-// StepPlan::extrapolation_packing_settles): the bytes live at once on an exact line, the packed block
+// StepPlan::extrapolation_line_wobble_bytes): the bytes live at once on an exact line, the packed block
 // growing by them from 32 to 48 layers, every other figure within kFitWobbleBytes. With sibling multi-output
 // fusion, GPT's stacked change (donation, mixed precision, full remat, cuDNN attention) over 8 and 16
 // devices packed 16 layers with 5.2 and 5.7 MB of holes, 32 and 48 layers with none and 0.5 MB; the lines
@@ -79,12 +79,9 @@ bool lines_extend(const ModelSpec& spec) {
   return spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kVit;
 }
 // Whether an extended plan's line is taken as the step's figures: it wobbles by at most kFitWobbleBytes,
-// or only its packed temp block does - by the shallowest depth's holes, the packing settled deeper down
-// (StepPlan::extrapolation_packing_settles) - and every other figure by at most that.
-bool line_taken(const StepPlan& p) {
-  return p.extrapolation_wobble_bytes <= kFitWobbleBytes ||
-         (p.extrapolation_packing_settles && p.extrapolation_unpacked_wobble_bytes <= kFitWobbleBytes);
-}
+// its packed temp block's wobble aside where that is the shallowest depth's heap holes alone
+// (StepPlan::extrapolation_line_wobble_bytes).
+bool line_taken(const StepPlan& p) { return p.extrapolation_line_wobble_bytes <= kFitWobbleBytes; }
 }  // namespace
 
 Expected<StepPlan> plan_step_extended(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,

@@ -52,13 +52,10 @@ struct StepPlan {
   // depths is overtaken deeper down. A figure can still grow otherwise past the deepest depth planned.
   // plan_step_extended takes a line that wobbles by up to 64 KiB (see step_plan.cc for what that cost).
   uint64_t extrapolation_wobble_bytes = 0;
-  // The same without the packed temp block (and the peak and parts it moves): what the line's other figures,
-  // the bytes live at once among them, wobble by.
-  uint64_t extrapolation_unpacked_wobble_bytes = 0;
-  // The packed block's wobble is the shallowest depth's holes alone: the bytes live at once lie on an exact
-  // line and the block grows by them from the second depth to the third (no fewer holes deeper down), so its
-  // larger growth is theirs.
-  bool extrapolation_packing_settles = false;
+  // The wobble a search weighs (plan_step_extended): extrapolation_wobble_bytes, less the packed temp
+  // block's where that is the shallowest depth's heap holes alone - the bytes live at once lie on an exact
+  // line and the block grows by them from the second depth to the third, so its larger growth is theirs.
+  uint64_t extrapolation_line_wobble_bytes = 0;
   // A peak no packing of the step's buffers goes under: what is live at once at the fullest moment, beside
   // the arguments and outputs (HloPlan::lower_bound_bytes). An extended plan's is its deepest depth's, or
   // where the arguments and outputs lie on exact lines, the deepest depth's temporaries at their fullest
