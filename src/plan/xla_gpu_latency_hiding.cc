@@ -72,8 +72,10 @@ constexpr uint64_t kMaxCandidatesWeighed = 500'000'000;
 // window XLA opens for a copy (copy-done bottom-up, then whatever does not wait on the copy until its 5000
 // units have passed) holds three layers' weight-gradient work - four GEMMs over 8,192 tokens at d_model 1024
 // and Adam over 12.6M parameters, 0.88 ms at the roofline - so XLA counts about 1,700 units for what the
-// roofline calls 880 us. It was read from that structure, not moved to meet XLA's temp: from x1.5 to x2.25
-// the program's temp is +9.0 to +9.7% of XLA's; x1 gives +18.4%, x2.5 +1.3%.
+// roofline calls 880 us. It was read from that structure, not moved to meet XLA's temp: with sibling
+// multi-output fusion the program's temp is +1.7% of XLA's from x2 to x2.5 (+1.6% at x3, +2.7% at x1.75),
+// +10.6% at x1.5 and +10.9% at x1 - under 1.75 the windows hold fewer layers' work than XLA's (2026-12-07,
+// `memfit hlo` on its lowered program, the constant changed and rebuilt).
 constexpr double kXlaUnitsPerRooflineUs = 2.0;
 
 enum class Transfer : uint8_t { kNone, kToHost, kToDevice };
