@@ -11,8 +11,7 @@
 //
 // Followed: the siblings of each buffer, visited from the last buffer to the first, multi-output fusions
 // first; no constant, effective scalar (IsProfitableOperand: an optimizer's step count, read by every
-// update, is "not a profitable shared operand") or GEMM is a parent; a reshape of the parent that only
-// renames it is looked through (XLA fuses it into its reader). A pair is merged when neither reads the
+// update, is "not a profitable shared operand") or GEMM is a parent. A pair is merged when neither reads the
 // other through any path (a cycle otherwise), their loop shapes agree - the same element count (a reshape
 // of one another), or for two reductions the same input dimensions reduced alike, those of size 1 aside
 // (ShapesCompatibleForMultiOutputFusion, gpu_fusible.cc; the algebraic simplifier makes a degenerate
@@ -54,8 +53,6 @@ constexpr uint64_t kPairsPerInstruction = 16;
 // program has such a pair; GPT's stacked change over 4 devices has 90 at 48 layers and 2,610 at 300, every
 // one connected when walked to the end (2026-12-07): the cap bounds the work and changes no merge there.
 constexpr uint64_t kWalkPerPair = 4096;
-// The readers of one parent looked at, through reshapes.
-constexpr size_t kMaxSiblingReaders = 4096;
 
 // What a buffer is to the pass.
 struct Candidate {
@@ -294,20 +291,9 @@ struct Pass {
       const Role r = role_of(x.opcode);
       if (r == Role::kConstant || r == Role::kGemm || !x.custom_call_target.empty()) continue;
       if (!x.shape.is_tuple() && elements(x.shape) <= 1) continue;
-      // A reshape or bitcast of the parent is no kernel: XLA fuses it into the fusion reading it, which then
-      // reads the parent itself (a lowered program reshapes where its StableHLO keeps a degenerate
-      // dimension).
       std::vector<uint32_t> siblings;
-      std::vector<uint32_t> readers(users[p].begin(), users[p].end());
       ++stamp_next;
-      for (size_t k = 0; k < readers.size(); ++k) {
-        const uint32_t u = readers[k];
-        const HloOpcode op = comp.instructions[u].opcode;
-        if ((op == HloOpcode::kReshape || op == HloOpcode::kBitcast) && !cand[u].eligible &&
-            readers.size() < kMaxSiblingReaders) {
-          readers.insert(readers.end(), users[u].begin(), users[u].end());
-          continue;
-        }
+      for (uint32_t u : users[p]) {
         const uint32_t g = find(u);
         if (cand[u].eligible && stamp[g] != stamp_next) {
           stamp[g] = stamp_next;
