@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "memfit/core/name_map.h"
 #include "xla_gpu_model_internal.h"
 
 namespace memfit::xla_gpu_internal {
@@ -77,7 +78,7 @@ struct Pass {
   HloComputation& comp;
   const ReducedInputs& reduced_inputs;
   size_t n = 0;
-  std::unordered_map<std::string_view, uint32_t> index;
+  NameMap<uint32_t> index;                             // each instruction's place, by name
   std::vector<std::vector<uint32_t>> operands, users;  // unique, by index
   std::vector<Candidate> cand;
   // Groups: a union-find over the buffers; a group's data lives at its representative.
@@ -111,8 +112,8 @@ struct Pass {
     std::vector<uint32_t> seen_by(n, UINT32_MAX);  // the last instruction that listed each operand
     for (uint32_t i = 0; i < n; ++i) {
       for (const std::string& o : comp.instructions[i].operands) {
-        auto it = index.find(o);
-        if (it == index.end()) continue;  // fusion checked the edges; a body's parameter is not one
+        const auto* it = index.find(o);
+        if (it == nullptr) continue;  // fusion checked the edges; a body's parameter is not one
         if (seen_by[it->second] == i) continue;
         seen_by[it->second] = i;
         operands[i].push_back(it->second);
@@ -434,7 +435,7 @@ struct Pass {
     for (size_t k = 0; k < fusions.size(); ++k) {
       std::unordered_set<uint32_t> seen;
       for (const std::string& o : fusions[k].operands) {
-        const uint32_t oi = index.at(o);
+        const uint32_t oi = index.find(o)->second;
         if (seen.insert(oi).second) edge(oi, static_cast<uint32_t>(n + k));
       }
     }
