@@ -1051,6 +1051,14 @@ void Fusion::emit() {
     });
     return order;
   };
+  // What each reduction written reads, recorded before the loop below moves the instructions out (an
+  // operand written earlier would have lost its shape by the time its reduction is reached).
+  if (reduced_inputs != nullptr) {
+    for (uint32_t i = 0; i < n; ++i)
+      if (materialized[i] && role[i] == Role::kReduce && !operands[i].empty() &&
+          at(i).opcode == HloOpcode::kReduce)
+        reduced_inputs->emplace(at(i).name, at(operands[i][0]).shape);
+  }
   std::unordered_map<uint32_t, std::string> folded_name;  // folded dot -> its contracted result's name
   std::unordered_set<uint32_t> transposed_in_readers;     // folded sums whose transpose their readers fuse
   for (const auto& [r, x] : transposed_fold)
@@ -1070,9 +1078,6 @@ void Fusion::emit() {
       out.push_back(std::move(dot));
     }
     if (!materialized[i]) continue;
-    if (reduced_inputs != nullptr && role[i] == Role::kReduce && !operands[i].empty() &&
-        at(i).opcode == HloOpcode::kReduce)
-      reduced_inputs->emplace(at(i).name, at(operands[i][0]).shape);
     // Later buffers' operands are named by what they read; nothing else of this instruction is read again.
     HloInstruction inst = std::move(comp.instructions[i]);
     comp.instructions[i].name = inst.name;

@@ -1521,6 +1521,35 @@ ENTRY main.1 {
   EXPECT_EQ(groups.size(), 2u);
 }
 
+// A reduction and a loop that read the same written buffer share one fusion when the loop runs over what
+// the reduction reads (ShapesCompatibleForMultiOutputFusion: the reduction's input against the loop's
+// result): a bias's gradient, a column sum of the input gradient, computed in the kernel that writes that
+// gradient's elementwise successor. The reduction is compared by its input's shape, [1024, 1024] here,
+// which must survive fusion's rewrite of the computation (it once did not where the input was a buffer
+// written before the reduction: the reduction then looked like one over a single element).
+TEST(XlaGpuModel, AReductionJoinsALoopOverWhatItReduces) {
+  const std::string text = R"(HloModule jit_step
+
+region {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main.1 {
+  x = f32[1024,1024]{1,0} parameter(0)
+  y = f32[1024,1024]{1,0} parameter(1)
+  zero = f32[] constant(0)
+  bias_grad = f32[1024]{0} reduce(x, zero), dimensions={0}, to_apply=region
+  scaled = f32[1024,1024]{1,0} multiply(x, y)
+  ROOT r = (f32[1024]{0}, f32[1024,1024]{1,0}) tuple(bias_grad, scaled)
+}
+)";
+  const HloModule m = model_of(text);
+  ASSERT_NE(fusion_of(m, "bias_grad"), nullptr) << "a reduction over x and a loop over x, both reading x";
+  EXPECT_EQ(fusion_of(m, "bias_grad"), fusion_of(m, "scaled"));
+}
+
 // XLA's latency-hiding scheduler (latency_hiding_scheduled): a value saved to the host and brought back is
 // two copies, each a start and a done 5000 units apart; scheduling bottom-up, it puts work that does not wait
 // on a copy between the copy's start and its done. The memory scheduler runs the reader of the copy first (it
