@@ -726,14 +726,19 @@ struct Fusion {
   // the division, multi-output fused with the per-token log-likelihood). Later values first: a chain of small
   // values is written at its end.
   void write_values_recomputed_per_broadcast() {
-    std::vector<uint32_t> seen(n, UINT32_MAX);
+    // one_fusion_reading for every value, from each reader's: the readers come later in the computation
+    // and are decided first, so each is walked once (a chain of 10^5 fused ops walked from each of its
+    // values took 4096 steps a value).
+    std::vector<uint32_t> reading(n, kNoFusion);
     for (uint32_t v = static_cast<uint32_t>(n); v-- > 0;) {
+      reading[v] = fusion_reading_from_readers(v, reading);
       if (materialized[v] || !fuses(role[v]) || at(v).shape.is_tuple() || &at(v) == root) continue;
       // A scalar (an optimizer's bias correction, read by every update) is left to its readers: its buffer
       // would be 4 bytes, and XLA's CSE keeps one where the program computes it once per parameter.
       const uint64_t own = element_count[v];
       if (own < 2 || xla_flops_per_element(at(v).opcode, at(v).shape.type) == 0) continue;
-      const std::optional<uint32_t> reader = one_fusion_reading(v, seen);
+      const std::optional<uint32_t> reader =
+          reading[v] < n ? std::optional<uint32_t>(reading[v]) : std::nullopt;
       if (!reader) continue;
       const uint32_t c = *reader;
       const uint64_t read =
@@ -742,6 +747,30 @@ struct Fusion {
       const double extra = cone_flops(v, own) * (static_cast<double>(read) / static_cast<double>(own) - 1);
       if (!fuses_recomputed(extra, at(v).shape.own_bytes())) materialized[v] = true;
     }
+  }
+
+  // one_fusion_reading(v) from what each of v's readers gives (`reading`, filled for the readers already:
+  // they come later in the computation). kNoFusion: the readers end in no buffer; kSeveralFusions: in
+  // several, or in something no value fuses into. A reader out of order (not a program XLA accepts) counts
+  // as several.
+  static constexpr uint32_t kNoFusion = UINT32_MAX;
+  static constexpr uint32_t kSeveralFusions = UINT32_MAX - 1;
+  uint32_t fusion_reading_from_readers(uint32_t v, const std::vector<uint32_t>& reading) const {
+    uint32_t fusion = kNoFusion;
+    for (uint32_t u : users[v]) {
+      uint32_t ends = kSeveralFusions;
+      if (gemm_input[u] || is_gemm(u) || gemm_epilogue[u] || u <= v) {
+        ends = kSeveralFusions;
+      } else if (materialized[u]) {
+        ends = fuses(role[u]) || role[u] == Role::kReduce ? u : kSeveralFusions;
+      } else if (fuses(role[u]) || role[u] == Role::kReduce) {
+        ends = reading[u];
+      }
+      if (ends == kNoFusion) continue;
+      if (ends == kSeveralFusions || (fusion != kNoFusion && fusion != ends)) return kSeveralFusions;
+      fusion = ends;
+    }
+    return fusion;
   }
 
   // The one fusion all of `v`'s readers end up in, following its fused readers (elementwise ops, and
