@@ -28,18 +28,51 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "memfit/core/checked.h"
+#include "memfit/core/name_map.h"
 #include "memfit/plan/xla_gpu_model.h"
 #include "xla_gpu_model_internal.h"
 
 namespace memfit::xla_gpu_internal {
 
 namespace {
+
+// A value per name, for the tables the partitioner fills for every instruction it places (a deep step's
+// 6 x 10^4): the names kept once, in a deque (NameMap's keys must outlive it), the values in another
+// (references stay valid as entries are added, as unordered_map's do). A node-allocating
+// std::unordered_map<std::string, ...> each took a third of the partitioner's time in hashing, allocation
+// and freeing.
+template <typename V>
+class ByName {
+ public:
+  void reserve(size_t n) { ids_.reserve(n); }
+  V* find(std::string_view name) {
+    const auto* e = ids_.find(name);
+    return e == nullptr ? nullptr : &values_[e->second];
+  }
+  const V* find(std::string_view name) const {
+    const auto* e = ids_.find(name);
+    return e == nullptr ? nullptr : &values_[e->second];
+  }
+  bool contains(std::string_view name) const { return ids_.contains(name); }
+  V& operator[](std::string_view name) {
+    if (const auto* e = ids_.find(name)) return values_[e->second];
+    names_.emplace_back(name);
+    ids_.emplace(names_.back(), static_cast<uint32_t>(values_.size()));
+    return values_.emplace_back();
+  }
+
+ private:
+  NameMap<uint32_t> ids_;
+  std::deque<std::string> names_;
+  std::deque<V> values_;
+};
 
 constexpr int kWhole = -1;
 constexpr size_t kMostAxes = 64;  // partial sums are a bit per axis
@@ -209,18 +242,15 @@ class Partitioner {
 
   const std::vector<Sh>& sh(const std::string& name) {
     static const std::vector<Sh> none;
-    auto it = sh_.find(name);
-    return it == sh_.end() ? none : it->second;
+    const std::vector<Sh>* found = sh_.find(name);
+    return found == nullptr ? none : *found;
   }
   Sh array_sh(const std::string& name, size_t rank) {
     const auto& v = sh(name);
     if (v.size() == 1 && v[0].axis.size() == rank) return v[0];
     return whole(rank);
   }
-  const Shape* global_shape(const std::string& name) const {
-    auto it = global_.find(name);
-    return it == global_.end() ? nullptr : &it->second;
-  }
+  const Shape* global_shape(const std::string& name) const { return global_.find(name); }
 
   std::string fresh(const std::string& base, std::string_view what) {
     for (;;) {
@@ -1252,7 +1282,7 @@ class Partitioner {
     // A sharding annotation's operand now holds what it says: readers read that (XLA's partitioner leaves
     // no instruction for it; a bitcast left between would keep the reshard from fusing into them).
     if (is_sharding_call(x) && x.operands.size() == 1 && !x.is_root && !r.out.empty() &&
-        !x.shape.is_tuple() && global_.count(x.operands[0]) != 0 &&
+        !x.shape.is_tuple() && global_.contains(x.operands[0]) &&
         global_[x.operands[0]].dims == x.shape.dims) {
       sh_[x.name] = std::move(r.out);
       forward_[x.name] = x.operands[0];
@@ -1284,8 +1314,8 @@ class Partitioner {
 
   HloModule& m_;
   std::vector<std::pair<std::string, uint64_t>> axes_;  // token, parts
-  std::unordered_map<std::string, std::vector<Sh>> sh_;
-  std::unordered_map<std::string, Shape> global_;
+  ByName<std::vector<Sh>> sh_;
+  ByName<Shape> global_;
   std::unordered_map<std::string, std::vector<HloOpcode>> users_;
   std::unordered_map<std::string, size_t> computation_;  // by name
   // Every instruction as read, for looking ahead at a value's readers (the instructions themselves move).
