@@ -45,9 +45,9 @@ namespace {
 
 // A value per name, for the tables the partitioner fills for every instruction it places (a deep step's
 // 6 x 10^4): the names kept once, in a deque (NameMap's keys must outlive it), the values in another
-// (references stay valid as entries are added, as unordered_map's do). A node-allocating
-// std::unordered_map<std::string, ...> each took a third of the partitioner's time in hashing, allocation
-// and freeing.
+// (references stay valid as entries are added, as unordered_map's do). Against node-allocating
+// std::unordered_map<std::string, ...> tables, partitioning GPT's 300-layer stacked change over 4 devices
+// took 7% less time (2026-12-07: the rest of its time is spread thin, no other table stood out).
 template <typename V>
 class ByName {
  public:
