@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "memfit/core/name_map.h"
 #include "memfit/core/status.h"
 #include "memfit/program/hlo_module.h"
 
@@ -139,6 +141,17 @@ void place_offloaded_values(HloComputation& comp);
 // (xla_gpu_latency_hiding.cc), under the scheduler's memory limit; a computation without such copies keeps
 // its order.
 void latency_hiding_schedule(HloComputation& comp, uint64_t memory_limit_bytes);
+
+// A computation's data edges by index: each reader's operands once each, in the order it lists them, and
+// each instruction's readers in program order; `positional` every operand in place, as a tuple's elements
+// need. nullopt when an operand is not an instruction of the computation (not a well-formed one). `index`:
+// the computation's names, where the caller has them already.
+struct OperandGraph {
+  std::vector<std::vector<uint32_t>> operands, users;
+  std::vector<std::vector<uint32_t>> positional;
+};
+std::optional<OperandGraph> operand_graph(const HloComputation& comp, const NameIndex& index);
+std::optional<OperandGraph> operand_graph(const HloComputation& comp);
 
 // XLA's ListScheduler over the modeled computation; `runs_after`: pairs (a, b), b to run after a.
 void list_schedule(HloComputation& comp, const std::vector<std::pair<uint32_t, uint32_t>>& runs_after);

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -107,23 +108,16 @@ struct Pass {
     return x;
   }
 
-  void index_edges() {
+  // False where an operand is not an instruction of the computation (fusion checked the edges: never).
+  bool index_edges() {
     n = comp.instructions.size();
     index.reserve(n);
     for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
-    operands.assign(n, {});
-    users.assign(n, {});
-    std::vector<uint32_t> seen_by(n, UINT32_MAX);  // the last instruction that listed each operand
-    for (uint32_t i = 0; i < n; ++i) {
-      for (const std::string& o : comp.instructions[i].operands) {
-        const auto* it = index.find(o);
-        if (it == nullptr) continue;  // fusion checked the edges; a body's parameter is not one
-        if (seen_by[it->second] == i) continue;
-        seen_by[it->second] = i;
-        operands[i].push_back(it->second);
-      }
-      for (uint32_t o : operands[i]) users[o].push_back(i);
-    }
+    std::optional<OperandGraph> g = operand_graph(comp, index);
+    if (!g) return false;
+    operands = std::move(g->operands);
+    users = std::move(g->users);
+    return true;
   }
 
   void classify() {
@@ -471,7 +465,7 @@ struct Pass {
 void fuse_sibling_outputs(HloComputation& comp, const ReducedInputs& reduced_inputs,
                           std::vector<HloComputation>& bodies, std::unordered_set<std::string>& names) {
   Pass pass(comp, reduced_inputs);
-  pass.index_edges();
+  if (!pass.index_edges()) return;
   pass.classify();
   if (pass.fuse_siblings()) pass.rewrite(bodies, names);
 }

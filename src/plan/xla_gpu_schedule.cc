@@ -17,34 +17,33 @@
 namespace memfit {
 namespace xla_gpu_internal {
 
-namespace {
-
-// A computation's data edges by index, each operand once per reader; nullopt when an operand is not an
-// instruction of the computation (not a well-formed computation: its order is kept).
-struct OperandGraph {
-  std::vector<std::vector<uint32_t>> operands, users;
-  std::vector<std::vector<uint32_t>> positional;  // every operand in place, as a tuple's elements need
-};
-std::optional<OperandGraph> operand_graph(const HloComputation& comp) {
+std::optional<OperandGraph> operand_graph(const HloComputation& comp, const NameIndex& index) {
   const size_t n = comp.instructions.size();
-  NameIndex index;
-  index.reserve(n);
-  for (uint32_t i = 0; i < n; ++i) index.emplace(comp.instructions[i].name, i);
   OperandGraph g{std::vector<std::vector<uint32_t>>(n), std::vector<std::vector<uint32_t>>(n),
                  std::vector<std::vector<uint32_t>>(n)};
+  std::vector<uint32_t> listed_by(n, UINT32_MAX);  // the last reader that listed each operand: once each
   for (uint32_t i = 0; i < n; ++i) {
     for (const std::string& o : comp.instructions[i].operands) {
-      auto it = index.find(o);
-      if (it == index.end()) return std::nullopt;
+      const auto* it = index.find(o);
+      if (it == nullptr) return std::nullopt;
       g.positional[i].push_back(it->second);
-      if (std::find(g.operands[i].begin(), g.operands[i].end(), it->second) == g.operands[i].end()) {
-        g.operands[i].push_back(it->second);
-        g.users[it->second].push_back(i);
-      }
+      if (listed_by[it->second] == i) continue;
+      listed_by[it->second] = i;
+      g.operands[i].push_back(it->second);
+      g.users[it->second].push_back(i);
     }
   }
   return g;
 }
+
+std::optional<OperandGraph> operand_graph(const HloComputation& comp) {
+  NameIndex index;
+  index.reserve(comp.instructions.size());
+  for (uint32_t i = 0; i < comp.instructions.size(); ++i) index.emplace(comp.instructions[i].name, i);
+  return operand_graph(comp, index);
+}
+
+namespace {
 
 // The buffers each instruction reads, as XLA's ListScheduler counts them: every buffer in the points-to
 // set of each operand (TuplePointsToAnalysis), so a value read through a tuple, an optimization barrier and
