@@ -749,6 +749,16 @@ struct Fusion {
     }
   }
 
+  // What a reader of a fused value is to the fusion that takes the value in: the end of the walk where
+  // it fuses nothing in (a GEMM, an epilogue, a value written for a GEMM, a buffer that is no fusion), the
+  // fusion itself (a buffer of elementwise ops or a reduction), or a fused value whose readers are next.
+  enum class Reader : uint8_t { kStops, kEnds, kPasses };
+  Reader reader_of_fused(uint32_t u) const {
+    if (gemm_input[u] || is_gemm(u) || gemm_epilogue[u]) return Reader::kStops;
+    if (!fuses(role[u]) && role[u] != Role::kReduce) return Reader::kStops;
+    return materialized[u] ? Reader::kEnds : Reader::kPasses;
+  }
+
   // one_fusion_reading(v) from what each of v's readers gives (`reading`, filled for the readers already:
   // they come later in the computation). kNoFusion: the readers end in no buffer; kSeveralFusions: in
   // several, or in something no value fuses into. A reader out of order (not a program XLA accepts) counts
@@ -759,12 +769,17 @@ struct Fusion {
     uint32_t fusion = kNoFusion;
     for (uint32_t u : users[v]) {
       uint32_t ends = kSeveralFusions;
-      if (gemm_input[u] || is_gemm(u) || gemm_epilogue[u] || u <= v) {
-        ends = kSeveralFusions;
-      } else if (materialized[u]) {
-        ends = fuses(role[u]) || role[u] == Role::kReduce ? u : kSeveralFusions;
-      } else if (fuses(role[u]) || role[u] == Role::kReduce) {
-        ends = reading[u];
+      if (u > v) {
+        switch (reader_of_fused(u)) {
+          case Reader::kEnds:
+            ends = u;
+            break;
+          case Reader::kPasses:
+            ends = reading[u];
+            break;
+          case Reader::kStops:
+            break;
+        }
       }
       if (ends == kNoFusion) continue;
       if (ends == kSeveralFusions || (fusion != kNoFusion && fusion != ends)) return kSeveralFusions;
@@ -789,16 +804,17 @@ struct Fusion {
       stack.pop_back();
       if (seen[u] == v) continue;
       seen[u] = v;
-      if (++walked > kMaxWalk || gemm_input[u] || is_gemm(u) || gemm_epilogue[u] ||
-          (materialized[u] && fusion && *fusion != u))
-        return std::nullopt;
-      if (materialized[u]) {
-        if (!fuses(role[u]) && role[u] != Role::kReduce) return std::nullopt;
-        fusion = u;
-      } else if (fuses(role[u]) || role[u] == Role::kReduce) {
-        stack.insert(stack.end(), users[u].begin(), users[u].end());
-      } else {
-        return std::nullopt;
+      if (++walked > kMaxWalk) return std::nullopt;
+      switch (reader_of_fused(u)) {
+        case Reader::kStops:
+          return std::nullopt;
+        case Reader::kEnds:
+          if (fusion && *fusion != u) return std::nullopt;
+          fusion = u;
+          break;
+        case Reader::kPasses:
+          stack.insert(stack.end(), users[u].begin(), users[u].end());
+          break;
       }
     }
     return fusion;
