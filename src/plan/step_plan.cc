@@ -57,13 +57,15 @@ Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capa
 // devices packed 16 layers with 5.2 and 5.7 MB of holes, 32 and 48 layers with none and 0.5 MB; the lines
 // through the deeper growth gave the 300-layer plans' peaks to the byte (10.24 and 7.39 GB), and `memfit
 // fit --model gpt --layers 300 --capacity 16GiB` went from 14 s (three plans whole) to 8 s (one)
-// (2026-12-07). A line that wobbles more is still taken for a change that cannot fit (verdict_only): the
-// bytes live at once at 48 layers, or on the passes' exact lines at the step's depth, are over the pool, and
-// no packing goes under them - the search needs its verdict, and the figure is shown as an estimate. `memfit
-// fit --model vit
-// --precision bf16 --layers 300 --capacity 16GiB` (2026-12-05): 7 of its 18 plans so, the baseline the only
-// one whole; their figures 0.0-1.8% from their whole plans (+0.38% donation, +1.77% cuDNN attention, +0.98%
-// two microbatches, -0.04% eight), the fit 9.2-11.2 s -> 3.7-4.8 s (alternating runs, a quiet hour).
+// (2026-12-07). Holes that grow with depth are no such case: the default GPT's and bf16 ViT's steps hold
+// 33/67/134 MB and 48/280/280 MB of them at 16/32/48 layers and 335 MB and 2.97 GB at 300, so those steps
+// are planned whole. A line that wobbles more is still taken for a change that cannot fit (verdict_only):
+// the bytes live at once at 48 layers, or on the passes' exact lines at the step's depth, are over the pool,
+// and no packing goes under them - the search needs its verdict, and the figure is shown as an estimate.
+// `memfit fit --model vit --precision bf16 --layers 300 --capacity 16GiB` (2026-12-05): 7 of its 18 plans so,
+// the baseline the only one whole; their figures 0.0-1.8% from their whole plans (+0.38% donation, +1.77%
+// cuDNN attention, +0.98% two microbatches, -0.04% eight), the fit 9.2-11.2 s -> 3.7-4.8 s (alternating runs,
+// a quiet hour).
 constexpr uint64_t kFitExtrapolationFromLayers = 128;
 constexpr uint64_t kFitWobbleBytes = 64 << 10;
 

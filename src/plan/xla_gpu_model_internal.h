@@ -125,8 +125,8 @@ double xla_flops_per_element(HloOpcode op, PrimitiveType type);
 bool fuses_into_one_block_reduction(double producer_flops, uint64_t producer_bytes);
 
 // XLA:GPU's sibling multi-output fusion (xla_gpu_multi_output_fusion.cc) over a fused computation: buffers
-// read by the same buffer that one kernel can write together become one fusion with several outputs; the
-// fused computations it makes are appended to `bodies`, named apart from `names` (which receives them).
+// that read the same buffer and that one kernel can write together become one fusion with several outputs;
+// the fused computations it makes are appended to `bodies`, named apart from `names` (which receives them).
 void fuse_sibling_outputs(HloComputation& comp, const ReducedInputs& reduced_inputs,
                           std::vector<HloComputation>& bodies, std::unordered_set<std::string>& names);
 
