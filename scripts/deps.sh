@@ -16,7 +16,7 @@ memfit_need_packages() {
   fi
 }
 
-MEMFIT_BUILD_PACKAGES=(cmake make g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev libcpp-httplib-dev
+MEMFIT_BUILD_PACKAGES=(cmake make g++ pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev libjemalloc-dev libcpp-httplib-dev
   libprotobuf-dev protobuf-compiler golang-github-google-pprof-dev python3 python3-dev pybind11-dev)
 # lld: the test executables link several times faster (CMakeLists.txt uses it when the compiler can).
 MEMFIT_TEST_PACKAGES=(libgtest-dev libgmock-dev libbenchmark-dev clang-format chromium python3 prometheus python3-pytest lld)

@@ -1,5 +1,8 @@
 #include "memfit/alloc/microbench.h"
 
+#include <dlfcn.h>
+#include <gnu/libc-version.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -46,6 +49,19 @@ double median_ns_per_pair(const MicrobenchOptions& o, PairFn pair) {
 }
 
 }  // namespace
+
+std::string process_malloc() {
+  // jemalloc's control interface, looked up rather than linked: this library does not depend on jemalloc.
+  using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
+  if (auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"))) {
+    const char* version = nullptr;
+    size_t length = sizeof(version);
+    if (mallctl("version", static_cast<void*>(&version), &length, nullptr, 0) == 0 && version != nullptr)
+      return fmt::format("jemalloc {}", version);
+    return "jemalloc";
+  }
+  return fmt::format("glibc {}", gnu_get_libc_version());
+}
 
 std::vector<MicrobenchResult> run_microbench(const MicrobenchOptions& options) {
   std::vector<MicrobenchResult> results;

@@ -1,4 +1,4 @@
-// memfit bench: every allocator against std::malloc on this machine, side by side from one run.
+// memfit bench: every allocator against the process's std::malloc, side by side from one run.
 #include <fmt/format.h>
 
 #include <ostream>
@@ -39,11 +39,13 @@ Action add_bench_command(CLI::App& app, Io& io) {
                         {"median_ns", std::round(r.median_ns * 10) / 10},
                         {"ratio_to_malloc", r.ratio_to_malloc}});
       }
-      io.out << json_to_output(Json{{"device", "simulated"}, {"results", rows}});
+      io.out << json_to_output(
+          Json{{"device", "simulated"}, {"malloc", process_malloc()}, {"results", rows}});
       return kExitOk;
     }
     io.out << "memfit bench: median ns per alloc+free pair (allocators serve a simulated device; compare "
-              "ratios)\n\n";
+              "ratios)\n";
+    io.out << "malloc is this process's: " << process_malloc() << "\n\n";
     io.out << fmt::format("  {:<12} {:>10} {:>12} {:>10}\n", "allocator", "size", "median ns", "x malloc");
     for (const auto& r : results) {
       const std::string ratio = r.ratio_to_malloc < 0.01 ? "<0.01" : fmt::format("{:.2f}", r.ratio_to_malloc);
