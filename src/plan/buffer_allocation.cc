@@ -326,7 +326,7 @@ bool Builder::can_share(uint32_t operand_value, uint32_t c, uint32_t i,
   // The reduction emitter computes its reduction before it writes any other output, so a path through
   // the reduction does not stop the sharing ("allow multiple output users, if they end in reductions").
   // The emitter is taken to be the reduction emitter for every kInput fusion with a hero.
-  const HloInstruction* hero = user.fusion_kind == "kInput" ? reduction_hero_of(f) : nullptr;
+  const HloInstruction* hero = user.fusion_kind() == "kInput" ? reduction_hero_of(f) : nullptr;
   // Every op on a path from the parameter, the output's other users included, must read it in the order
   // the output is written: elementwise (no copy), a bitcast, the result tuple, the hero, or the first
   // operand of a dynamic-update-slice (elementwise on it). Reaching another output through the tuple is

@@ -200,7 +200,7 @@ Status Builder::alias_in_place(uint32_t c, uint32_t i) {
   };
   if (inst.opcode == HloOpcode::kDynamicUpdateSlice || inst.opcode == HloOpcode::kScatter)
     return alias_operand(0, 0, 0);
-  for (const auto& a : inst.operand_aliases) {
+  for (const auto& a : inst.operand_aliases()) {
     const Shape* s = inst.shape.at(a.output_index);
     if (s == nullptr) return error_at(inst, "output_to_operand_aliasing names an output it does not have");
     size_t node = 0;

@@ -136,8 +136,7 @@ struct Fusion {
       for (const std::string& name : bitcasts) is_bitcast.emplace(name, 0);
       for (HloInstruction& x : comp.instructions) {
         if (!is_bitcast.contains(x.name)) continue;
-        x.opcode = HloOpcode::kBitcast;
-        x.opcode_text.clear();
+        x.set_opcode(HloOpcode::kBitcast);
       }
     }
     return ok_status();

@@ -60,12 +60,11 @@ void place_offloaded_values(HloComputation& comp) {
       return it == shape_of.end() ? nullptr : it->second;
     };
     if (is_placement_annotation(x)) {
-      if (is_host_placement(x.buffer_placement) && !x.shape.is_tuple()) {
+      if (is_host_placement(x.buffer_placement()) && !x.shape.is_tuple()) {
         x.shape.memory_space = kHostMemorySpace;
         offloads = true;
-      } else if (x.buffer_placement == "device" && (!operand(0) || !holds_host_memory(*operand(0)))) {
-        x.opcode = HloOpcode::kBitcast;  // already on the device: the annotation moves nothing
-        x.opcode_text.clear();
+      } else if (x.buffer_placement() == "device" && (!operand(0) || !holds_host_memory(*operand(0)))) {
+        x.set_opcode(HloOpcode::kBitcast);  // already on the device: the annotation moves nothing
       }
     } else if (offloads) {
       switch (x.opcode) {

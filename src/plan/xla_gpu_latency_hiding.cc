@@ -138,7 +138,7 @@ std::optional<CopyGraph> copy_graph(const HloComputation& comp) {
     if (!is_placement(x) || x.shape.is_tuple() || x.is_root) continue;
     if (x.shape.memory_space == kHostMemorySpace) {
       g.transfer[i] = Transfer::kToHost;
-    } else if (x.buffer_placement == "device" && x.operands.size() == 1) {
+    } else if (x.buffer_placement() == "device" && x.operands.size() == 1) {
       g.transfer[i] = Transfer::kToDevice;  // a device annotation of a value already there became a bitcast
     }
     any = any || g.transfer[i] != Transfer::kNone;

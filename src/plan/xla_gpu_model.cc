@@ -353,8 +353,7 @@ void reshape_degenerate_reductions(HloComputation& comp) {
     if (in == shapes.end() || in->second->is_tuple() ||
         xla_gpu_internal::elements(*in->second) != xla_gpu_internal::elements(x.shape))
       continue;
-    x.opcode = HloOpcode::kReshape;
-    x.opcode_text.clear();
+    x.set_opcode(HloOpcode::kReshape);
     x.operands.resize(1);
     x.called.clear();
     x.dimensions.clear();
@@ -399,8 +398,7 @@ void fold_transposes(HloComputation& comp) {
     if (!valid) continue;
     t.operands[0] = first.operands[0];
     if (identity) {
-      t.opcode = HloOpcode::kBitcast;
-      t.opcode_text.clear();
+      t.set_opcode(HloOpcode::kBitcast);
       t.dimensions.clear();
     } else {
       t.dimensions = std::move(composed);
@@ -500,8 +498,7 @@ void split_k_gemms(HloComputation& comp) {
     partials.shape.dims.insert(partials.shape.dims.begin(), split[i]);
     partials.shape.minor_to_major.clear();
     HloInstruction sum = std::move(x);
-    sum.opcode = HloOpcode::kReduce;
-    sum.opcode_text.clear();
+    sum.set_opcode(HloOpcode::kReduce);
     sum.operands = {partials.name};
     sum.called.clear();
     sum.dimensions = {0};
@@ -697,8 +694,7 @@ void remove_sharding_annotations(HloComputation& comp) {
     if (target == "Sharding" || target == "SPMDFullToShardShape" || target == "SPMDShardToFullShape" ||
         target == "xla.sdy.GlobalToLocalShape" || target == "xla.sdy.LocalToGlobalShape" ||
         target == "xla.sdy.FuncResultSharding") {
-      x.opcode = HloOpcode::kBitcast;
-      x.opcode_text.clear();
+      x.set_opcode(HloOpcode::kBitcast);
     }
   }
 }

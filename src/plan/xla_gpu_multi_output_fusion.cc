@@ -390,7 +390,7 @@ struct Pass {
         body.instructions.push_back(std::move(out));
       }
       body.instructions.push_back(std::move(tuple));
-      f.fusion_kind = input ? "kInput" : "kLoop";
+      f.mutable_fusion_kind() = input ? "kInput" : "kLoop";
       f.called = {body.name};
       bodies.push_back(std::move(body));
       for (size_t k = 0; k < ms.size(); ++k) fusion_of[ms[k]] = static_cast<uint32_t>(fusions.size());
@@ -405,13 +405,12 @@ struct Pass {
       std::sort(ms.begin(), ms.end());
       for (size_t k = 0; k < ms.size(); ++k) {
         HloInstruction& m = comp.instructions[ms[k]];
-        m.opcode = HloOpcode::kGetTupleElement;
-        m.opcode_text.clear();
+        m.set_opcode(HloOpcode::kGetTupleElement);
         m.operands = {fusions[fusion_of[ms[k]]].name};
         m.tuple_index = static_cast<int64_t>(k);
         m.dimensions.clear();
         m.called.clear();
-        m.fusion_kind.clear();
+        m.mutable_fusion_kind().clear();
       }
     }
     // Kahn's order over the instructions and the fusions, the earliest place first: node i < n is an

@@ -121,7 +121,7 @@ class Partitioner {
     if (entry == nullptr) return ok_status();
     bool any = false;
     for (const HloInstruction& x : entry->instructions)
-      for (const auto& axes : x.sharding_axes)
+      for (const auto& axes : x.sharding_axes())
         for (const std::string& t : axes) any = any || !t.empty();
     if (!any) {  // every device runs the whole program: it is each device's already
       m_.partitioned = true;
@@ -161,8 +161,8 @@ class Partitioner {
     MEMFIT_RETURN_IF_ERROR(partition(*entry, nullptr, nullptr));
     for (HloInstruction& x : entry->instructions) {
       if (x.opcode == HloOpcode::kParameter || x.is_root) {
-        x.sharding_tiles.clear();
-        x.sharding_axes.clear();
+        if (!x.sharding_tiles().empty()) x.mutable_sharding_tiles().clear();
+        if (!x.sharding_axes().empty()) x.mutable_sharding_axes().clear();
       }
     }
     m_.partitioned = true;
@@ -214,9 +214,9 @@ class Partitioner {
 
   // The sharding an annotation gives the array at tuple element `k` (or the array itself), else nullopt.
   std::optional<Sh> given(const HloInstruction& x, size_t k, const Shape& array) {
-    if (k >= x.sharding_axes.size() || k >= x.sharding_tiles.size()) return std::nullopt;
-    const auto& tokens = x.sharding_axes[k];
-    const auto& tiles = x.sharding_tiles[k];
+    if (k >= x.sharding_axes().size() || k >= x.sharding_tiles().size()) return std::nullopt;
+    const auto& tokens = x.sharding_axes()[k];
+    const auto& tiles = x.sharding_tiles()[k];
     // No tokens: none given (the compiler's choice); tokens but no tiles: held whole.
     if (tokens.size() != array.dims.size() || (!tiles.empty() && tiles.size() != array.dims.size()) ||
         (tokens.empty() && !array.dims.empty()))
@@ -981,7 +981,7 @@ class Partitioner {
   // as the indices' (or the operand's batching dimensions) are, its offset dimensions as the operand's
   // where the slice takes the whole dimension; the dimensions indexed into are read whole.
   Rule gather(const HloInstruction& x, Rule& r) {
-    const HloInstruction::GatherDims& g = x.gather_dims;
+    const HloInstruction::GatherDims& g = x.gather_dims();
     const Shape& os = *global_shape(x.operands[0]);
     const Shape& is = *global_shape(x.operands[1]);
     const size_t rank = x.shape.dims.size();
@@ -1043,7 +1043,7 @@ class Partitioner {
   // scatters its share of the other update rows, a partial sum over the axes splitting them (jnp's
   // x.at[i].add, the gradient of a gather: summed where read).
   Rule scatter(const HloInstruction& x, Rule& r) {
-    const HloInstruction::GatherDims& g = x.gather_dims;
+    const HloInstruction::GatherDims& g = x.gather_dims();
     const Shape& ts = *global_shape(x.operands[0]);
     const Shape& is = *global_shape(x.operands[1]);
     const Shape& us = *global_shape(x.operands[2]);

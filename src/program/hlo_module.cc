@@ -455,12 +455,14 @@ namespace {
 
 // The list of dimension numbers an attribute of this name fills, or nullptr.
 std::vector<int64_t>* dimension_list(HloInstruction& inst, std::string_view key) {
-  HloInstruction::GatherDims& g = inst.gather_dims;
   if (key == "dimensions") return &inst.dimensions;
   if (key == "lhs_batch_dims") return &inst.lhs_batch_dims;
   if (key == "rhs_batch_dims") return &inst.rhs_batch_dims;
   if (key == "lhs_contracting_dims") return &inst.lhs_contracting_dims;
   if (key == "rhs_contracting_dims") return &inst.rhs_contracting_dims;
+  // The rest are a gather's or scatter's: only those have their dimension numbers written apart.
+  if (!key.ends_with("_dims")) return nullptr;
+  HloInstruction::GatherDims& g = inst.mutable_gather_dims();
   if (key == "offset_dims" || key == "update_window_dims") return &g.window;
   if (key == "collapsed_slice_dims" || key == "inserted_window_dims") return &g.collapsed;
   if (key == "operand_batching_dims" || key == "input_batching_dims") return &g.operand_batching;
@@ -536,11 +538,11 @@ Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line)
         key == "called_computations") {
       names_in(value, inst.called);
     } else if (key == "index_vector_dim") {
-      std::from_chars(value.data(), value.data() + value.size(), inst.gather_dims.index_vector_dim);
+      std::from_chars(value.data(), value.data() + value.size(), inst.mutable_gather_dims().index_vector_dim);
     } else if (key == "index") {
       std::from_chars(value.data(), value.data() + value.size(), inst.tuple_index);
     } else if (key == "kind") {
-      inst.fusion_kind = std::string(value);
+      inst.mutable_fusion_kind() = std::string(value);
     } else if (std::vector<int64_t>* numbers = dimension_list(inst, key)) {
       // "{0,2,1}": what the model of XLA:GPU needs to see a reduction over a dot's batch dimensions, and its
       // model of the SPMD partitioner to map a dot's, gather's or scatter's shardings.
@@ -563,21 +565,24 @@ Expected<HloInstruction> parse_instruction(std::string_view text, uint64_t line)
       // What each device holds of an argument or a result: {devices=...} splits an array, {{...}, ...} each
       // element of a tuple.
       if (!inst.shape.is_tuple()) {
-        inst.sharding_tiles = {sharding_tiles(value, inst.shape.dims.size())};
-        inst.sharding_axes = {sharding_axis_tokens(value, inst.shape.dims.size())};
+        inst.mutable_sharding_tiles() = {sharding_tiles(value, inst.shape.dims.size())};
+        inst.mutable_sharding_axes() = {sharding_axis_tokens(value, inst.shape.dims.size())};
       } else if (value.starts_with("{{") && value.ends_with("}}")) {
         const auto parts = split_top(value.substr(1, value.size() - 2));
         for (size_t k = 0; k < parts.size() && k < inst.shape.elements.size(); ++k) {
-          inst.sharding_tiles.push_back(sharding_tiles(parts[k], inst.shape.elements[k].dims.size()));
-          inst.sharding_axes.push_back(sharding_axis_tokens(parts[k], inst.shape.elements[k].dims.size()));
+          inst.mutable_sharding_tiles().push_back(
+              sharding_tiles(parts[k], inst.shape.elements[k].dims.size()));
+          inst.mutable_sharding_axes().push_back(
+              sharding_axis_tokens(parts[k], inst.shape.elements[k].dims.size()));
         }
       }
     } else if (key == "custom_call_target") {
       inst.custom_call_target = std::string(unquote(value));
     } else if (key == "frontend_attributes") {
-      inst.buffer_placement = buffer_placement_attribute(value);
+      if (std::string placement = buffer_placement_attribute(value); !placement.empty())
+        inst.mutable_buffer_placement() = std::move(placement);
     } else if (key == "output_to_operand_aliasing") {
-      MEMFIT_ASSIGN_OR_RETURN(inst.operand_aliases, parse_operand_aliases(value, line));
+      MEMFIT_ASSIGN_OR_RETURN(inst.mutable_operand_aliases(), parse_operand_aliases(value, line));
     } else if (key == "backend_config") {
       // Which compiler wrote it: XLA:CPU partitions loops and calls XNNPACK/oneDNN fusions; XLA:GPU
       // configures fusions and operation queues.

@@ -120,8 +120,8 @@ class Reader {
         }
         if (std::any_of(result_tiles_.begin(), result_tiles_.end(),
                         [](const auto& t) { return !t.empty(); })) {
-          root.sharding_tiles = result_tiles_;
-          root.sharding_axes = result_axes_;
+          root.mutable_sharding_tiles() = result_tiles_;
+          root.mutable_sharding_axes() = result_axes_;
         }
       }
     }
@@ -456,8 +456,8 @@ class Reader {
       HloInstruction p;
       if (is_main) {
         Split split = argument_split(attrs, shape.dims.size());
-        p.sharding_tiles = {std::move(split.tiles)};
-        p.sharding_axes = {std::move(split.axes)};
+        p.mutable_sharding_tiles() = {std::move(split.tiles)};
+        p.mutable_sharding_axes() = {std::move(split.axes)};
       }
       p.name = arg_name;
       p.opcode = HloOpcode::kParameter;
@@ -890,7 +890,8 @@ class Reader {
           ++end;
         inst.custom_call_target = std::string(body.substr(at + 1, end - at - 1));
       }
-      inst.buffer_placement = buffer_placement_attribute(body);
+      if (std::string placement = buffer_placement_attribute(body); !placement.empty())
+        inst.mutable_buffer_placement() = std::move(placement);
     }
     // What the model of XLA:GPU needs to see a reduction over a dot's batch dimensions.
     if (opname == "stablehlo.transpose" || opname == "stablehlo.broadcast_in_dim") {
@@ -911,7 +912,7 @@ class Reader {
       if (const size_t at = body.find("contracting_dims = ["); at != std::string_view::npos)
         inst.rhs_contracting_dims = int_list_after(body.substr(at), "] x [");
     } else if (opname == "stablehlo.gather" || opname == "stablehlo.scatter") {
-      HloInstruction::GatherDims& g = inst.gather_dims;
+      HloInstruction::GatherDims& g = inst.mutable_gather_dims();
       const bool gather = opname == "stablehlo.gather";
       g.window = int_list_after(body, gather ? "offset_dims = [" : "update_window_dims = [");
       g.collapsed = int_list_after(body, gather ? "collapsed_slice_dims = [" : "inserted_window_dims = [");

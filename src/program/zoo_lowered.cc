@@ -115,7 +115,7 @@ LoweredEmitter::V LoweredEmitter::unary(const char* opcode, const V& x) {
 LoweredEmitter::V LoweredEmitter::place(const V& x, const char* placement) {
   HloInstruction i = make(x.shape, "custom-call", {x.name});
   i.custom_call_target = "annotate_device_placement";
-  i.buffer_placement = placement;
+  i.mutable_buffer_placement() = placement;
   return push(std::move(i));
 }
 
@@ -354,7 +354,7 @@ namespace {
 // `rows`: the gather's result, or the scatter's updates.
 void number_gather(HloInstruction& i, const Shape& operand, const Shape& indices, const Shape& rows,
                    bool scatter) {
-  HloInstruction::GatherDims& g = i.gather_dims;
+  HloInstruction::GatherDims& g = i.mutable_gather_dims();
   const auto rank = static_cast<int64_t>(operand.dims.size());
   g.index_vector_dim = static_cast<int64_t>(indices.dims.size()) - 1;
   if (indices.dims.size() == operand.dims.size() + 1 && rows.dims.size() == operand.dims.size() &&

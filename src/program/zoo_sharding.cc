@@ -83,8 +83,8 @@ void shard_lowered_step(const ModelSpec& spec, HloModule& module, StepArguments&
       share.dims[k] = (share.dims[k] + tiles[k] - 1) / tiles[k];
     }
     const bool split = std::any_of(tiles.begin(), tiles.end(), [](uint64_t t) { return t > 1; });
-    p.sharding_tiles = {split ? tiles : std::vector<uint64_t>()};
-    p.sharding_axes = {axes};
+    p.mutable_sharding_tiles() = {split ? tiles : std::vector<uint64_t>()};
+    p.mutable_sharding_axes() = {axes};
     // Each device's share (sizes were checked whole, before the writer ran: a share is smaller).
     const uint64_t bytes = share.own_bytes();
     if (p.category == "parameters")

@@ -160,7 +160,7 @@ class Emitter {
   T fusion(const std::vector<T>& in, const Shape& out, const char* kind, const std::string& op_name,
            const std::string& category) {
     HloInstruction i = make(out, "fusion", op_name, category);
-    i.fusion_kind = kind;
+    i.mutable_fusion_kind() = kind;
     for (const T& t : in) i.operands.push_back(t.name);
     i.called.push_back(body(in, out, kind));
     return push(std::move(i));

@@ -435,7 +435,7 @@ HloModule with_copies_as_placements(HloModule m) {
         x.operands = {start_operand[x.operands[0]]};
         x.set_opcode("custom-call");
         x.custom_call_target = "annotate_device_placement";
-        x.buffer_placement = x.shape.memory_space == kHostMemorySpace ? "pinned_host" : "device";
+        x.mutable_buffer_placement() = x.shape.memory_space == kHostMemorySpace ? "pinned_host" : "device";
       }
       out.push_back(std::move(x));
     }

@@ -1341,8 +1341,8 @@ TEST(ModelZoo, AnMlpOffloadsItsSavedGemmResultsToTheHost) {
   size_t to_host = 0, to_device = 0;
   for (const HloComputation& c : built->computations)
     for (const HloInstruction& x : c.instructions) {
-      to_host += x.buffer_placement == "pinned_host";
-      to_device += x.buffer_placement == "device";
+      to_host += x.buffer_placement() == "pinned_host";
+      to_device += x.buffer_placement() == "device";
     }
   EXPECT_EQ(to_host, 4u) << "the four hidden layers' GEMM results";
   EXPECT_EQ(to_device, 4u);

@@ -107,7 +107,7 @@ TEST(StepPlan, OffloadSendsTheDotsJaxMarksForTheHost) {
   uint64_t marked_bytes = 0;
   for (const HloComputation& c : lowered->computations)
     for (const HloInstruction& x : c.instructions)
-      if (x.buffer_placement == "pinned_host") marked_bytes += x.shape.own_bytes();
+      if (x.buffer_placement() == "pinned_host") marked_bytes += x.shape.own_bytes();
   ASSERT_GT(marked_bytes, 0u);
   auto plan_with = [&](const std::string& remat) {
     auto spec = model_spec_from_json(Json::parse(

@@ -542,7 +542,7 @@ ENTRY main.3 {
   dw = f32[1024,1024]{1,0} dot(back, x), lhs_contracting_dims={0}, rhs_contracting_dims={0}
   ROOT r = f32[1024,1024]{1,0} add(dw, still)
 })");
-  EXPECT_EQ(find(m, "to_host")->buffer_placement, "pinned_host");
+  EXPECT_EQ(find(m, "to_host")->buffer_placement(), "pinned_host");
   auto modeled = model_xla_gpu(m);
   ASSERT_TRUE(modeled.ok()) << modeled.error().message();
   const HloInstruction* to_host = find(*modeled, "to_host");

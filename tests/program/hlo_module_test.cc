@@ -139,6 +139,54 @@ TEST(HloModule, InstructionsCarryOperandsCalledComputationsAndOpNames) {
   EXPECT_TRUE(jax_op);
 }
 
+// The attributes few instructions carry (HloInstruction::Rare) are held apart, and behave as members: an
+// instruction without them reads them empty and holds no box; one that has them is copied whole (a copy
+// changed leaves the original as it was) and moved with its box.
+TEST(HloModule, RareAttributesAreHeldApartAndCopiedWithTheirInstruction) {
+  auto module = parse_hlo_module(
+      R"(HloModule m, entry_computation_layout={(f32[8,4]{1,0}, s32[2,1]{1,0})->f32[2,4]{1,0}}
+
+ENTRY main {
+  p = f32[8,4]{1,0} parameter(0), sharding={devices=[2,1]<=[2]}
+  i = s32[2,1]{1,0} parameter(1)
+  g = f32[2,4]{1,0} gather(p, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,4}
+  ROOT n = f32[2,4]{1,0} negate(g)
+})");
+  ASSERT_TRUE(module.ok()) << module.error().message();
+  const HloComputation* entry = module->entry();
+  ASSERT_NE(entry, nullptr);
+  ASSERT_EQ(entry->instructions.size(), 4u);
+  const HloInstruction& p = entry->instructions[0];
+  const HloInstruction& g = entry->instructions[2];
+  const HloInstruction& n = entry->instructions[3];
+  EXPECT_EQ(p.sharding_tiles(), (std::vector<std::vector<uint64_t>>{{2, 1}}));
+  EXPECT_EQ(g.gather_dims().window, (std::vector<int64_t>{1}));
+  EXPECT_EQ(g.gather_dims().collapsed, (std::vector<int64_t>{0}));
+  EXPECT_EQ(g.gather_dims().index_vector_dim, 1);
+  EXPECT_FALSE(n.rare.has_value());
+  EXPECT_FALSE(entry->instructions[1].rare.has_value()) << "a parameter without a sharding";
+  EXPECT_TRUE(n.sharding_tiles().empty());
+  EXPECT_TRUE(n.gather_dims().window.empty());
+  EXPECT_EQ(n.gather_dims().index_vector_dim, -1);
+  EXPECT_TRUE(n.fusion_kind().empty());
+  EXPECT_EQ(n.opcode_name(), "negate");
+
+  HloInstruction copy = g;
+  copy.mutable_gather_dims().window = {7};
+  copy.set_opcode("scatter-ish");
+  EXPECT_EQ(copy.opcode, HloOpcode::kUnknown);
+  EXPECT_EQ(copy.opcode_name(), "scatter-ish");
+  EXPECT_EQ(g.gather_dims().window, (std::vector<int64_t>{1})) << "the original keeps its own";
+  EXPECT_EQ(g.opcode_name(), "gather");
+  copy.set_opcode(HloOpcode::kNegate);
+  EXPECT_EQ(copy.opcode_name(), "negate") << "XLA's spelling once the opcode is set";
+  HloInstruction moved = std::move(copy);
+  EXPECT_EQ(moved.gather_dims().window, (std::vector<int64_t>{7}));
+  HloInstruction assigned;
+  assigned = moved;
+  EXPECT_EQ(assigned.gather_dims().window, (std::vector<int64_t>{7}));
+  EXPECT_EQ(moved.gather_dims().window, (std::vector<int64_t>{7}));
+}
 TEST(HloModule, ShapesTuplesAndPackedTypes) {
   auto module = parse_hlo_module(
       "HloModule m, is_scheduled=true, input_output_alias={ {1}: (0, {}, may-alias) }\n"

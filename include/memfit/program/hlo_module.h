@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -45,27 +46,34 @@ struct Shape {
   std::string to_string() const;  // "f32[2048,1024]", "(f32[4], s32[])"
 };
 
+// A T on the heap that is copied with its owner, and takes one pointer while nothing has been written to it.
+template <typename T>
+class Boxed {
+ public:
+  Boxed() = default;
+  Boxed(const Boxed& other) : value_(other.value_ ? std::make_unique<T>(*other.value_) : nullptr) {}
+  Boxed(Boxed&&) noexcept = default;
+  Boxed& operator=(const Boxed& other) {
+    if (this != &other) value_ = other.value_ ? std::make_unique<T>(*other.value_) : nullptr;
+    return *this;
+  }
+  Boxed& operator=(Boxed&&) noexcept = default;
+  ~Boxed() = default;
+
+  bool has_value() const { return value_ != nullptr; }
+  // The value, or a default-made one when none was written.
+  const T& get() const { return value_ ? *value_ : kEmpty; }
+  T& mutable_get() {
+    if (!value_) value_ = std::make_unique<T>();
+    return *value_;
+  }
+
+ private:
+  static inline const T kEmpty{};
+  std::unique_ptr<T> value_;
+};
+
 struct HloInstruction {
-  std::string name;  // without the '%'
-  HloOpcode opcode = HloOpcode::kUnknown;
-  std::string opcode_text;  // the opcode as written, when XLA's name for it differs (see opcode_name)
-  Shape shape;
-  std::vector<std::string> operands;  // instruction names
-  std::vector<std::string> called;    // computations: calls=, to_apply=, condition=, body=, branches
-  std::string op_name;                // metadata={op_name="jit(step)/..."}
-  int64_t parameter_number = -1;      // parameter(N)
-  int64_t tuple_index = -1;           // get-tuple-element index=N
-  std::string fusion_kind;            // fusion kind=kLoop|kInput|kOutput|kCustom
-  std::string custom_call_target;     // custom-call custom_call_target="..."
-  // custom-call annotate_device_placement: where JAX asked the value to live, frontend_attributes'
-  // _xla_buffer_placement ("pinned_host", "unpinned_host", "device"): jax.device_put(x, memory_kind=...) and
-  // offloading remat policies. Empty otherwise.
-  std::string buffer_placement;
-  std::vector<int64_t> dimensions;      // reduce: the dimensions reduced; transpose: the permutation
-  std::vector<int64_t> lhs_batch_dims;  // dot: lhs_batch_dims= (StableHLO batching_dims, left side)
-  // dot: the other dimension numbers (StableHLO's batching_dims right side, contracting_dims both sides),
-  // which the model of XLA's SPMD partitioner needs to map a dot's shardings.
-  std::vector<int64_t> rhs_batch_dims, lhs_contracting_dims, rhs_contracting_dims;
   // gather and scatter: their dimension numbers - gather's offset_dims, collapsed_slice_dims,
   // operand_batching_dims, start_indices_batching_dims; scatter's update_window_dims, inserted_window_dims,
   // input_batching_dims, scatter_indices_batching_dims - and index_vector_dim (-1: not given).
@@ -73,41 +81,90 @@ struct HloInstruction {
     std::vector<int64_t> window, collapsed, operand_batching, indices_batching;
     int64_t index_vector_dim = -1;
   };
-  GatherDims gather_dims;
-  HloOpcode reducer = HloOpcode::kUnknown;  // reduce (StableHLO): the combining op when it is one op
   // output_to_operand_aliasing={{out}: (operand, {index})}: outputs written in place over an operand.
   struct OperandAlias {
     std::vector<uint64_t> output_index;
     uint64_t operand = 0;
     std::vector<uint64_t> operand_index;
   };
-  std::vector<OperandAlias> operand_aliases;
+  // What few instructions carry, held apart (Boxed): a plan moves and copies every instruction of a
+  // 10^5-instruction program pass after pass, and these were 272 of an instruction's 712 bytes.
+  struct Rare {
+    std::string opcode_text;  // the opcode as written, when XLA's name for it differs (see opcode_name)
+    std::string fusion_kind;  // fusion kind=kLoop|kInput|kOutput|kCustom
+    // custom-call annotate_device_placement: where JAX asked the value to live, frontend_attributes'
+    // _xla_buffer_placement ("pinned_host", "unpinned_host", "device"): jax.device_put(x,
+    // memory_kind=...) and offloading remat policies. Empty otherwise.
+    std::string buffer_placement;
+    GatherDims gather_dims;
+    std::vector<OperandAlias> operand_aliases;
+    // A parameter or the ENTRY root of a program before partitioning: into how many parts its sharding
+    // splits each dimension across the devices - one list for an array, one per element for a tuple (HLO's
+    // sharding={devices=[8,1]<=[8]} or {{...}, {...}}, StableHLO's mhlo.sharding or sdy.sharding on main's
+    // arguments and results). An empty list: every device holds it whole.
+    std::vector<std::vector<uint64_t>> sharding_tiles;
+    // Beside sharding_tiles (same layout), which device axis splits each dimension: a token per dimension,
+    // "" when it is whole. Two dimensions split by one token are split the same way across the devices (the
+    // same mesh axis): Shardy's axis names ("data", "data,model"), or for an HLO sharding the devices' order
+    // along that tile dimension (sharding_axis_tokens). An empty list: no sharding given (the compiler's
+    // choice). Also read for a Sharding custom call (jax.lax.with_sharding_constraint).
+    std::vector<std::vector<std::string>> sharding_axes;
+  };
+
+  std::string name;  // without the '%'
+  HloOpcode opcode = HloOpcode::kUnknown;
+  Shape shape;
+  std::vector<std::string> operands;    // instruction names
+  std::vector<std::string> called;      // computations: calls=, to_apply=, condition=, body=, branches
+  std::string op_name;                  // metadata={op_name="jit(step)/..."}
+  int64_t parameter_number = -1;        // parameter(N)
+  int64_t tuple_index = -1;             // get-tuple-element index=N
+  std::string custom_call_target;       // custom-call custom_call_target="..."
+  std::vector<int64_t> dimensions;      // reduce: the dimensions reduced; transpose: the permutation
+  std::vector<int64_t> lhs_batch_dims;  // dot: lhs_batch_dims= (StableHLO batching_dims, left side)
+  // dot: the other dimension numbers (StableHLO's batching_dims right side, contracting_dims both sides),
+  // which the model of XLA's SPMD partitioner needs to map a dot's shardings.
+  std::vector<int64_t> rhs_batch_dims, lhs_contracting_dims, rhs_contracting_dims;
+  HloOpcode reducer = HloOpcode::kUnknown;       // reduce (StableHLO): the combining op when it is one op
   HloPlatform platform = HloPlatform::kUnknown;  // what its backend_config says, if anything
-  // A parameter or the ENTRY root of a program before partitioning: into how many parts its sharding
-  // splits each dimension across the devices - one list for an array, one per element for a tuple (HLO's
-  // sharding={devices=[8,1]<=[8]} or {{...}, {...}}, StableHLO's mhlo.sharding or sdy.sharding on main's
-  // arguments and results). An empty list: every device holds it whole.
-  std::vector<std::vector<uint64_t>> sharding_tiles;
-  // Beside sharding_tiles (same layout), which device axis splits each dimension: a token per dimension, ""
-  // when it is whole. Two dimensions split by one token are split the same way across the devices (the
-  // same mesh axis): Shardy's axis names ("data", "data,model"), or for an HLO sharding the devices' order
-  // along that tile dimension (sharding_axis_tokens). An empty list: no sharding given (the compiler's
-  // choice). Also read for a Sharding custom call (jax.lax.with_sharding_constraint).
-  std::vector<std::vector<std::string>> sharding_axes;
   // What the buffer is for, when memfit built the program (model zoo): parameters, optimizer_state,
   // gradients, activations, temporaries. Empty for parsed modules.
   std::string category;
   bool is_root = false;
   uint64_t line = 0;
+  Boxed<Rare> rare;  // read through the accessors below
+
+  const std::string& fusion_kind() const { return rare.get().fusion_kind; }
+  std::string& mutable_fusion_kind() { return rare.mutable_get().fusion_kind; }
+  const std::string& buffer_placement() const { return rare.get().buffer_placement; }
+  std::string& mutable_buffer_placement() { return rare.mutable_get().buffer_placement; }
+  const GatherDims& gather_dims() const { return rare.get().gather_dims; }
+  GatherDims& mutable_gather_dims() { return rare.mutable_get().gather_dims; }
+  const std::vector<OperandAlias>& operand_aliases() const { return rare.get().operand_aliases; }
+  std::vector<OperandAlias>& mutable_operand_aliases() { return rare.mutable_get().operand_aliases; }
+  const std::vector<std::vector<uint64_t>>& sharding_tiles() const { return rare.get().sharding_tiles; }
+  std::vector<std::vector<uint64_t>>& mutable_sharding_tiles() { return rare.mutable_get().sharding_tiles; }
+  const std::vector<std::vector<std::string>>& sharding_axes() const { return rare.get().sharding_axes; }
+  std::vector<std::vector<std::string>>& mutable_sharding_axes() { return rare.mutable_get().sharding_axes; }
 
   // The opcode as the text spells it (fusion-start for an async-start of a fusion, a StableHLO op with no
   // HLO twin), else XLA's name for it.
   std::string_view opcode_name() const {
-    return opcode_text.empty() ? hlo_opcode_name(opcode) : std::string_view(opcode_text);
+    const std::string& text = rare.get().opcode_text;
+    return text.empty() ? hlo_opcode_name(opcode) : std::string_view(text);
+  }
+  // Another opcode, spelled XLA's way.
+  void set_opcode(HloOpcode op) {
+    opcode = op;
+    if (!rare.get().opcode_text.empty()) rare.mutable_get().opcode_text.clear();
   }
   void set_opcode(std::string_view spelled) {
     opcode = hlo_opcode_from_name(spelled);
-    opcode_text = hlo_opcode_name(opcode) == spelled ? std::string() : std::string(spelled);
+    if (hlo_opcode_name(opcode) != spelled) {
+      rare.mutable_get().opcode_text = std::string(spelled);
+    } else if (!rare.get().opcode_text.empty()) {
+      rare.mutable_get().opcode_text.clear();
+    }
   }
 };
 
