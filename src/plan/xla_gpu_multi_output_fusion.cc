@@ -410,7 +410,7 @@ struct Pass {
         m.tuple_index = static_cast<int64_t>(k);
         m.dimensions.clear();
         m.called.clear();
-        m.mutable_fusion_kind().clear();
+        if (!m.fusion_kind().empty()) m.mutable_fusion_kind().clear();  // no box made for nothing
       }
     }
     // Kahn's order over the instructions and the fusions, the earliest place first: node i < n is an
