@@ -51,6 +51,12 @@ double median_ns_per_pair(const MicrobenchOptions& o, PairFn pair) {
 }  // namespace
 
 std::string process_malloc() {
+  // A sanitizer's runtime takes malloc over whatever the executable links (memfit_malloc is left out there).
+#if defined(MEMFIT_SANITIZER_ADDRESS)
+  return "AddressSanitizer's";
+#elif defined(MEMFIT_SANITIZER_THREAD)
+  return "ThreadSanitizer's";
+#endif
   // jemalloc's control interface, looked up rather than linked: this library does not depend on jemalloc.
   using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
   if (auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"))) {

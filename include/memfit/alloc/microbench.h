@@ -29,8 +29,8 @@ struct MicrobenchOptions {
 std::vector<MicrobenchResult> run_microbench(const MicrobenchOptions& options);
 
 // The malloc this process allocates through, the "malloc" row's: "jemalloc <version>" where the executable
-// links jemalloc (memfit does, where it is installed: src/malloc/jemalloc_config.cc) or preloads it, else
-// "glibc <version>".
+// links jemalloc (memfit does, where it is installed: src/malloc/jemalloc_config.cc) or preloads it, a
+// sanitizer's in a sanitizer build, else "glibc <version>".
 std::string process_malloc();
 
 }  // namespace memfit
