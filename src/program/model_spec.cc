@@ -336,10 +336,19 @@ Status validate_model_spec(const ModelSpec& s) {
         fmt::format("mesh has {} axes but mesh_axes names {}", s.mesh.size(), s.mesh_axes.size()));
   if (s.sharding != ShardingKind::kReplicated && s.mesh.empty())
     return invalid_argument(fmt::format("sharding {} needs a mesh", to_string(s.sharding)));
+  // An axis of one device splits nothing: say so, rather than that the axis is missing (`--mesh data=1`).
   if (s.sharding == ShardingKind::kTp && s.axis_size("model") == 1)
-    return invalid_argument("sharding tp needs a 'model' mesh axis");
+    return invalid_argument(
+        "sharding tp needs a 'model' mesh axis of 2 or more devices (on one device: sharding replicated)");
   if ((s.sharding == ShardingKind::kFsdp) && s.axis_size("data") == 1)
-    return invalid_argument("sharding fsdp needs a 'data' mesh axis");
+    return invalid_argument(
+        "sharding fsdp needs a 'data' mesh axis of 2 or more devices (on one device: sharding replicated)");
+  // reference_programs.py's tensor parallelism splits a transformer's wqkv, wo, w1, w2 and embedding by name;
+  // an MLP has none of them, so every device would hold all of it - a plan that reads as split and is not.
+  if (s.model == ModelFamily::kMlp && s.sharding == ShardingKind::kTp)
+    return invalid_argument(
+        "sharding: tp is not built for the mlp (tensor parallelism splits a transformer's attention and MLP "
+        "weights; an MLP's layers would stay whole on every device): shard it with fsdp");
   const uint64_t data = s.axis_size("data");
   if ((s.batch / s.accum) % data != 0)
     return invalid_argument(fmt::format("batch: {} per microbatch does not split over the data axis of {}",

@@ -996,6 +996,13 @@ TEST(ModelZoo, NonsenseSpecsAreRefusedWithAReason) {
       {R"({"model": "gpt", "sharding": "fsdp"})", "mesh"},
       {R"({"model": "gpt", "mesh": [2, 4], "mesh_axes": ["data"]})", "mesh"},
       {R"({"model": "gpt", "batch": 8, "sharding": "fsdp", "mesh": [16], "mesh_axes": ["data"]})", "batch"},
+      // A mesh axis of one device is there but splits nothing: the reason says so, not that it is missing.
+      {R"({"model": "gpt", "sharding": "fsdp", "mesh": [1], "mesh_axes": ["data"]})", "2 or more devices"},
+      {R"({"model": "gpt", "sharding": "tp", "mesh": [1], "mesh_axes": ["model"]})", "2 or more devices"},
+      // Tensor parallelism splits a transformer's weights by name; an MLP's stayed whole on every device
+      // while the plan said "tp over 4 devices".
+      {R"({"model": "mlp", "sharding": "tp", "mesh": [4], "mesh_axes": ["model"]})",
+       "tp is not built for the mlp"},
       {R"({"model": "gpt", "colour": "red"})", "colour"},
       {R"({"model": "gpt", "layers": "eight"})", "layers"},
       {R"({"model": "mlp", "remat_layers": [12]})", "remat_layers"},
