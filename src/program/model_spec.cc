@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <set>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "memfit/core/checked.h"
 #include "memfit/core/json.h"
@@ -139,6 +142,44 @@ uint64_t ModelSpec::axis_size(const std::string& name) const {
   return 1;
 }
 
+namespace {
+
+// The shape keys a family is built from; the others (batch, precision, remat, ...) apply to every family or
+// are refused with their own reason in validate_model_spec (d_ff, kv_heads, attn).
+struct FamilyKeys {
+  ModelFamily model;
+  std::vector<std::string_view> keys;
+};
+const std::vector<FamilyKeys>& family_shape_keys() {
+  static const std::vector<FamilyKeys> kKeys = {
+      {ModelFamily::kGpt, {"vocab", "d_model", "heads", "layers", "seq"}},
+      {ModelFamily::kFlaxEncoder, {"vocab", "d_model", "heads", "layers", "seq"}},
+      {ModelFamily::kVit, {"d_model", "heads", "layers", "image", "patch", "channels", "classes"}},
+      {ModelFamily::kMlp, {"din", "width", "depth", "dout"}},
+      {ModelFamily::kFlaxCnn, {"image", "channels", "classes", "widths"}},
+  };
+  return kKeys;
+}
+
+// A shape key of another family is refused, not ignored: `--seq 4096` on a ViT planned the ViT unchanged.
+Status check_shape_keys(const Json& config, ModelFamily model) {
+  std::vector<std::string_view> own;
+  for (const FamilyKeys& f : family_shape_keys())
+    if (f.model == model) own = f.keys;
+  for (const FamilyKeys& f : family_shape_keys()) {
+    for (std::string_view key : f.keys) {
+      if (!config.contains(std::string(key)) || std::find(own.begin(), own.end(), key) != own.end()) continue;
+      std::string keys;
+      for (std::string_view k : own) keys += fmt::format("{}{}", keys.empty() ? "" : ", ", k);
+      return invalid_argument(
+          fmt::format("{}: the {} has no {} (it is shaped by {})", key, to_string(model), key, keys));
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
 Expected<ModelSpec> model_spec_from_json(const Json& config) {
   if (!config.is_object()) return invalid_argument("a model spec is a JSON object of config keys");
   static const std::set<std::string> kKeys = {
@@ -158,6 +199,7 @@ Expected<ModelSpec> model_spec_from_json(const Json& config) {
     return Status();
   };
   MEMFIT_RETURN_IF_ERROR(read_enum(config, "model", kModelFamilyNames, s.model));
+  MEMFIT_RETURN_IF_ERROR(check_shape_keys(config, s.model));
   MEMFIT_ASSIGN_OR_RETURN(s.vocab, positive(config, "vocab", s.vocab));
   MEMFIT_ASSIGN_OR_RETURN(s.d_model, positive(config, "d_model", s.d_model));
   MEMFIT_ASSIGN_OR_RETURN(s.heads, positive(config, "heads", s.heads));

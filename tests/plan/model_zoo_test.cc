@@ -942,19 +942,18 @@ TEST(ModelZoo, EveryRematPolicyPlansWithCudnnAttentionAndOnTheCpu) {
   for (const std::string model : {"gpt", "vit"}) {
     for (const char* policy : {"none", "full", "dots", "dots_no_batch", "offload_dots_no_batch"}) {
       SCOPED_TRACE(model + " " + policy);
-      const std::string base = R"({"model": ")" + model +
-                               R"(", "layers": 2, "d_model": 128, "heads": 4, "seq": 256, "batch": 4,
-                                  "precision": "mixed", "donate": true, "remat": ")" +
-                               policy + "\"";
+      // A ViT's tokens are its patches (a seq would be refused); the GPT's its sequence.
+      const std::string shape = R"(", "layers": 2, "d_model": 128, "heads": 4, "batch": 4)" +
+                                std::string(model == "gpt" ? R"(, "seq": 256)" : "");
+      const std::string base = R"({"model": ")" + model + shape +
+                               R"(, "precision": "mixed", "donate": true, "remat": ")" + policy + "\"";
       const StepPlan xla = plan(base + "}");
       const StepPlan cudnn = plan(base + R"(, "attn": "cudnn"})");
       EXPECT_GT(cudnn.peak_bytes, 0u);
       EXPECT_LE(cudnn.peak_bytes, xla.peak_bytes);
       if (std::string(policy) == "offload_dots_no_batch") continue;  // built for XLA:GPU only
       auto on_cpu = [&](const char* sharding) {
-        return plan(R"({"model": ")" + model +
-                    R"(", "layers": 2, "d_model": 128, "heads": 4, "seq": 256, "batch": 4,
-                        "backend": "cpu", "donate": true, "remat": ")" +
+        return plan(R"({"model": ")" + model + shape + R"(, "backend": "cpu", "donate": true, "remat": ")" +
                     policy + "\"" + sharding + "}");
       };
       const StepPlan replicated = on_cpu("");
@@ -1003,6 +1002,12 @@ TEST(ModelZoo, NonsenseSpecsAreRefusedWithAReason) {
       // while the plan said "tp over 4 devices".
       {R"({"model": "mlp", "sharding": "tp", "mesh": [4], "mesh_axes": ["model"]})",
        "tp is not built for the mlp"},
+      // A shape key of another family was ignored: a ViT with "seq" planned the same step as without it.
+      {R"({"model": "vit", "seq": 4096})", "seq: the vit has no seq"},
+      {R"({"model": "mlp", "layers": 12})",
+       "layers: the mlp has no layers (it is shaped by din, width, depth"},
+      {R"({"model": "gpt", "widths": [64, 128]})", "widths"},
+      {R"({"model": "flax_cnn", "patch": 16})", "patch"},
       {R"({"model": "gpt", "colour": "red"})", "colour"},
       {R"({"model": "gpt", "layers": "eight"})", "layers"},
       {R"({"model": "mlp", "remat_layers": [12]})", "remat_layers"},
