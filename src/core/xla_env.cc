@@ -240,13 +240,36 @@ XlaAllocatorPlan plan_xla_allocator(const XlaAllocatorConfig& config, uint64_t c
       plan.limit_enforced = true;
       const std::string limit = format_bytes(*plan.limit_bytes);
       if (config.preallocate) {
-        plan.reserved_at_first_allocation_bytes = *plan.limit_bytes;
-        plan.consequences.push_back(
-            fmt::format("reserves {} of {} ({}) at the first allocation; nvidia-smi will show that much "
-                        "(plus ~{} of CUDA "
-                        "context) for this process whatever it uses",
-                        limit, capacity, format_percent(*plan.limit_bytes, capacity_bytes),
-                        format_bytes(kCudaContextBytes)));
+        // A pool larger than what the driver can give (a fraction above 1 without unified memory): the
+        // first region request is refused and bfc_allocator.cc's Extend backs off by 0.9x until one is
+        // granted, so the process reserves that, not the limit.
+        const uint64_t free_bytes =
+            capacity_bytes > kCudaContextBytes ? capacity_bytes - kCudaContextBytes : 0;
+        uint64_t pool = *plan.limit_bytes;
+        // (Only above a fraction of 1: just under it, whether the context leaves room is not certain.)
+        const bool oversized = config.memory_fraction > 1.0 && !config.unified_memory;
+        while (oversized && pool > free_bytes) {
+          const uint64_t next = bfc_backpedal_bytes(pool);
+          if (next >= pool) break;
+          pool = next;
+        }
+        if (oversized && pool > free_bytes) pool = 0;
+        plan.reserved_at_first_allocation_bytes = pool;
+        if (pool == *plan.limit_bytes) {
+          plan.consequences.push_back(
+              fmt::format("reserves {} of {} ({}) at the first allocation; nvidia-smi will show that much "
+                          "(plus ~{} of CUDA "
+                          "context) for this process whatever it uses",
+                          limit, capacity, format_percent(*plan.limit_bytes, capacity_bytes),
+                          format_bytes(kCudaContextBytes)));
+        } else {
+          plan.consequences.push_back(fmt::format(
+              "asks the driver for {} of {} at the first allocation, is refused, and backs off by 0.9x to "
+              "about {} ({}); nvidia-smi will show that much (plus ~{} of CUDA context) for this process "
+              "whatever it uses, and an allocation past it runs out of memory below the limit of {}",
+              limit, capacity, format_bytes(pool), format_percent(pool, capacity_bytes),
+              format_bytes(kCudaContextBytes), limit));
+        }
         plan.consequences.push_back(
             "buffers are carved out of that pool by XLA's BFC allocator; a freed buffer returns to the pool, "
             "never to the GPU, so memory_stats()['bytes_in_use'] is the figure to watch, not nvidia-smi");

@@ -137,6 +137,26 @@ TEST(XlaEnv, FractionAboveOneWarnsUnlessUnifiedMemory) {
   const auto unified = plan_for({{"XLA_CLIENT_MEM_FRACTION", "1.5"}, {"TF_FORCE_UNIFIED_MEMORY", "1"}});
   EXPECT_FALSE(any_contains(unified.warnings, "more than the device has"));
   EXPECT_EQ(unified.limit_bytes, bfc_memory_limit(1.5, kH200));
+  EXPECT_EQ(unified.reserved_at_first_allocation_bytes, unified.limit_bytes);  // unified memory holds it
+}
+
+// Preallocating 1.5x the device: the driver refuses the pool and the BFC allocator backs off by 0.9x until a
+// region is granted, so what the process reserves is that region - under what the device has left after the
+// CUDA context - not the 1.5x it said it held (it printed 'reserves 157% of the device').
+TEST(XlaEnv, AFractionAboveOneReservesWhatTheDriverGrants) {
+  const auto plan = plan_for({{"XLA_CLIENT_MEM_FRACTION", "1.5"}});
+  ASSERT_TRUE(plan.limit_bytes.has_value());
+  EXPECT_EQ(*plan.limit_bytes, bfc_memory_limit(1.5, kH200));
+  uint64_t expected = *plan.limit_bytes;
+  while (expected > kH200 - kCudaContextBytes) expected = bfc_backpedal_bytes(expected);
+  EXPECT_EQ(plan.reserved_at_first_allocation_bytes, expected);
+  EXPECT_LE(plan.reserved_at_first_allocation_bytes, kH200 - kCudaContextBytes);
+  EXPECT_GT(plan.reserved_at_first_allocation_bytes, (kH200 - kCudaContextBytes) / 10 * 9 - (1u << 20));
+  EXPECT_TRUE(any_contains(plan.consequences, "is refused, and backs off by 0.9x"));
+  EXPECT_FALSE(any_contains(plan.consequences, "(150.0%)"));
+  // Below 1 the pool is reserved whole, as observed (0.75 above).
+  EXPECT_EQ(plan_for({{"XLA_CLIENT_MEM_FRACTION", "0.95"}}).reserved_at_first_allocation_bytes,
+            bfc_memory_limit(0.95, kH200));
 }
 
 TEST(XlaEnv, CollectiveMemory) {
