@@ -1,4 +1,6 @@
 // `memfit hlo`: golden table and JSON on a real program, dump folders, and bad input.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -230,6 +232,35 @@ TEST(HloCommand, TraceOutReplaysThePlannedProgram) {
       testing::run_cli({"hlo", kData + "mlp_fp32.hlo.txt.gz", "--trace-out", "/nonexistent/dir/t.csv"});
   EXPECT_EQ(bad.code, 2);
   std::filesystem::remove(trace);
+}
+
+// An option that only qualifies another is refused alone, exit 2 naming both, rather than ignored:
+// `--buffers` without `--json` printed the table without a buffer, `--profile-device` without a profile
+// nothing of it, `plan --mem-fraction` without a device no pool.
+TEST(HloCommand, AnOptionThatQualifiesAnotherIsRefusedAlone) {
+  const std::string program = kData + "gpt_fp32_donate.lowered.hlo.txt.gz";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"hlo", program, "--buffers"}, "--buffers requires --json"},
+      {{"hlo", program, "--profile-device", "cuda:0"}, "--profile-device requires --live-profile"},
+      {{"plan", "--model", "gpt", "--profile-device", "cuda:0"}, "--profile-device requires --live-profile"},
+      {{"plan", "--model", "gpt", "--mem-fraction", "0.9"}, "give --capacity or --device"},
+      {{"fit", "--model", "gpt", "--mem-fraction", "0.9"}, "give --capacity or --device"},
+  };
+  for (const auto& [args, expect] : cases) {
+    SCOPED_TRACE(fmt::format("{}", fmt::join(args, " ")));
+    const auto run = testing::run_cli(args);
+    EXPECT_EQ(run.code, 2);
+    EXPECT_TRUE(run.out.empty());
+    EXPECT_NE(run.err.find(expect), std::string::npos) << run.err;
+  }
+  // Given together they run.
+  const auto together = testing::run_cli({"hlo", program, "--buffers", "--json"});
+  EXPECT_EQ(together.code, 0) << together.err;
+  EXPECT_NE(together.out.find("\"buffers\""), std::string::npos);
+  const auto pooled =
+      testing::run_cli({"plan", "--model", "gpt", "--mem-fraction", "0.9", "--device", "h200"});
+  EXPECT_EQ(pooled.code, 0) << pooled.err;
+  EXPECT_NE(pooled.out.find("XLA's pool 90% of it"), std::string::npos) << pooled.out;
 }
 
 TEST(HloCommand, TruncatedOrMalformedHloExitsTwoNamingTheLine) {

@@ -211,9 +211,11 @@ Action add_hlo_command(CLI::App& app, Io& io) {
   app.add_option("--module", options->module, "In a dump folder: the module whose file name contains this");
   app.add_option("--top", options->top, "Groups of buffers listed at the peak (default 10)")
       ->check(CLI::Range(size_t{0}, kMaxListed));
-  app.add_flag("--json", options->json, "Print one JSON object");
+  CLI::Option* json = app.add_flag("--json", options->json, "Print one JSON object");
+  // Options that only qualify another are refused alone rather than ignored.
   app.add_flag("--buffers", options->buffers,
-               "With --json: every buffer with its kind, live range (schedule steps) and temp offset");
+               "With --json: every buffer with its kind, live range (schedule steps) and temp offset")
+      ->needs(json);
   app.add_option("--html", options->html, "Also write a self-contained HTML memory timeline to this file");
   app.add_option(
       "--trace-out", options->trace_out,
@@ -222,10 +224,12 @@ Action add_hlo_command(CLI::App& app, Io& io) {
   app.add_option(
       "--capacity", options->capacity,
       "The device (bytes, 80GiB, h100, h200): the pool's limit comes from it and the XLA variables in force");
-  app.add_option("--live-profile", options->live_profile,
-                 "A live process's device memory profile: does this program fit on top of what it holds?");
+  CLI::Option* live = app.add_option(
+      "--live-profile", options->live_profile,
+      "A live process's device memory profile: does this program fit on top of what it holds?");
   app.add_option("--profile-device", options->profile_device,
-                 "The profile's device (cuda:0); default: the one holding most");
+                 "The profile's device (cuda:0); default: the one holding most")
+      ->needs(live);
   return [options, &io]() -> int {
     std::optional<uint64_t> limit, device_memory;
     if (!options->capacity.empty()) {

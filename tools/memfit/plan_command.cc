@@ -220,11 +220,13 @@ Action add_plan_command(CLI::App& app, Io& io) {
   app.add_option(
       "--trace-out", *trace_out,
       "Also write the step's plan as a memfit trace: `memfit replay` runs it through allocator policies");
-  app.add_option("--live-profile", live->first,
-                 "A live process's device memory profile (jax.profiler.save_device_memory_profile): does the "
-                 "next step fit on top of what it holds?");
+  CLI::Option* live_profile =
+      app.add_option("--live-profile", live->first,
+                     "A live process's device memory profile (jax.profiler.save_device_memory_profile): does "
+                     "the next step fit on top of what it holds?");
   app.add_option("--profile-device", live->second,
-                 "The profile's device (cuda:0); default: the one holding most");
+                 "The profile's device (cuda:0); default: the one holding most")
+      ->needs(live_profile);
   return [options, html, trace_out, live, &io]() -> int {
     auto in = resolve_plan_inputs(*options);
     if (!in.ok()) return fail(io, in.error());

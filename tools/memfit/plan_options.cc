@@ -123,7 +123,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
               return "must be a number from 0.01 to 1 (got " + excerpt(value) + ")";
             return {};
           },
-          "FRACTION in [0.01, 1]"));
+          "FRACTION in [0.01, 1]"))
+      ->each([&o](const std::string&) { o.memory_fraction_given = true; });
   app.add_flag("--json", o.json, "Print one JSON object");
 }
 
@@ -163,6 +164,9 @@ Expected<std::optional<uint64_t>> resolve_capacity(const PlanOptions& o) {
   if (!o.capacity.empty() && !o.device.empty())
     return invalid_argument("give --capacity or --device, not both");
   const std::string& c = o.capacity.empty() ? o.device : o.capacity;
+  // The fraction sizes a device's pool: without a device it would be ignored.
+  if (c.empty() && o.memory_fraction_given)
+    return invalid_argument("--mem-fraction sizes the pool of a device: give --capacity or --device");
   if (c.empty()) return std::optional<uint64_t>();
   auto bytes = parse_capacity(c);
   if (!bytes.ok()) return bytes.error().with_context(o.capacity.empty() ? "--device" : "--capacity");

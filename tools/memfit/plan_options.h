@@ -18,6 +18,7 @@ struct PlanOptions {
   std::string capacity;
   std::string device;
   double memory_fraction = 0.75;  // JAX's default pool: 75% of the device
+  bool memory_fraction_given = false;
   bool json = false;
 };
 
