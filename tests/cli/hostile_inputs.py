@@ -511,6 +511,9 @@ for bad in [["--listen", "nonsense"], ["--listen", "127.0.0.1:99999"], ["--liste
             ["--interval", "1e9s"], ["--interval", "nan"]]:
     run(f"exporter {bad}", ["exporter", "--no-gpu", *bad], 2)
 run("exporter --once prints the metrics", ["exporter", "--no-gpu", "--once"], 0, stdout_has="memfit_up 1")
+# A server's options with --once (which starts no server) are refused, not ignored.
+for extra in [["--listen", "127.0.0.1:9999"], ["--interval", "10s"]]:
+    run(f"exporter --once {extra}", ["exporter", "--no-gpu", "--once", *extra], 2, stderr_has="excludes")
 run("hlo --live-profile of garbage", ["hlo", os.path.join(DATA, "xla", "mlp_fp32.hlo.txt.gz"), "--live-profile",
     write("live.prof", garbage)], 2)
 

@@ -69,11 +69,15 @@ Expected<std::pair<std::string, int>> parse_listen(const std::string& text) {
 
 Action add_exporter_command(CLI::App& app, Io& io) {
   auto options = std::make_shared<ExporterOptions>();
-  app.add_option("--listen", options->listen,
-                 "HOST:PORT to serve /metrics on (default 127.0.0.1:9473: loopback)");
-  app.add_option("--interval", options->interval, "How often the machine is probed (default 5s)");
+  CLI::Option* listen_option = app.add_option(
+      "--listen", options->listen, "HOST:PORT to serve /metrics on (default 127.0.0.1:9473: loopback)");
+  CLI::Option* interval_option =
+      app.add_option("--interval", options->interval, "How often the machine is probed (default 5s)");
   app.add_flag("--no-gpu", options->no_gpu, "Do not query NVML");
-  app.add_flag("--once", options->once, "Probe once, print the metrics on stdout and exit (no server)");
+  // A server's options with --once (no server) are refused rather than ignored.
+  app.add_flag("--once", options->once, "Probe once, print the metrics on stdout and exit (no server)")
+      ->excludes(listen_option)
+      ->excludes(interval_option);
   return [options, &io]() -> int {
     auto interval = parse_interval(options->interval);
     if (!interval.ok()) return fail(io, interval.error());
