@@ -52,12 +52,21 @@ def _has_gpu():
     return jax.default_backend() == "gpu"
 
 
+def pool_limit_bytes(capacity, environ=None):
+    """The pool JAX's allocator allows on a device of `capacity` (bytes, "80GiB", "h100") under the XLA variables
+    of `environ` - by default this process's, which the JAX in it reads (XLA_CLIENT_MEM_FRACTION and the rest);
+    the device's memory where the allocator has no limit (XLA_PYTHON_CLIENT_ALLOCATOR=platform)."""
+    env = memfit.env(dict(os.environ) if environ is None else environ, capacity=capacity)
+    return env["capacity_bytes"] if env["limit_bytes"] is None else env["limit_bytes"]
+
+
 def check(fn, *args, capacity=None, donate_argnums=()):
     """Plan `fn(*args)` before it runs. Returns {"prediction": memfit.hlo(lowered StableHLO), and where a GPU is
     present "xla": memory_analysis(), "compiled": memfit.hlo(optimized HLO), "error": prediction vs XLA's peak;
-    with `capacity` (bytes, "80GiB", "h100") "fits": the prediction against JAX's default pool there}. The
-    prediction's "peak_upper_bytes" is the step's peak in the program's own order, the most XLA's memory
-    scheduler keeps: under the pool too, the step fits whatever order XLA picks."""
+    with `capacity` (bytes, "80GiB", "h100") "fits": the prediction against the pool there, as this process's XLA
+    variables size it (pool_limit_bytes)}. The prediction's "peak_upper_bytes" is the step's peak in the
+    program's own order, the most XLA's memory scheduler keeps: under the pool too, the step fits whatever order
+    XLA picks."""
     lowered = _lower(fn, args, donate_argnums)
     out = {"prediction": memfit.hlo(lowered.as_text())}
     if _has_gpu():
@@ -68,7 +77,9 @@ def check(fn, *args, capacity=None, donate_argnums=()):
         if xla and xla["peak_bytes"]:
             out["error"] = out["prediction"]["peak_bytes"] / xla["peak_bytes"] - 1.0
     if capacity is not None:
-        limit = memfit.env({}, capacity=capacity)["limit_bytes"]
+        # The pool this process's JAX will have: XLA_CLIENT_MEM_FRACTION=.95 in the environment moves it (it was
+        # judged against the default 75% whatever was set).
+        limit = pool_limit_bytes(capacity)
         out["limit_bytes"] = limit
         out["fits"] = out["prediction"]["peak_bytes"] <= limit
     return out

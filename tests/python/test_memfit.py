@@ -123,6 +123,20 @@ def test_memory_analysis_dict():
     assert memfit_jax.memory_analysis_dict(None) is None
 
 
+def test_check_judges_against_the_pool_this_process_sizes(monkeypatch):
+    # check()'s "fits" compares with pool_limit_bytes: the pool the process's XLA variables give, which the
+    # JAX in it will have - not the default 75% whatever was set.
+    for var in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR"):
+        monkeypatch.delenv(var, raising=False)
+    default = memfit_jax.pool_limit_bytes("h200")
+    assert default == memfit.env({}, capacity="h200")["limit_bytes"] == 112583507968  # FACTS.md's bytes_limit
+    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.3")
+    assert memfit_jax.pool_limit_bytes("h200") == 45034242048  # FACTS.md: 0.30 -> bytes_limit 45034242048
+    assert memfit_jax.pool_limit_bytes("h200", environ={}) == default
+    # The platform allocator has no pool: the device's memory is the limit.
+    assert memfit_jax.pool_limit_bytes("h200", environ={"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}) == 150109880320
+
+
 def test_capture_folder_is_what_memfit_reads(tmp_path):
     import gzip
     stablehlo = gzip.open(os.path.join(DATA, "xla", "gpt_fp32_donate.stablehlo.mlir.gz"), "rt").read()
