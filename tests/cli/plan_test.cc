@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
@@ -293,6 +294,37 @@ TEST(PlanCommand, NonsenseExitsTwoWithAReason) {
     EXPECT_TRUE(run.out.empty());
     EXPECT_NE(run.err.find(reason), std::string::npos) << run.err;
   }
+}
+
+// The pool's share of the device: --mem-fraction, else the XLA variables in force, as `memfit hlo --capacity`
+// reads them (exported XLA_CLIENT_MEM_FRACTION=0.5 made hlo say 50% and plan 75%).
+TEST(PlanCommand, ThePoolFractionIsTheFlagElseTheXlaVariablesInForce) {
+  using Vars = std::map<std::string, std::string, std::less<>>;
+  const Environment half(Vars{{"XLA_CLIENT_MEM_FRACTION", "0.5"}});
+  auto fraction_of = [](const testing::CliRun& run) {
+    EXPECT_EQ(run.code, 0) << run.err;
+    return nlohmann::json::parse(run.out)["memory_fraction"].get<double>();
+  };
+  EXPECT_DOUBLE_EQ(fraction_of(testing::run_cli({"plan", "--model", "mlp", "--device", "h200", "--json"})),
+                   0.75);
+  EXPECT_DOUBLE_EQ(
+      fraction_of(testing::run_cli({"plan", "--model", "mlp", "--device", "h200", "--json"}, half)), 0.5);
+  EXPECT_DOUBLE_EQ(
+      fraction_of(testing::run_cli(
+          {"plan", "--model", "mlp", "--device", "h200", "--mem-fraction", "0.9", "--json"}, half)),
+      0.9);
+  // The same pool as memfit hlo's under the same variables.
+  const auto planned = testing::run_cli({"plan", "--model", "mlp", "--device", "h200", "--json"}, half);
+  const auto env = testing::run_cli({"env", "--capacity", "h200", "--json"}, half);
+  ASSERT_EQ(env.code, 0) << env.err;
+  EXPECT_EQ(nlohmann::json::parse(planned.out)["limit_bytes"], nlohmann::json::parse(env.out)["limit_bytes"]);
+  // A fit's pool too; and a variable JAX cannot read is refused, as hlo refuses it.
+  const auto fit = testing::run_cli({"fit", "--model", "mlp", "--capacity", "4GiB"}, half);
+  EXPECT_NE(fit.out.find("(50% of 4.00GiB)"), std::string::npos) << fit.out;
+  const auto bad = testing::run_cli({"plan", "--model", "mlp", "--device", "h200"},
+                                    Environment(Vars{{"XLA_CLIENT_MEM_FRACTION", "abc"}}));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("XLA_CLIENT_MEM_FRACTION='abc'"), std::string::npos) << bad.err;
 }
 
 }  // namespace

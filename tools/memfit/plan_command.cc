@@ -228,7 +228,7 @@ Action add_plan_command(CLI::App& app, Io& io) {
                  "The profile's device (cuda:0); default: the one holding most")
       ->needs(live_profile);
   return [options, html, trace_out, live, &io]() -> int {
-    auto in = resolve_plan_inputs(*options);
+    auto in = resolve_plan_inputs(*options, io.env);
     if (!in.ok()) return fail(io, in.error());
     if (plan_is_extrapolated(in->spec) && (!html->empty() || !trace_out->empty()))
       return fail(
@@ -236,7 +236,7 @@ Action add_plan_command(CLI::App& app, Io& io) {
                   "--html and --trace-out draw a program's buffers; a step of more than {} unrolled layers "
                   "is extrapolated from smaller depths, not built: draw it with --scan or fewer layers",
                   kMaxUnrolledLayers)));
-    auto plan = plan_step(in->spec, in->capacity_bytes, options->memory_fraction);
+    auto plan = plan_step(in->spec, in->capacity_bytes, in->memory_fraction);
     if (!plan.ok()) return fail(io, plan.error());
     if (!html->empty()) {
       MemoryChart chart = chart_from_plan(
@@ -286,12 +286,12 @@ Action add_fit_command(CLI::App& app, Io& io) {
       "Instead of changes: the largest batch (or seq) that fits - a server's concurrent sequences or "
       "context, a training run's batch");
   return [options, largest, &io]() -> int {
-    auto in = resolve_plan_inputs(*options);
+    auto in = resolve_plan_inputs(*options, io.env);
     if (!in.ok()) return fail(io, in.error());
     if (!in->capacity_bytes) return fail(io, invalid_argument("memfit fit needs --capacity or --device"));
     Progress progress(io.err, io.stderr_is_terminal);
     if (!largest->empty()) {
-      auto found = largest_fitting(in->spec, *largest, *in->capacity_bytes, options->memory_fraction,
+      auto found = largest_fitting(in->spec, *largest, *in->capacity_bytes, in->memory_fraction,
                                    [&](const std::string& trying) {
                                      progress.update(fmt::format("memfit fit: planning {}", trying));
                                    });
@@ -304,10 +304,9 @@ Action add_fit_command(CLI::App& app, Io& io) {
       }
       return found->value > 0 ? kExitOk : kExitFinding;
     }
-    auto fit =
-        fit_step(in->spec, *in->capacity_bytes, options->memory_fraction, [&](size_t done, size_t total) {
-          progress.update(fmt::format("memfit fit: planned {} of {} changes", done, total));
-        });
+    auto fit = fit_step(in->spec, *in->capacity_bytes, in->memory_fraction, [&](size_t done, size_t total) {
+      progress.update(fmt::format("memfit fit: planned {} of {} changes", done, total));
+    });
     progress.done();
     if (!fit.ok()) return fail(io, fit.error());
     const StepPlan& b = fit->baseline;

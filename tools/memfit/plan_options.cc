@@ -1,5 +1,7 @@
 #include "plan_options.h"
 
+#include "memfit/core/xla_env.h"
+
 #include <charconv>
 #include <optional>
 #include <string>
@@ -112,8 +114,9 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       "--scan", [&o](int64_t) { o.overrides["scan"] = true; }, "jax.lax.scan over the layers");
   app.add_option("--capacity", o.capacity, "device memory (bytes, 80GiB, h100, h200)");
   app.add_option("--device", o.device, "a device by name (h100, h200, a100-80gb, a100-40gb)");
-  app.add_option("--mem-fraction", o.memory_fraction,
-                 "the share of the device XLA's pool takes (default 0.75)")
+  app.add_option(
+         "--mem-fraction", o.memory_fraction,
+         "the share of the device XLA's pool takes (default: XLA_CLIENT_MEM_FRACTION in force, else 0.75)")
       ->check(CLI::Validator(
           [](const std::string& value) -> std::string {
             // CLI::Range compares with < and >, which NaN passes; this is written so that NaN fails.
@@ -182,10 +185,18 @@ Expected<ModelSpec> spec_from_config(Json config) {
   return model_spec_from_json(config);
 }
 
-Expected<PlanInputs> resolve_plan_inputs(const PlanOptions& o) {
+Expected<PlanInputs> resolve_plan_inputs(const PlanOptions& o, const Environment& env) {
   PlanInputs in;
   MEMFIT_ASSIGN_OR_RETURN(in.spec, resolve_spec(o));
   MEMFIT_ASSIGN_OR_RETURN(in.capacity_bytes, resolve_capacity(o));
+  in.memory_fraction = o.memory_fraction;
+  if (!o.memory_fraction_given && in.capacity_bytes) {
+    // The pool the process would have: XLA_CLIENT_MEM_FRACTION=.5 exported made `memfit hlo --capacity` say
+    // 50% and `memfit plan` 75%. A fraction above 1 is the whole device here (the pool backs off to what the
+    // driver grants: memfit env says how far).
+    MEMFIT_ASSIGN_OR_RETURN(const XlaAllocatorConfig config, parse_xla_allocator_env(env));
+    in.memory_fraction = std::min(1.0, config.memory_fraction);
+  }
   return in;
 }
 

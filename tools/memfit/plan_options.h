@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "memfit/core/environment.h"
 #include "memfit/core/json.h"
 #include "memfit/core/status.h"
 #include "memfit/program/model_zoo.h"
@@ -17,19 +18,22 @@ struct PlanOptions {
   Json overrides = Json::object();  // flags given, by config key
   std::string capacity;
   std::string device;
-  double memory_fraction = 0.75;  // JAX's default pool: 75% of the device
+  double memory_fraction = 0.75;  // --mem-fraction (resolve_plan_inputs falls back on the XLA variables)
   bool memory_fraction_given = false;
   bool json = false;
 };
 
 void add_plan_options(CLI::App& app, PlanOptions& options);
 
-// What the flags and the spec file say: the model, and the device's memory when given.
+// What the flags and the spec file say: the model, the device's memory when given, and the share of it XLA's
+// pool takes - --mem-fraction, else the XLA variables in force (`env`), as `memfit hlo --capacity` reads
+// them.
 struct PlanInputs {
   ModelSpec spec;
   std::optional<uint64_t> capacity_bytes;
+  double memory_fraction = 0.75;
 };
-Expected<PlanInputs> resolve_plan_inputs(const PlanOptions& options);
+Expected<PlanInputs> resolve_plan_inputs(const PlanOptions& options, const Environment& env);
 // A model from config keys alone (a spec file's object, a Python dict): what resolve_plan_inputs does last.
 Expected<ModelSpec> spec_from_config(Json config);
 
