@@ -55,6 +55,10 @@ Expected<ReplayResult> replay(const Timeline& timeline, const ReplayOptions& opt
     uintptr_t pool_base = ~uintptr_t{0};
     uint64_t high_water = 0;
     uint64_t live = 0;
+    // The preallocated pool's high-water mark reaches to the end of each chunk handed out, which BFC leaves
+    // unsplit up to twice the request (should_split): the chunk's size is what bytes_in_use grew by.
+    uint64_t pool_in_use = 0;
+    std::vector<uint64_t> chunk_bytes(policy.high_water ? timeline.buffer_count : 0, 0);
     auto reserved_now = [&] {
       if (policy.high_water) return high_water;
       const AllocatorStats s = a.stats();
@@ -79,14 +83,18 @@ Expected<ReplayResult> replay(const Timeline& timeline, const ReplayOptions& opt
         live += e.size_bytes;
         if (policy.high_water) {
           const auto addr = reinterpret_cast<uintptr_t>(*p);
+          const uint64_t in_use = a.stats().bytes_in_use;
+          const uint64_t chunk = std::max(in_use - pool_in_use, round_up(e.size_bytes, kAllocationAlignment));
+          pool_in_use = in_use;
+          chunk_bytes[e.buffer] = chunk;
           pool_base = std::min(pool_base, addr);
-          high_water =
-              std::max<uint64_t>(high_water, addr - pool_base + round_up(e.size_bytes, kAllocationAlignment));
+          high_water = std::max<uint64_t>(high_water, addr - pool_base + chunk);
         }
       } else if (ptrs[e.buffer] != nullptr) {
         MEMFIT_RETURN_IF_ERROR(a.deallocate(ptrs[e.buffer]));
         ptrs[e.buffer] = nullptr;
         live -= e.size_bytes;
+        if (policy.high_water) pool_in_use -= chunk_bytes[e.buffer];
       }
       if (i % sample_every == 0 || i + 1 == timeline.events.size()) {
         r.samples.push_back({i, live, reserved_now()});
