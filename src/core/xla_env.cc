@@ -221,6 +221,22 @@ uint64_t bfc_backpedal_bytes(uint64_t size_bytes) {
   return bfc_round_bytes(static_cast<uint64_t>(scaled));
 }
 
+namespace {
+
+// The region a BFC pool of `wanted` bytes gets where the driver has `free_bytes`: backed off by 0.9x until it
+// fits (bfc_allocator.cc's Extend), 0 when nothing does.
+uint64_t bfc_granted_bytes(uint64_t wanted, uint64_t free_bytes) {
+  uint64_t pool = wanted;
+  while (pool > free_bytes) {
+    const uint64_t next = bfc_backpedal_bytes(pool);
+    if (next >= pool) return 0;  // 0.9x of a few hundred bytes rounds back up: nothing left to try
+    pool = next;
+  }
+  return pool;
+}
+
+}  // namespace
+
 XlaAllocatorPlan plan_xla_allocator(const XlaAllocatorConfig& config, uint64_t capacity_bytes) {
   XlaAllocatorPlan plan;
   plan.config = config;
@@ -245,15 +261,10 @@ XlaAllocatorPlan plan_xla_allocator(const XlaAllocatorConfig& config, uint64_t c
         // granted, so the process reserves that, not the limit.
         const uint64_t free_bytes =
             capacity_bytes > kCudaContextBytes ? capacity_bytes - kCudaContextBytes : 0;
-        uint64_t pool = *plan.limit_bytes;
         // (Only above a fraction of 1: just under it, whether the context leaves room is not certain.)
         const bool oversized = config.memory_fraction > 1.0 && !config.unified_memory;
-        while (oversized && pool > free_bytes) {
-          const uint64_t next = bfc_backpedal_bytes(pool);
-          if (next >= pool) break;
-          pool = next;
-        }
-        if (oversized && pool > free_bytes) pool = 0;
+        const uint64_t pool =
+            oversized ? bfc_granted_bytes(*plan.limit_bytes, free_bytes) : *plan.limit_bytes;
         plan.reserved_at_first_allocation_bytes = pool;
         if (pool == *plan.limit_bytes) {
           plan.consequences.push_back(
@@ -287,15 +298,10 @@ XlaAllocatorPlan plan_xla_allocator(const XlaAllocatorConfig& config, uint64_t c
       // A second process with the same settings: the driver refuses the whole pool, XLA backs off by 0.9x
       // until a region fits in what the first process left.
       if (config.preallocate && *plan.limit_bytes > capacity_bytes / 2) {
-        const uint64_t held = *plan.limit_bytes + 2 * kCudaContextBytes;
+        // The first process holds what it was granted (the limit, unless that was above the device).
+        const uint64_t held = plan.reserved_at_first_allocation_bytes + 2 * kCudaContextBytes;
         const uint64_t free_bytes = capacity_bytes > held ? capacity_bytes - held : 0;
-        uint64_t pool = *plan.limit_bytes;
-        while (pool > free_bytes) {
-          const uint64_t next = bfc_backpedal_bytes(pool);
-          if (next >= pool) break;  // 0.9x of a few hundred bytes rounds back up: nothing left to try
-          pool = next;
-        }
-        if (pool > free_bytes) pool = 0;
+        const uint64_t pool = bfc_granted_bytes(*plan.limit_bytes, free_bytes);
         plan.second_process_pool_bytes = pool;
         const double even_split =
             std::floor(100.0 * static_cast<double>(capacity_bytes - 2 * kCudaContextBytes) / 2.0 /
