@@ -1,6 +1,7 @@
 #include "memfit/program/model_spec.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -161,18 +162,34 @@ const std::vector<FamilyKeys>& family_shape_keys() {
   return kKeys;
 }
 
+const std::vector<std::string_view>& shape_keys_of(ModelFamily model) {
+  for (const FamilyKeys& f : family_shape_keys())
+    if (f.model == model) return f.keys;
+  static const std::vector<std::string_view> kNone;
+  return kNone;
+}
+
+// A shape key's value in the spec: what model_spec_to_json writes under it.
+Json shape_value(const ModelSpec& s, std::string_view key) {
+  if (key == "widths") return s.widths;
+  const std::pair<std::string_view, uint64_t> values[] = {
+      {"vocab", s.vocab},     {"d_model", s.d_model}, {"heads", s.heads}, {"layers", s.layers},
+      {"seq", s.seq},         {"image", s.image},     {"patch", s.patch}, {"channels", s.channels},
+      {"classes", s.classes}, {"din", s.din},         {"width", s.width}, {"depth", s.depth},
+      {"dout", s.dout}};
+  for (const auto& [name, value] : values)
+    if (name == key) return value;
+  return nullptr;
+}
+
 // A shape key of another family is refused, not ignored: `--seq 4096` on a ViT planned the ViT unchanged.
 Status check_shape_keys(const Json& config, ModelFamily model) {
-  std::vector<std::string_view> own;
-  for (const FamilyKeys& f : family_shape_keys())
-    if (f.model == model) own = f.keys;
+  const std::vector<std::string_view>& own = shape_keys_of(model);
   for (const FamilyKeys& f : family_shape_keys()) {
     for (std::string_view key : f.keys) {
       if (!config.contains(std::string(key)) || std::find(own.begin(), own.end(), key) != own.end()) continue;
-      std::string keys;
-      for (std::string_view k : own) keys += fmt::format("{}{}", keys.empty() ? "" : ", ", k);
-      return invalid_argument(
-          fmt::format("{}: the {} has no {} (it is shaped by {})", key, to_string(model), key, keys));
+      return invalid_argument(fmt::format("{}: the {} has no {} (it is shaped by {})", key, to_string(model),
+                                          key, fmt::join(own, ", ")));
     }
   }
   return Status();
@@ -429,31 +446,12 @@ Status validate_model_spec(const ModelSpec& s) {
 Json model_spec_to_json(const ModelSpec& s) {
   Json j;
   j["model"] = to_string(s.model);
-  if (s.model == ModelFamily::kMlp) {
-    j["din"] = s.din;
-    j["width"] = s.width;
-    j["depth"] = s.depth;
-    j["dout"] = s.dout;
-  } else if (s.model == ModelFamily::kFlaxCnn) {
-    j["image"] = s.image;
-    j["channels"] = s.channels;
-    j["classes"] = s.classes;
-    j["widths"] = s.widths;
-  } else {
-    const bool tokens = s.model == ModelFamily::kGpt || s.model == ModelFamily::kFlaxEncoder;
-    if (tokens) j["vocab"] = s.vocab;
-    j["d_model"] = s.d_model;
-    j["heads"] = s.heads;
+  for (std::string_view key : shape_keys_of(s.model)) {
+    j[std::string(key)] = shape_value(s, key);
+    // After the heads, where set (validate_model_spec refuses them in a family without heads).
+    if (key != "heads") continue;
     if (s.kv_heads != 0) j["kv_heads"] = s.kv_heads;
     if (s.d_ff != 0) j["d_ff"] = s.d_ff;
-    j["layers"] = s.layers;
-    if (tokens) j["seq"] = s.seq;
-    if (s.model == ModelFamily::kVit) {
-      j["image"] = s.image;
-      j["patch"] = s.patch;
-      j["channels"] = s.channels;
-      j["classes"] = s.classes;
-    }
   }
   j["batch"] = s.batch;
   j["precision"] = to_string(s.precision);
