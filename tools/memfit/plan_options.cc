@@ -1,7 +1,5 @@
 #include "plan_options.h"
 
-#include "memfit/core/xla_env.h"
-
 #include <charconv>
 #include <optional>
 #include <string>
@@ -13,6 +11,7 @@
 #include "memfit/core/file_io.h"
 #include "memfit/core/json.h"
 #include "memfit/core/text.h"
+#include "memfit/core/xla_env.h"
 
 namespace memfit::cli {
 namespace {
@@ -126,8 +125,7 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
               return "must be a number from 0.01 to 1 (got " + excerpt(value) + ")";
             return {};
           },
-          "FRACTION in [0.01, 1]"))
-      ->each([&o](const std::string&) { o.memory_fraction_given = true; });
+          "FRACTION in [0.01, 1]"));
   app.add_flag("--json", o.json, "Print one JSON object");
 }
 
@@ -167,9 +165,6 @@ Expected<std::optional<uint64_t>> resolve_capacity(const PlanOptions& o) {
   if (!o.capacity.empty() && !o.device.empty())
     return invalid_argument("give --capacity or --device, not both");
   const std::string& c = o.capacity.empty() ? o.device : o.capacity;
-  // The fraction sizes a device's pool: without a device it would be ignored.
-  if (c.empty() && o.memory_fraction_given)
-    return invalid_argument("--mem-fraction sizes the pool of a device: give --capacity or --device");
   if (c.empty()) return std::optional<uint64_t>();
   auto bytes = parse_capacity(c);
   if (!bytes.ok()) return bytes.error().with_context(o.capacity.empty() ? "--device" : "--capacity");
@@ -189,8 +184,11 @@ Expected<PlanInputs> resolve_plan_inputs(const PlanOptions& o, const Environment
   PlanInputs in;
   MEMFIT_ASSIGN_OR_RETURN(in.spec, resolve_spec(o));
   MEMFIT_ASSIGN_OR_RETURN(in.capacity_bytes, resolve_capacity(o));
-  in.memory_fraction = o.memory_fraction;
-  if (!o.memory_fraction_given && in.capacity_bytes) {
+  // The fraction sizes a device's pool: without a device it would be ignored.
+  if (o.memory_fraction && !in.capacity_bytes)
+    return invalid_argument("--mem-fraction sizes the pool of a device: give --capacity or --device");
+  in.memory_fraction = o.memory_fraction.value_or(kXlaDefaultMemoryFraction);
+  if (!o.memory_fraction && in.capacity_bytes) {
     // The pool the process would have: XLA_CLIENT_MEM_FRACTION=.5 exported made `memfit hlo --capacity` say
     // 50% and `memfit plan` 75%. A fraction above 1 is the whole device here (the pool backs off to what the
     // driver grants: memfit env says how far).

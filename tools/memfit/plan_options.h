@@ -18,8 +18,8 @@ struct PlanOptions {
   Json overrides = Json::object();  // flags given, by config key
   std::string capacity;
   std::string device;
-  double memory_fraction = 0.75;  // --mem-fraction (resolve_plan_inputs falls back on the XLA variables)
-  bool memory_fraction_given = false;
+  std::optional<double>
+      memory_fraction;  // --mem-fraction; unset: the XLA variables in force (resolve_plan_inputs)
   bool json = false;
 };
 
