@@ -11,6 +11,7 @@ folder, so the suite needs nothing but the binary and tests/data.
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -522,4 +523,9 @@ if left_to_release:
     print(f"left to the Release build (time limits of large inputs): {'; '.join(left_to_release)}")
 for f in failures:
     print("  FAIL " + f)
+# The inputs (64 MB of them) are removed unless a case failed: then they are what reproduces it.
+if failures:
+    print(f"inputs kept in {WORK}")
+else:
+    shutil.rmtree(WORK, ignore_errors=True)
 sys.exit(1 if failures else 0)
