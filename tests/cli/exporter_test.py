@@ -5,7 +5,7 @@ the text, a real Prometheus server scrapes it, share-group members (share_member
 
     exporter_test.py MEMFIT SHARE_MEMBER CHECK [SANITIZER]
 
-CHECK is one of: serve, promtool, prometheus, share_group, many_members, soak. A check whose tool is not
+CHECK is one of: docs, serve, hostile_clients, promtool, prometheus, share_group, many_members, soak. A check whose tool is not
 installed exits 77 (ctest: skipped) after saying which tool and how to install it.
 """
 import json
@@ -132,6 +132,57 @@ def check_serve():
     if rc != 0:
         fail(f"SIGTERM: exit {rc} {err}")
     print("serve: /metrics answered with the 0.0.4 content type; a busy port and bad options exit 2")
+
+
+def check_hostile_clients():
+    """Clients that connect and never finish a request - idle keep-alive sockets, a port scanner, a slowloris
+    trickling a header - each hold one of the server's workers until it gives up on them: a scrape beside 100
+    of them is answered at once. A request body (a scrape has none) is refused with 413. The exporter then
+    serves as before and stops cleanly."""
+    e = Exporter("--listen", "127.0.0.1:0", "--interval", "200ms")
+    held = []
+    try:
+        for _ in range(96):
+            held.append(socket.create_connection(("127.0.0.1", e.port)))
+        for _ in range(4):  # a request begun and never ended
+            s = socket.create_connection(("127.0.0.1", e.port))
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+            held.append(s)
+        times = []
+        for _ in range(5):
+            try:
+                body, _, took = e.scrape()
+            except OSError as error:
+                fail(f"/metrics beside 100 clients that send nothing: no answer within 10 s ({error})")
+            if "memfit_up 1" not in body:
+                fail("a scrape beside 100 idle clients had no memfit_up")
+            times.append(took)
+        limit = 1.0 if not SANITIZER else 3.0
+        if max(times) > limit:
+            fail(f"/metrics beside 100 clients that send nothing: slowest of 5 scrapes {max(times):.2f} s "
+                 f"(limit {limit:.0f} s; Prometheus gives up after its scrape_timeout, 10 s by default)")
+        # A request with a body (a scrape has none): refused with 413, where httplib's default limit, none,
+        # read all of it first and answered 404.
+        body_bytes = 256 * 2**20
+        with socket.create_connection(("127.0.0.1", e.port), timeout=30) as s:
+            s.sendall(f"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {body_bytes}\r\n\r\n".encode())
+            chunk = b"x" * 2**20
+            for _ in range(body_bytes // len(chunk)):
+                s.sendall(chunk)
+            answer = s.recv(100)
+        if not answer.startswith(b"HTTP/1.1 413"):
+            fail(f"a 256 MiB request body: {answer[:40]!r} (want 413 Payload Too Large)")
+    finally:
+        for s in held:
+            s.close()
+    body, _, took = e.scrape()
+    if "memfit_up 1" not in body:
+        fail("no memfit_up after the hostile clients left")
+    rc, err = e.stop()
+    if rc != 0:
+        fail(f"SIGTERM after hostile clients: exit {rc} {err[-2000:]}")
+    print(f"hostile_clients: 5 scrapes beside 100 silent clients, slowest {max(times) * 1000:.1f} ms; "
+          "a 256 MiB body refused with 413; clean exit")
 
 
 def check_promtool():
@@ -326,5 +377,5 @@ def check_docs():
     print(f"docs: the dashboard's {len(used)} metrics are all made by the exporter; the scrape config passes promtool")
 
 
-{"docs": check_docs, "serve": check_serve, "promtool": check_promtool, "prometheus": check_prometheus,
+{"docs": check_docs, "serve": check_serve, "hostile_clients": check_hostile_clients, "promtool": check_promtool, "prometheus": check_prometheus,
  "share_group": check_share_group, "many_members": check_many_members, "soak": check_soak}[CHECK]()

@@ -20,6 +20,9 @@
 namespace memfit::cli {
 namespace {
 
+constexpr size_t kServerWorkers = 128;
+constexpr size_t kMaxRequestBodyBytes = 64 * 1024;  // a scrape is a GET: no body
+
 struct ExporterOptions {
   std::string listen = "127.0.0.1:9473";
   std::string interval = "5s";
@@ -101,6 +104,16 @@ Action add_exporter_command(CLI::App& app, Io& io) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
     httplib::Server server;
+    // httplib gives each connection a worker from a fixed pool until the client closes it or is silent
+    // for the read timeout. With its defaults (8 workers, 5 s) 50 clients that connect and send nothing -
+    // idle keep-alive sockets, a port scanner, a slowloris - held a scrape for 29 s, past Prometheus's
+    // 10 s scrape_timeout: the exporter looked down. So: more workers than a metrics endpoint has
+    // clients (idle threads cost a stack each, not CPU), a silent client dropped after 2 s, and a request
+    // body (a scrape has none) refused with 413, where httplib's default, no limit, read it whole.
+    server.new_task_queue = [] { return new httplib::ThreadPool(kServerWorkers); };
+    server.set_read_timeout(std::chrono::seconds(2));
+    server.set_keep_alive_timeout(2);
+    server.set_payload_max_length(kMaxRequestBodyBytes);
     // httplib's default adds SO_REUSEPORT, which lets a second exporter bind the same port and take half
     // the scrapes; SO_REUSEADDR alone still allows a restart while old connections linger.
     server.set_socket_options([](socket_t sock) {
