@@ -274,10 +274,10 @@ Expected<ShareGroupInfo> read_share_group(std::string_view name, int device) {
   return share_detail::describe(segment->table(), name, /*check_alive=*/!segment->writable());
 }
 
-std::vector<ShareGroupInfo> list_share_groups() {
-  std::vector<ShareGroupInfo> groups;
+std::vector<ShareTableFile> share_table_files() {
+  std::vector<ShareTableFile> files;
   DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return groups;
+  if (dir == nullptr) return files;
   constexpr std::string_view kPrefix = "memfit-share-";
   while (const dirent* entry = ::readdir(dir)) {
     const std::string_view file = entry->d_name;
@@ -288,13 +288,22 @@ std::vector<ShareGroupInfo> list_share_groups() {
     const std::string digits(file.substr(dev + 4));
     if (digits.empty() || digits.size() > 4 || !std::all_of(digits.begin(), digits.end(), ::isdigit))
       continue;
-    auto info = read_share_group(group, std::stoi(digits));
-    if (info.ok()) groups.push_back(std::move(*info));
+    if (!validate_share_name(group).ok()) continue;
+    files.push_back({std::string(group), std::stoi(digits)});
   }
   ::closedir(dir);
-  std::sort(groups.begin(), groups.end(), [](const ShareGroupInfo& a, const ShareGroupInfo& b) {
+  std::sort(files.begin(), files.end(), [](const ShareTableFile& a, const ShareTableFile& b) {
     return std::tie(a.name, a.device) < std::tie(b.name, b.device);
   });
+  return files;
+}
+
+std::vector<ShareGroupInfo> list_share_groups() {
+  std::vector<ShareGroupInfo> groups;
+  for (const ShareTableFile& f : share_table_files()) {
+    auto info = read_share_group(f.name, f.device);
+    if (info.ok()) groups.push_back(std::move(*info));
+  }
   return groups;
 }
 

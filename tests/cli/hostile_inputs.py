@@ -508,6 +508,16 @@ run("bundle: a profile that is garbage", ["doctor", "--bundle", bundle, "--json"
 for bad in ["", "a/b", "..", "x" * 65, "\u00e9t\u00e9"]:
     run(f"share: group name {bad!r}", ["share", bad, "--json"], 2)
 run("share: a group that does not exist", ["share", "no-such-group-hostile", "--json"], 2)
+# A file of a group's name that is not a lease table: named, with how to clear it - not "no such group".
+junk_table = f"/dev/shm/memfit-share-hostile-junk-{os.getpid()}-dev0"
+if os.path.isdir("/dev/shm"):
+    with open(junk_table, "wb") as f:
+        f.write(garbage)
+    try:
+        run("share: a table that is garbage", ["share", f"hostile-junk-{os.getpid()}"], 2,
+            stderr_has="rm " + junk_table)
+    finally:
+        os.remove(junk_table)
 for bad in [["--listen", "nonsense"], ["--listen", "127.0.0.1:99999"], ["--listen", ":"], ["--interval", "0s"],
             ["--interval", "1e9s"], ["--interval", "nan"]]:
     run(f"exporter {bad}", ["exporter", "--no-gpu", *bad], 2)

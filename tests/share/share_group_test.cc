@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <thread>
 
 #include "memfit/alloc/allocator_factory.h"
@@ -116,6 +117,36 @@ TEST(ShareEnv, ReadsTheVariables) {
   }
   env.set("MEMFIT_SHARE", "a/b");
   EXPECT_FALSE(share_options_from_env(env, 0).ok());
+}
+
+// A file of the group's name that is not a lease table (another program's, a memfit of another table
+// version's): found, left out of the list, and named with what is wrong - a member cannot join it.
+TEST_F(ShareGroupTest, AFileOfTheNameThatIsNoTableIsNamedNotHidden) {
+  const std::string path = "/dev/shm" + share_segment_name(group_, 0);
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string junk(4096, 'x');
+    ASSERT_EQ(std::fwrite(junk.data(), 1, junk.size(), f), junk.size());
+    std::fclose(f);
+  }
+  bool found = false;
+  for (const ShareTableFile& t : share_table_files()) found |= t.name == group_ && t.device == 0;
+  EXPECT_TRUE(found);
+  for (const ShareGroupInfo& g : list_share_groups()) EXPECT_NE(g.name, group_);
+  auto read = read_share_group(group_, 0);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(read.error().message().find("is 4096 bytes, not a memfit lease table"), std::string::npos)
+      << read.error().message();
+  ShareMemberOptions o;
+  o.group = group_;
+  o.capacity_bytes = 80 * kGiB;
+  o.limit_bytes = kGiB;
+  auto joined = ShareMember::join(o);
+  ASSERT_FALSE(joined.ok());
+  EXPECT_NE(joined.error().message().find("not a memfit lease table"), std::string::npos)
+      << joined.error().message();
 }
 
 TEST_F(ShareGroupTest, NewcomerGetsItsFairShareAndNoOneOvercommits) {

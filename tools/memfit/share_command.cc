@@ -57,10 +57,23 @@ Action add_share_command(CLI::App& app, Io& io) {
   return [options, &io]() -> int {
     if (Status valid = validate_share_name(options->name); !valid.ok()) return fail(io, valid.error());
     std::vector<ShareGroupInfo> tables;
-    for (ShareGroupInfo& g : list_share_groups()) {
-      if (g.name == options->name && (options->device < 0 || g.device == options->device))
-        tables.push_back(std::move(g));
+    // A file of the group's name that is not a lease table (another program's, an older memfit's) is
+    // named with what is wrong with it, not reported as no group.
+    std::vector<Error> unreadable;
+    for (const ShareTableFile& f : share_table_files()) {
+      if (f.name != options->name || (options->device >= 0 && f.device != options->device)) continue;
+      auto g = read_share_group(f.name, f.device);
+      if (g.ok()) {
+        tables.push_back(std::move(*g));
+      } else if (g.error().code() != ErrorCode::kNotFound) {
+        unreadable.push_back(
+            Error(g.error().code(), fmt::format("{} (once no process uses it: rm /dev/shm{})",
+                                                g.error().message(), share_segment_name(f.name, f.device))));
+      }
     }
+    for (size_t k = tables.empty() ? 1 : 0; k < unreadable.size(); ++k)
+      io.err << "memfit: warning: " << unreadable[k].message() << "\n";
+    if (tables.empty() && !unreadable.empty()) return fail(io, unreadable.front());
     if (tables.empty()) {
       return fail(io, not_found(options->device < 0
                                     ? fmt::format("no share group '{}' on this machine", options->name)

@@ -72,7 +72,16 @@ std::string share_segment_name(std::string_view name, int device);
 // Reads a group's table (reaping dead members first). kNotFound when the group does not exist on `device`.
 Expected<ShareGroupInfo> read_share_group(std::string_view name, int device);
 // Every group with a table on this machine, each device's table as one entry, sorted by name and device.
+// A table that does not read as one (another program's file of the name, a version of memfit's older than
+// this one's) is left out: share_table_files() finds it and read_share_group() says why.
 std::vector<ShareGroupInfo> list_share_groups();
+// The lease tables' files in /dev/shm, by group name and device, whether or not each reads as a table;
+// sorted by name and device.
+struct ShareTableFile {
+  std::string name;
+  int device = 0;
+};
+std::vector<ShareTableFile> share_table_files();
 // Removes a group's table (tests; a table outlives its members, so a group keeps its capacity).
 Status remove_share_group(std::string_view name, int device);
 
