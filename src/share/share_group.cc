@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "memfit/core/bytes.h"
 #include "memfit/core/checked.h"
 #include "share_table.h"
 
@@ -118,8 +119,10 @@ Expected<std::unique_ptr<Segment>> Segment::open(std::string_view group, int dev
   if (size != 0 && size != sizeof(Table)) {
     ::flock(fd, LOCK_UN);
     ::close(fd);
-    return failed_precondition(fmt::format("share group '{}': {} is {} bytes, not a memfit lease table of {}",
-                                           group, name, size, sizeof(Table)));
+    return failed_precondition(fmt::format(
+        "share group '{}': {} is {} bytes, not a memfit lease table of {} (once no process uses it: "
+        "rm /dev/shm{})",
+        group, name, size, sizeof(Table), name));
   }
   if (size == 0) {
     if (!create) {
@@ -160,8 +163,10 @@ Expected<std::unique_ptr<Segment>> Segment::open(std::string_view group, int dev
     ::munmap(mapped, sizeof(Table));
     ::flock(fd, LOCK_UN);
     ::close(fd);
-    return failed_precondition(fmt::format("share group '{}': {} has table version {}, this memfit reads {}",
-                                           group, name, table->header.version, kVersion));
+    return failed_precondition(fmt::format(
+        "share group '{}': {} has table version {}, this memfit reads {} (once no process uses it: "
+        "rm /dev/shm{})",
+        group, name, table->header.version, kVersion, name));
   }
   ::flock(fd, LOCK_UN);
   return std::unique_ptr<Segment>(new Segment(fd, table, writable));
@@ -271,7 +276,24 @@ Expected<ShareGroupInfo> read_share_group(std::string_view name, int device) {
   MEMFIT_ASSIGN_OR_RETURN(auto segment, Segment::open(name, device, false, 0, {}));
   Segment::Lock lock(*segment);
   if (segment->writable()) share_detail::reap_dead(segment->table());
-  return share_detail::describe(segment->table(), name, /*check_alive=*/!segment->writable());
+  ShareGroupInfo info = share_detail::describe(segment->table(), name, /*check_alive=*/!segment->writable());
+  // What members write keeps in use <= pool <= lease <= the group's capacity (a pool grows only inside its
+  // lease, a lease only from free capacity, and gives back only down to its pool). A row that breaks it was
+  // not written by a member: its figures are not shown as if they were.
+  for (const ShareMemberInfo& m : info.members) {
+    const uint64_t capacity = info.capacity_bytes;
+    if (m.lease_bytes <= capacity && m.pool_bytes <= m.lease_bytes && m.bytes_in_use <= capacity &&
+        m.peak_bytes_in_use <= capacity)
+      continue;
+    return failed_precondition(fmt::format(
+        "share group '{}': its table on device {} holds figures no member writes (pid {}: lease {}, pool {}, "
+        "in use {}, peak {} on a group of {}): corrupt, or not memfit's (once no process uses it: rm "
+        "/dev/shm{})",
+        name, device, m.pid, format_bytes(m.lease_bytes), format_bytes(m.pool_bytes),
+        format_bytes(m.bytes_in_use), format_bytes(m.peak_bytes_in_use), format_bytes(capacity),
+        share_segment_name(name, device)));
+  }
+  return info;
 }
 
 std::vector<ShareTableFile> share_table_files() {

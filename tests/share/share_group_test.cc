@@ -149,6 +149,44 @@ TEST_F(ShareGroupTest, AFileOfTheNameThatIsNoTableIsNamedNotHidden) {
       << joined.error().message();
 }
 
+// A live member's row rewritten with a lease past the group's capacity (what no member writes: a pool grows
+// inside its lease, a lease from free capacity): the table is refused with what is wrong, not shown as
+// 16 EiB leased of 80 GiB, and the exporter's and doctor's listing leaves it out.
+TEST_F(ShareGroupTest, ARowNoMemberWritesIsRefusedNotShown) {
+  Member a = join(group_, AllocatorKind::kBfcGrowth, 80 * kGiB);
+  void* p = std::move(a.allocator->allocate(kGiB)).value();
+  auto before = read_share_group(group_, 0);
+  ASSERT_TRUE(before.ok()) << before.error().message();
+  ASSERT_EQ(before->members.size(), 1u);
+  {
+    // The table's layout (src/share/share_table.h): a 256-byte header, then 256-byte rows that begin with
+    // the member's pid (int64); the lease is the row's seventh field, at byte 48.
+    const std::string path = "/dev/shm" + share_segment_name(group_, 0);
+    std::FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    bool rewritten = false;
+    for (long row = 0; row < 64 && !rewritten; ++row) {
+      int64_t pid = 0;
+      ASSERT_EQ(std::fseek(f, 256 + row * 256, SEEK_SET), 0);
+      ASSERT_EQ(std::fread(&pid, sizeof(pid), 1, f), 1u);
+      if (pid != ::getpid()) continue;
+      const uint64_t lease = ~0ull;
+      ASSERT_EQ(std::fseek(f, 256 + row * 256 + 48, SEEK_SET), 0);
+      ASSERT_EQ(std::fwrite(&lease, sizeof(lease), 1, f), 1u);
+      rewritten = true;
+    }
+    std::fclose(f);
+    ASSERT_TRUE(rewritten);
+  }
+  auto read = read_share_group(group_, 0);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(read.error().message().find("figures no member writes"), std::string::npos)
+      << read.error().message();
+  for (const ShareGroupInfo& g : list_share_groups()) EXPECT_NE(g.name, group_);
+  EXPECT_TRUE(a.allocator->deallocate(p).ok());
+}
+
 TEST_F(ShareGroupTest, NewcomerGetsItsFairShareAndNoOneOvercommits) {
   Member a = join(group_, AllocatorKind::kBfcGrowth, 80 * kGiB);
   EXPECT_EQ(a.member->lease_bytes(), 80 * kGiB);  // alone: all that is free, up to its limit

@@ -66,9 +66,7 @@ Action add_share_command(CLI::App& app, Io& io) {
       if (g.ok()) {
         tables.push_back(std::move(*g));
       } else if (g.error().code() != ErrorCode::kNotFound) {
-        unreadable.push_back(
-            Error(g.error().code(), fmt::format("{} (once no process uses it: rm /dev/shm{})",
-                                                g.error().message(), share_segment_name(f.name, f.device))));
+        unreadable.push_back(g.error());  // it says what is wrong and how to clear it
       }
     }
     for (size_t k = tables.empty() ? 1 : 0; k < unreadable.size(); ++k)
