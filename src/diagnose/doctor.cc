@@ -9,6 +9,7 @@
 #include "memfit/core/text.h"
 #include "memfit/core/xla_env.h"
 #include "memfit/diagnose/log_classifier.h"
+#include "memfit/share/share_group.h"
 
 namespace memfit {
 namespace {
@@ -86,6 +87,20 @@ void probe_host(const HostProbe& host, DoctorReport& r) {
   }
 }
 
+// Lease tables (memfit share) that do not read as one: a group's members cannot join it, and the fleet view
+// would leave the group out without a word. /dev/shm is the machine's own: read only when probing it (not
+// a fixture tree).
+void add_share_table_findings(std::vector<Finding>& out) {
+  for (const ShareTableFile& t : share_table_files()) {
+    auto group = read_share_group(t.name, t.device);
+    if (group.ok() || group.error().code() == ErrorCode::kNotFound) continue;
+    out.push_back(
+        {Step::kAllocation, "share_table_unreadable", Severity::kWarning, group.error().message(),
+         fmt::format("members of '{}' cannot join it: remove the file once no process uses it", t.name),
+         "/dev/shm"});
+  }
+}
+
 }  // namespace
 
 bool pool_looks_shrunken(uint64_t held_bytes, uint64_t asked_bytes) {
@@ -122,6 +137,7 @@ Expected<DoctorReport> run_doctor(const DoctorOptions& options) {
   if (options.probe_machine) {
     add_env_findings(options.environment, "this shell's environment", r.findings);
     probe_host(host, r);
+    if (options.root == "/") add_share_table_findings(r.findings);
     if (options.gpus) {
       gpus = *options.gpus;
     } else if (options.query_gpu) {

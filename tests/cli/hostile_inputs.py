@@ -516,6 +516,11 @@ if os.path.isdir("/dev/shm"):
     try:
         run("share: a table that is garbage", ["share", f"hostile-junk-{os.getpid()}"], 2,
             stderr_has="rm " + junk_table)
+        # ... and a finding of the doctor's and the fleet view's, not a group missing without a word.
+        run("doctor: a share table that is garbage", ["doctor", "--json"], {0, 1},
+            stdout_has="share_table_unreadable")
+        run("exporter: a share table that is garbage", ["exporter", "--no-gpu", "--once"], 0,
+            stdout_has='memfit_finding{code="share_table_unreadable"')
     finally:
         os.remove(junk_table)
 for bad in [["--listen", "nonsense"], ["--listen", "127.0.0.1:99999"], ["--listen", ":"], ["--interval", "0s"],
