@@ -42,14 +42,32 @@ Json from_python(const py::object& o) {
   return value_or_raise(memfit::parse_json(text, "the dict"));
 }
 
+// Python's int has no bound, and bool is an int: both are told apart here, so that no capacity is read as
+// another (True as 1 byte) or escapes as pybind11's RuntimeError.
 std::optional<uint64_t> capacity_of(const py::object& capacity) {
   if (capacity.is_none()) return std::nullopt;
+  if (py::isinstance<py::bool_>(capacity))
+    throw py::value_error("capacity must be bytes (an int) or a size such as '80GiB' or 'h200', not a bool");
   if (py::isinstance<py::int_>(capacity)) {
-    const auto v = capacity.cast<long long>();
-    if (v <= 0) throw py::value_error("capacity must be positive");
-    return static_cast<uint64_t>(v);
+    if (capacity.attr("__le__")(0).cast<bool>()) throw py::value_error("capacity must be positive");
+    try {
+      return capacity.cast<unsigned long long>();
+    } catch (const py::cast_error&) {
+      throw py::value_error("capacity " + py::str(capacity).cast<std::string>() +
+                            " is more than 2^64 - 1 bytes");
+    }
   }
   return value_or_raise(memfit::parse_capacity(py::str(capacity).cast<std::string>()));
+}
+
+int pid_of(const py::object& pid) {
+  if (py::isinstance<py::bool_>(pid) || !py::isinstance<py::int_>(pid))
+    throw py::type_error("pid must be an int (a process id)");
+  try {
+    return pid.cast<int>();
+  } catch (const py::cast_error&) {
+    throw py::value_error("pid " + py::str(pid).cast<std::string>() + " is not a process id");
+  }
 }
 
 py::object hlo(const std::string& path_or_text, const std::string& module, size_t top, bool buffers) {
@@ -101,7 +119,7 @@ py::object doctor(const std::vector<std::string>& logs, const py::object& pid, b
   d.environment = memfit::Environment::from_process();
   d.query_gpu = gpu;
   d.probe_machine = logs.empty() || !pid.is_none();
-  if (!pid.is_none()) d.pid = pid.cast<int>();
+  if (!pid.is_none()) d.pid = pid_of(pid);
   for (const std::string& path : logs)
     d.logs.push_back({path, value_or_raise(memfit::read_file(path, 1ull << 30))});
   memfit::DoctorReport report = value_or_raise(memfit::run_doctor(d));

@@ -207,6 +207,13 @@ uint64_t bfc_round_bytes(uint64_t size_bytes) {
   return round_up(size_bytes, kBfcMinAllocationBytes);
 }
 
+Status validate_pool_fraction(double fraction) {
+  if (fraction > 0 && fraction <= 1.0) return ok_status();  // written so that NaN fails
+  return invalid_argument(fmt::format(
+      "the memory fraction {} must be above 0 and at most 1: the share of the device XLA's pool takes",
+      fraction));
+}
+
 uint64_t bfc_memory_limit(double fraction, uint64_t total_bytes) {
   const uint64_t bytes = fraction_of(fraction, total_bytes);
   return checked_round_up(bytes, kBfcLimitAlignmentBytes)

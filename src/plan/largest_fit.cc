@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "memfit/core/bytes.h"
+#include "memfit/core/xla_env.h"
 
 namespace memfit {
 
@@ -19,6 +20,7 @@ Expected<LargestFit> largest_fitting(const ModelSpec& spec, const std::string& k
                                      double memory_fraction,
                                      const std::function<void(const std::string&)>& progress) {
   MEMFIT_RETURN_IF_ERROR(validate_model_spec(spec));
+  MEMFIT_RETURN_IF_ERROR(validate_pool_fraction(memory_fraction));
   LargestFit result;
   result.key = key;
   const bool has_sequence = spec.model == ModelFamily::kGpt || spec.model == ModelFamily::kFlaxEncoder;

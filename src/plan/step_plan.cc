@@ -21,6 +21,7 @@ namespace memfit {
 
 Expected<StepPlan> plan_step(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
                              double memory_fraction) {
+  MEMFIT_RETURN_IF_ERROR(validate_pool_fraction(memory_fraction));
   if (plan_is_extrapolated(spec))
     return extrapolate_step_plan(spec, kExtrapolationLayers, capacity_bytes, memory_fraction);
   return step_plan_internal::plan_whole_step(spec, capacity_bytes, memory_fraction);
@@ -88,6 +89,7 @@ bool line_taken(const StepPlan& p) { return p.extrapolation_line_wobble_bytes <=
 
 Expected<StepPlan> plan_step_extended(const ModelSpec& spec, std::optional<uint64_t> capacity_bytes,
                                       double memory_fraction, bool verdict_only) {
+  MEMFIT_RETURN_IF_ERROR(validate_pool_fraction(memory_fraction));
   // Deeper than memfit builds whole, the fallback is plan_step's extension from 64, 128 and 192 layers.
   // A flax encoder's small plans serve only a verdict (lines_extend): planned for nothing where a figure is
   // wanted, and unpacked where they are (their bytes live at once are all the verdict reads).
@@ -901,6 +903,7 @@ Expected<FitResult> FitSearch::run() {
 
 Expected<FitResult> fit_step(const ModelSpec& spec, uint64_t capacity_bytes, double memory_fraction,
                              const std::function<void(size_t, size_t)>& progress) {
+  MEMFIT_RETURN_IF_ERROR(validate_pool_fraction(memory_fraction));
   return FitSearch(spec, capacity_bytes, memory_fraction, progress).run();
 }
 

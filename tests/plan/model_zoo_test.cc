@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 
 #include "memfit/core/json.h"
@@ -565,6 +567,29 @@ TEST(ModelZoo, DffSetsTheWidthOfEveryBlocksMlp) {
         R"({"model": "gpt", "heads": 4, "d_model": 128, "d_ff": 302, "step": "decode", "sharding": "tp",
             "mesh": [4], "mesh_axes": ["model"]})"}) {
     EXPECT_FALSE(model_spec_from_json(Json::parse(refused)).ok()) << refused;
+  }
+}
+
+// The pool's share of the device, as the library takes it (the Python module passes it through): NaN and
+// -1 had planned a pool of 0 bytes, 7 one seven times the device that "fits".
+TEST(ModelZoo, APoolFractionOutsideZeroToOneIsRefused) {
+  auto spec = model_spec_from_json(Json::parse(R"({"model": "mlp"})"));
+  ASSERT_TRUE(spec.ok());
+  const uint64_t capacity = 80ull << 30;
+  for (double bad : {std::nan(""), -1.0, 0.0, 1.5, 7.0, std::numeric_limits<double>::infinity()}) {
+    SCOPED_TRACE(bad);
+    auto plan = plan_step(*spec, capacity, bad);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(plan.error().message().find("memory fraction"), std::string::npos) << plan.error().message();
+    EXPECT_FALSE(plan_step_extended(*spec, capacity, bad).ok());
+    EXPECT_FALSE(fit_step(*spec, capacity, bad).ok());
+    EXPECT_FALSE(largest_fitting(*spec, "batch", capacity, bad).ok());
+  }
+  for (double good : {0.01, 0.75, 1.0}) {
+    auto plan = plan_step(*spec, capacity, good);
+    ASSERT_TRUE(plan.ok()) << plan.error().message();
+    EXPECT_LE(plan->limit_bytes, capacity);
   }
 }
 

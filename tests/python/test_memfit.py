@@ -111,6 +111,31 @@ def test_bad_input_raises_the_clis_message(call, args):
         assert message == cli_error(*args)
 
 
+@pytest.mark.parametrize("call", [
+    # A pool fraction outside (0, 1] was planned as given: NaN and -1 as a limit of 0 bytes, 7.0 as a 600 GB
+    # pool on an 80 GiB device that "fits".
+    lambda: memfit.plan({"model": "mlp"}, capacity="80GiB", mem_fraction=float("nan")),
+    lambda: memfit.plan({"model": "mlp"}, capacity="80GiB", mem_fraction=-1.0),
+    lambda: memfit.plan({"model": "mlp"}, capacity="80GiB", mem_fraction=7.0),
+    lambda: memfit.fit({"model": "mlp"}, "80GiB", mem_fraction=float("inf")),
+    lambda: memfit.fit({"model": "mlp"}, "80GiB", mem_fraction=0.0, largest="batch"),
+    # Python's unbounded int and its bool, which is an int: not a capacity of 1 byte, not RuntimeError.
+    lambda: memfit.plan({"model": "mlp"}, capacity=2**70),
+    lambda: memfit.plan({"model": "mlp"}, capacity=True),
+    lambda: memfit.env({}, capacity=-5),
+    lambda: memfit.doctor(pid=2**40),
+])
+def test_a_value_no_device_has_raises_valueerror(call):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_pid_that_is_not_an_int_raises_typeerror():
+    with pytest.raises(TypeError):
+        memfit.doctor(pid="12")
+
+
 def test_memory_analysis_dict():
     class Analysis:
         argument_size_in_bytes = 100

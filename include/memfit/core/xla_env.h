@@ -52,6 +52,9 @@ Expected<XlaAllocatorConfig> parse_xla_allocator_env(const Environment& env);
 uint64_t bfc_round_bytes(uint64_t size_bytes);
 // bytes_limit = fraction x total, rounded up to 2 MiB.
 uint64_t bfc_memory_limit(double fraction, uint64_t total_bytes);
+// A pool's share of the device as a planner takes it: above 0 and at most 1 (kInvalidArgument otherwise, NaN
+// included). Above 1 a pool is the whole device at most - the XLA variables' reading says so for itself.
+Status validate_pool_fraction(double fraction);
 // When the driver refuses a region, XLA retries at 0.9x (computed in float, as XLA does), 256-B rounded.
 uint64_t bfc_backpedal_bytes(uint64_t size_bytes);
 
