@@ -87,8 +87,11 @@ Status apply_pytorch(TimelineBuilder& b, const PytorchRecord& r, bool frees_are_
   if (a == "alloc") return b.alloc(r.addr, r.size, static_cast<uint32_t>(r.stream), r.time_us, line);
   if (a == "free_completed") return frees_are_completed ? b.free(r.addr, r.time_us, line) : ok_status();
   if (a == "free_requested") return frees_are_completed ? ok_status() : b.free(r.addr, r.time_us, line);
-  if (a == "segment_alloc" || a == "segment_map") return b.reserve(r.size, line);
-  if (a == "segment_free" || a == "segment_unmap") return b.unreserve(r.size, line);
+  using Reservation = TimelineBuilder::Reservation;
+  if (a == "segment_alloc") return b.reserve(Reservation::kSegment, r.addr, r.size, line);
+  if (a == "segment_map") return b.reserve(Reservation::kMappedRange, r.addr, r.size, line);
+  if (a == "segment_free") return b.unreserve(Reservation::kSegment, r.addr, r.size, line);
+  if (a == "segment_unmap") return b.unreserve(Reservation::kMappedRange, r.addr, r.size, line);
   if (a == "oom") {
     b.count_oom();
     return ok_status();

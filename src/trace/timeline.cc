@@ -48,6 +48,7 @@ Status TimelineBuilder::alloc(uint64_t address, uint64_t size_bytes, uint32_t st
   live_.emplace(address, Live{buffer, size_bytes, line});
   freed_at_.erase(address);
   timeline_.events.push_back({EventKind::kAlloc, tag_id, stream, buffer, size_bytes, time_us});
+  note_reserved_against_live();
   return ok_status();
 }
 
@@ -69,25 +70,59 @@ Status TimelineBuilder::free(uint64_t address, uint64_t time_us, uint64_t line) 
   return ok_status();
 }
 
-Status TimelineBuilder::reserve(uint64_t size_bytes, uint64_t line) {
+void TimelineBuilder::note_reserved_against_live() {
+  if (!saw_segments_) return;
+  // In use beyond what the trace saw reserved: segments from before the recording hold it.
+  if (live_bytes_ > reserved_bytes_) reserved_complete_ = false;
+  peak_reserved_at_least_bytes_ =
+      std::max(peak_reserved_at_least_bytes_, std::max(reserved_bytes_, live_bytes_));
+}
+
+Status TimelineBuilder::reserve(Reservation kind, uint64_t address, uint64_t size_bytes, uint64_t line) {
+  if (kind == Reservation::kSegment) {
+    auto [it, inserted] = segments_.try_emplace(address, size_bytes, line);
+    if (!inserted) {
+      return invalid_argument(
+          fmt::format("line {}: segment at {:#x}, which is still reserved (since line {})", line, address,
+                      it->second.second));
+    }
+  }
   auto total = checked_add(reserved_bytes_, size_bytes);
   if (!total) return invalid_argument(fmt::format("line {}: reserved bytes overflow 64 bits", line));
   saw_segments_ = true;
   reserved_bytes_ = *total;
   peak_reserved_bytes_ = std::max(peak_reserved_bytes_, reserved_bytes_);
+  note_reserved_against_live();
   return ok_status();
 }
 
-Status TimelineBuilder::unreserve(uint64_t size_bytes, uint64_t line) {
-  saw_segments_ = true;
-  // A ring-buffered trace may release segments reserved before it started: clamp instead of failing.
+Status TimelineBuilder::unreserve(Reservation kind, uint64_t address, uint64_t size_bytes, uint64_t line) {
   (void)line;
+  saw_segments_ = true;
+  if (kind == Reservation::kSegment) {
+    auto it = segments_.find(address);
+    if (it == segments_.end()) {
+      // Reserved before the recording started (a ring-buffered trace, or recording begun mid-run).
+      ++timeline_.segment_frees_before_recording;
+      reserved_complete_ = false;
+      return ok_status();
+    }
+    size_bytes = it->second.first;  // what was reserved is what goes back
+    segments_.erase(it);
+  } else if (size_bytes > reserved_bytes_) {
+    reserved_complete_ = false;  // unmapping more than the trace saw mapped
+  }
   reserved_bytes_ -= std::min(reserved_bytes_, size_bytes);
+  note_reserved_against_live();
   return ok_status();
 }
 
 Timeline TimelineBuilder::finish() && {
-  if (saw_segments_) timeline_.recorded_peak_reserved_bytes = peak_reserved_bytes_;
+  if (saw_segments_) {
+    timeline_.recorded_reserved_complete = reserved_complete_;
+    timeline_.recorded_peak_reserved_bytes =
+        reserved_complete_ ? peak_reserved_bytes_ : peak_reserved_at_least_bytes_;
+  }
   return std::move(timeline_);
 }
 

@@ -34,6 +34,7 @@ TEST(Readers, PytorchCsvMatchesPytorchsOwnFigures) {
     EXPECT_EQ(peak_live_bytes(t), figures["stats"]["requested_bytes.all.peak"].get<uint64_t>());
     ASSERT_TRUE(t.recorded_peak_reserved_bytes.has_value());
     EXPECT_EQ(*t.recorded_peak_reserved_bytes, figures["max_reserved"].get<uint64_t>());
+    EXPECT_TRUE(t.recorded_reserved_complete);  // recorded from the start: every segment is in it
     EXPECT_LE(peak_live_bytes(t), figures["max_allocated"].get<uint64_t>());
   }
 }
@@ -77,6 +78,37 @@ TEST(Readers, BrokenCsvNamesTheLine) {
   EXPECT_NE(error_of("hello world\n").find("not a trace memfit knows"), std::string::npos);
   EXPECT_NE(error_of("action,addr\nalloc,1\n").find("no 'size' column"), std::string::npos);
   EXPECT_NE(error_of(header + "alloc,99999999999999999999999,512,0,1\n").find("line 2"), std::string::npos);
+}
+
+// A trace begun after the run had reserved memory (recording started mid-run, or a ring buffer that dropped
+// its oldest events) misses segments: its reserved figure is then a lower bound, said as one - it had
+// printed 0 B reserved beside 1000 B in use. A segment reserved twice is an error, as an allocation is.
+TEST(Readers, ATraceBegunMidRunSaysItsReservedFigureIsALowerBound) {
+  const std::string header = "action,addr,size,stream,time_us\n";
+  auto freed_before = parse_trace(header +
+                                  "segment_free,4096,1000000,0,1\nalloc,8192,1000,0,2\n"
+                                  "free_completed,8192,1000,0,3\n");
+  ASSERT_TRUE(freed_before.ok()) << freed_before.error().message();
+  EXPECT_FALSE(freed_before->recorded_reserved_complete);
+  EXPECT_EQ(freed_before->segment_frees_before_recording, 1u);
+  EXPECT_EQ(freed_before->recorded_peak_reserved_bytes, 1000u);  // in use: at least that was reserved
+  auto beyond = parse_trace(header + "segment_alloc,4096,1000,0,1\nalloc,4096,5000,0,2\n");
+  ASSERT_TRUE(beyond.ok()) << beyond.error().message();
+  EXPECT_FALSE(beyond->recorded_reserved_complete);
+  EXPECT_EQ(beyond->recorded_peak_reserved_bytes, 5000u);
+  // A segment's free gives back what it reserved, whatever size the free names.
+  auto whole = parse_trace(header +
+                           "segment_alloc,4096,2048,0,1\nalloc,4096,1000,0,2\n"
+                           "free_completed,4096,1000,0,3\nsegment_free,4096,1,0,4\n"
+                           "segment_alloc,8192,4096,0,5\n");
+  ASSERT_TRUE(whole.ok()) << whole.error().message();
+  EXPECT_TRUE(whole->recorded_reserved_complete);
+  EXPECT_EQ(whole->recorded_peak_reserved_bytes, 4096u);
+  auto twice = parse_trace(header + "segment_alloc,4096,1000,0,1\nsegment_alloc,4096,1000,0,2\n");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.error().message().find("line 3: segment at 0x1000, which is still reserved"),
+            std::string::npos)
+      << twice.error().message();
 }
 
 TEST(Readers, FreesOfBuffersFromBeforeTheRecordingAreTolerated) {

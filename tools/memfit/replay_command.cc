@@ -28,11 +28,14 @@ Json replay_to_json(const Timeline& t, const ReplayResult& r, bool capacity_give
   if (capacity_given) j["capacity_bytes"] = r.capacity_bytes;
   if (t.recorded_peak_reserved_bytes) {
     j["recorded_peak_reserved_bytes"] = *t.recorded_peak_reserved_bytes;
+    // false: the trace began after the run had reserved memory, and the figure is a lower bound.
+    j["recorded_peak_reserved_complete"] = t.recorded_reserved_complete;
     j["recorded_ratio_to_peak_live"] =
         r.peak_live_bytes ? round3(static_cast<double>(*t.recorded_peak_reserved_bytes) / r.peak_live_bytes)
                           : 0.0;
   }
   j["frees_before_recording"] = t.frees_before_recording;
+  j["segment_frees_before_recording"] = t.segment_frees_before_recording;
   Json policies = Json::array();
   for (const PolicyResult& p : r.policies) {
     Json pj;
@@ -64,15 +67,27 @@ void print_table(std::ostream& out, const std::string& path, const Timeline& t, 
   out << fmt::format("  peak live (lower bound)   {} ({} B)\n", format_bytes(r.peak_live_bytes),
                      r.peak_live_bytes);
   if (t.recorded_peak_reserved_bytes) {
-    out << fmt::format(
-        "  recorded peak reserved    {} ({:.3f}x live) - the original run's allocator\n",
-        format_bytes(*t.recorded_peak_reserved_bytes),
-        r.peak_live_bytes ? static_cast<double>(*t.recorded_peak_reserved_bytes) / r.peak_live_bytes : 0.0);
+    const double ratio =
+        r.peak_live_bytes ? static_cast<double>(*t.recorded_peak_reserved_bytes) / r.peak_live_bytes : 0.0;
+    if (t.recorded_reserved_complete) {
+      out << fmt::format("  recorded peak reserved    {} ({:.3f}x live) - the original run's allocator\n",
+                         format_bytes(*t.recorded_peak_reserved_bytes), ratio);
+    } else {
+      // Its segments do not cover what was in use: the run's own figure is not in the trace.
+      out << fmt::format(
+          "  recorded peak reserved    at least {} (>= {:.3f}x live) - the trace began after the run "
+          "reserved memory\n",
+          format_bytes(*t.recorded_peak_reserved_bytes), ratio);
+    }
   }
   if (capacity_given) out << fmt::format("  capacity                  {}\n", format_bytes(r.capacity_bytes));
   if (t.frees_before_recording) {
     out << fmt::format("  note: {} frees of buffers allocated before the recording started were skipped\n",
                        t.frees_before_recording);
+  }
+  if (t.segment_frees_before_recording) {
+    out << fmt::format("  note: {} segments reserved before the recording started were freed in it\n",
+                       t.segment_frees_before_recording);
   }
   out << fmt::format("\n  {:<11} {:>13} {:>9} {:>13} {:>6} {:>12}  reserved/live over time\n", "policy",
                      "peak reserved", "x live", "peak in use", "OOMs", "events/s");
@@ -142,7 +157,9 @@ Action add_replay_command(CLI::App& app, Io& io) {
       for (const PolicyResult& p : result->policies)
         chart.lines.push_back({p.name + " reserved", p.peak_reserved_bytes});
       if (timeline->recorded_peak_reserved_bytes)
-        chart.lines.push_back({"recorded reserved", *timeline->recorded_peak_reserved_bytes});
+        chart.lines.push_back(
+            {timeline->recorded_reserved_complete ? "recorded reserved" : "recorded reserved (at least)",
+             *timeline->recorded_peak_reserved_bytes});
       if (capacity_given) chart.lines.push_back({"capacity", *ro.capacity_bytes});
       const Status written = write_html(options->html, chart);
       if (!written.ok()) return fail(io, written.error());

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "memfit/core/status.h"
@@ -46,7 +47,13 @@ struct Timeline {
   uint64_t buffer_count = 0;
   std::vector<BufferLabel> labels;  // empty, or one per buffer id
   // What the recorded run reserved, when the trace has segment events (PyTorch's max_memory_reserved).
+  // A trace that began after the run had reserved memory (recording started mid-run, or a ring buffer that
+  // dropped its oldest events) does not hold every segment: then this is a lower bound - the most that
+  // was either recorded as reserved or in use at once - and recorded_reserved_complete is false.
   std::optional<uint64_t> recorded_peak_reserved_bytes;
+  bool recorded_reserved_complete = true;
+  // segment_free events of segments reserved before the recording started.
+  uint64_t segment_frees_before_recording = 0;
   // Frees of buffers allocated before recording started (ring-buffered traces); skipped, counted here.
   uint64_t frees_before_recording = 0;
   uint64_t recorded_ooms = 0;
@@ -66,9 +73,13 @@ class TimelineBuilder {
   // A free of an address never seen is a buffer from before the recording (tolerated, counted); a free of
   // an address that was already freed is an error.
   Status free(uint64_t address, uint64_t time_us, uint64_t line);
-  // Device memory reserved by the recorded allocator (segment_alloc/segment_map and their inverses).
-  Status reserve(uint64_t size_bytes, uint64_t line);
-  Status unreserve(uint64_t size_bytes, uint64_t line);
+  // Device memory reserved by the recorded allocator. A segment (segment_alloc/segment_free: cudaMalloc and
+  // cudaFree of one block) is known by its address: one reserved twice is an error, the free of one never
+  // seen a segment from before the recording. Mapped ranges of expandable segments (segment_map and
+  // segment_unmap, which need not unmap a range as it was mapped) are counted by size.
+  enum class Reservation : uint8_t { kSegment, kMappedRange };
+  Status reserve(Reservation kind, uint64_t address, uint64_t size_bytes, uint64_t line);
+  Status unreserve(Reservation kind, uint64_t address, uint64_t size_bytes, uint64_t line);
   void count_oom() { ++timeline_.recorded_ooms; }
 
   Timeline finish() &&;
@@ -83,10 +94,16 @@ class TimelineBuilder {
   std::unordered_map<uint64_t, Live> live_;          // address -> live buffer
   std::unordered_map<uint64_t, uint64_t> freed_at_;  // address -> line of its last free
   std::unordered_map<std::string, uint32_t> tag_ids_;
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> segments_;  // address -> (size, line)
   uint64_t reserved_bytes_ = 0;
   uint64_t peak_reserved_bytes_ = 0;
+  // The most bytes either recorded as reserved or in use at once: the recorded peak where the segments
+  // do not cover the allocations.
+  uint64_t peak_reserved_at_least_bytes_ = 0;
   uint64_t live_bytes_ = 0;
   bool saw_segments_ = false;
+  bool reserved_complete_ = true;
+  void note_reserved_against_live();
 };
 
 }  // namespace memfit
