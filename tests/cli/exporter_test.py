@@ -8,6 +8,7 @@ the text, a real Prometheus server scrapes it, share-group members (share_member
 CHECK is one of: docs, serve, hostile_clients, promtool, prometheus, share_group, many_members, soak. A check whose tool is not
 installed exits 77 (ctest: skipped) after saying which tool and how to install it.
 """
+import atexit
 import json
 import os
 import re
@@ -35,10 +36,22 @@ def skip(message):
     sys.exit(SKIP)
 
 
+STARTED = []  # every exporter this check started, killed at exit: a failed check leaves no server behind
+
+
+@atexit.register
+def kill_started_exporters():
+    for proc in STARTED:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 class Exporter:
     def __init__(self, *args):
         self.proc = subprocess.Popen([MEMFIT, "exporter", "--no-gpu", *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
+        STARTED.append(self.proc)
         line = self.proc.stderr.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
         if not m:

@@ -1,13 +1,19 @@
 // memfit exporter: the fleet view over HTTP for Prometheus (/metrics, text format 0.0.4). The machine is
 // probed on its own timer (memfit/diagnose/fleet.h), never per scrape: a scrape serves the last rendering,
 // so a slow NVML never blocks it.
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <ostream>
@@ -22,6 +28,33 @@ namespace {
 
 constexpr size_t kServerWorkers = 128;
 constexpr size_t kMaxRequestBodyBytes = 64 * 1024;  // a scrape is a GET: no body
+
+// httplib listens with a backlog of 5, compiled into Debian's library. A burst of connections - 100
+// clients at once - overflowed it, and a scrape that came behind them waited for TCP's 1 s SYN
+// retransmission (the hostile-clients test saw 1.02 s on a loaded machine). On Linux, listen() on a
+// listening socket sets its backlog anew; httplib gives no handle on its socket, so this finds the
+// process's listening socket on `port` and listens again with the system's largest backlog.
+void widen_listen_backlog(int port) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  while (const dirent* entry = ::readdir(dir)) {
+    int fd = 0;
+    const char* name = entry->d_name;
+    if (std::from_chars(name, name + std::strlen(name), fd).ec != std::errc() || fd == ::dirfd(dir)) continue;
+    int accepting = 0;
+    socklen_t length = sizeof(accepting);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &length) != 0 || accepting == 0) continue;
+    sockaddr_storage address{};
+    socklen_t address_length = sizeof(address);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &address_length) != 0) continue;
+    int bound = -1;
+    if (address.ss_family == AF_INET) bound = ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port);
+    if (address.ss_family == AF_INET6)
+      bound = ntohs(reinterpret_cast<const sockaddr_in6&>(address).sin6_port);
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
+  ::closedir(dir);
+}
 
 struct ExporterOptions {
   std::string listen = "127.0.0.1:9473";
@@ -127,6 +160,7 @@ Action add_exporter_command(CLI::App& app, Io& io) {
     } else if (!server.bind_to_port(host, port)) {
       bound = -1;
     }
+    if (bound > 0) widen_listen_backlog(bound);
     if (bound <= 0) {
       pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
       return fail(io,
