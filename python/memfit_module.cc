@@ -60,13 +60,15 @@ std::optional<uint64_t> capacity_of(const py::object& capacity) {
   return value_or_raise(memfit::parse_capacity(py::str(capacity).cast<std::string>()));
 }
 
-int pid_of(const py::object& pid) {
-  if (py::isinstance<py::bool_>(pid) || !py::isinstance<py::int_>(pid))
-    throw py::type_error("pid must be an int (a process id)");
+// An int argument (a pid, a device): not a bool, not a str, and within int - pybind11's own conversion
+// raises RuntimeError past it.
+int int_argument(const py::object& value, const std::string& name) {
+  if (py::isinstance<py::bool_>(value) || !py::isinstance<py::int_>(value))
+    throw py::type_error(name + " must be an int");
   try {
-    return pid.cast<int>();
+    return value.cast<int>();
   } catch (const py::cast_error&) {
-    throw py::value_error("pid " + py::str(pid).cast<std::string>() + " is not a process id");
+    throw py::value_error(name + " " + py::str(value).cast<std::string>() + " is out of range");
   }
 }
 
@@ -119,7 +121,7 @@ py::object doctor(const std::vector<std::string>& logs, const py::object& pid, b
   d.environment = memfit::Environment::from_process();
   d.query_gpu = gpu;
   d.probe_machine = logs.empty() || !pid.is_none();
-  if (!pid.is_none()) d.pid = pid_of(pid);
+  if (!pid.is_none()) d.pid = int_argument(pid, "pid");
   for (const std::string& path : logs)
     d.logs.push_back({path, value_or_raise(memfit::read_file(path, 1ull << 30))});
   memfit::DoctorReport report = value_or_raise(memfit::run_doctor(d));
@@ -127,11 +129,18 @@ py::object doctor(const std::vector<std::string>& logs, const py::object& pid, b
   return to_python(memfit::cli::doctor_to_json(report));
 }
 
-py::object replay(const std::string& path, const std::string& policy, const py::object& capacity) {
+py::object replay(const std::string& path, const std::string& policy, const py::object& capacity,
+                  const py::object& device) {
   memfit::ReplayOptions ro;
   if (policy != "all") ro.policies = {policy};
   ro.capacity_bytes = capacity_of(capacity);
-  const memfit::Timeline timeline = value_or_raise(memfit::read_trace_file(path));
+  std::optional<uint32_t> which;
+  if (!device.is_none()) {
+    const int d = int_argument(device, "device");
+    if (d < 0) throw py::value_error("device must be 0 or more");
+    which = static_cast<uint32_t>(d);
+  }
+  const memfit::Timeline timeline = value_or_raise(memfit::read_trace_file(path, which));
   const memfit::ReplayResult result = value_or_raise(memfit::replay(timeline, ro));
   return to_python(memfit::cli::replay_to_json(timeline, result, ro.capacity_bytes.has_value()));
 }
@@ -160,5 +169,6 @@ PYBIND11_MODULE(memfit, m) {
   m.def("doctor", &doctor, py::arg("logs") = std::vector<std::string>{}, py::arg("pid") = py::none(),
         py::arg("gpu") = false, "Diagnose logs (paths), a process, or this machine.");
   m.def("replay", &replay, py::arg("path"), py::arg("policy") = "all", py::arg("capacity") = py::none(),
-        "Replay a recorded allocation trace through the allocator policies.");
+        py::arg("device") = py::none(),
+        "Replay a recorded allocation trace through the allocator policies (device: a PyTorch snapshot's).");
 }

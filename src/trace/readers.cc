@@ -1,6 +1,7 @@
 #include "memfit/trace/readers.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <charconv>
 #include <vector>
@@ -137,17 +138,40 @@ Expected<Timeline> parse_pytorch_csv(std::string_view text) {
   return std::move(builder).finish();
 }
 
-Expected<Timeline> parse_pytorch_snapshot(std::string_view pickle_bytes) {
+Expected<Timeline> parse_pytorch_snapshot(std::string_view pickle_bytes, std::optional<uint32_t> device) {
   MEMFIT_ASSIGN_OR_RETURN(std::unique_ptr<pickle::Document> doc, pickle::decode(pickle_bytes));
   const pickle::Value* traces = doc->root.get("device_traces");
   if (traces == nullptr || traces->as_list() == nullptr) {
     return invalid_argument("not a PyTorch memory snapshot: no 'device_traces' list");
   }
+  // device_traces holds one list per visible device; a process on cuda:1 leaves device 0's empty (DDP's
+  // rank 1 without CUDA_VISIBLE_DEVICES). Each device has its own allocator: one device is replayed.
   const pickle::List& devices = *traces->as_list();
-  if (devices.empty() || devices[0].as_list() == nullptr) {
-    return invalid_argument("the snapshot has no trace for device 0 (was _record_memory_history enabled?)");
+  std::vector<uint32_t> with_events;
+  for (size_t d = 0; d < devices.size(); ++d) {
+    const pickle::List* list = devices[d].as_list();
+    if (list == nullptr) return invalid_argument(fmt::format("device_traces[{}] is not a list", d));
+    if (!list->empty()) with_events.push_back(static_cast<uint32_t>(d));
   }
-  const pickle::List& events = *devices[0].as_list();
+  if (device && (*device >= devices.size() || devices[*device].as_list()->empty())) {
+    return invalid_argument(
+        fmt::format("--device {}: the snapshot has no events for it (it traces {} device{}; {})", *device,
+                    devices.size(), devices.size() == 1 ? "" : "s",
+                    with_events.empty() ? "none has events"
+                                        : fmt::format("events on device {}", fmt::join(with_events, ", "))));
+  }
+  if (!device && with_events.empty()) {
+    return invalid_argument(
+        "the snapshot's traces have no events (was torch.cuda.memory._record_memory_history enabled before "
+        "the allocations?)");
+  }
+  if (!device && with_events.size() > 1) {
+    return invalid_argument(
+        fmt::format("the snapshot traces devices {}: each has its own allocator, replay one (--device N)",
+                    fmt::join(with_events, ", ")));
+  }
+  const uint32_t chosen = device ? *device : with_events.front();
+  const pickle::List& events = *devices[chosen].as_list();
   bool frees_are_completed = false;
   for (const pickle::Value& e : events) {
     const pickle::Value* action = e.get("action");
@@ -183,6 +207,7 @@ Expected<Timeline> parse_pytorch_snapshot(std::string_view pickle_bytes) {
   }
   Timeline t = std::move(builder).finish();
   t.source = "pytorch-snapshot";
+  t.device = chosen;
   return t;
 }
 
@@ -261,8 +286,13 @@ Expected<Timeline> parse_memfit_trace(std::string_view text) {
   return std::move(builder).finish();
 }
 
-Expected<Timeline> parse_trace(std::string_view data) {
-  if (!data.empty() && static_cast<unsigned char>(data[0]) == 0x80) return parse_pytorch_snapshot(data);
+Expected<Timeline> parse_trace(std::string_view data, std::optional<uint32_t> device) {
+  if (!data.empty() && static_cast<unsigned char>(data[0]) == 0x80)
+    return parse_pytorch_snapshot(data, device);
+  if (device) {
+    return invalid_argument(
+        "--device picks a device of a PyTorch snapshot pickle; this trace is already one device's");
+  }
   if (data.starts_with("# memfit-trace")) return parse_memfit_trace(data);
   const std::string_view first = data.substr(0, data.find('\n'));
   if (first.find("Action") != std::string_view::npos && first.find("Pointer") != std::string_view::npos) {
@@ -277,9 +307,9 @@ Expected<Timeline> parse_trace(std::string_view data) {
       "log, or a memfit trace)");
 }
 
-Expected<Timeline> read_trace_file(const std::string& path) {
+Expected<Timeline> read_trace_file(const std::string& path, std::optional<uint32_t> device) {
   MEMFIT_ASSIGN_OR_RETURN(std::string data, read_file(path, 16ull << 30));
-  auto timeline = parse_trace(data);
+  auto timeline = parse_trace(data, device);
   if (!timeline.ok()) return timeline.error().with_context(path);
   return timeline;
 }

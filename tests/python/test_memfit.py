@@ -5,6 +5,7 @@ tests/data."""
 import glob
 import json
 import os
+import pickle
 import subprocess
 
 import pytest
@@ -134,6 +135,35 @@ def test_a_value_no_device_has_raises_valueerror(call):
 def test_a_pid_that_is_not_an_int_raises_typeerror():
     with pytest.raises(TypeError):
         memfit.doctor(pid="12")
+
+
+def _snapshot(path, device_traces):
+    """A PyTorch memory snapshot as torch.cuda.memory._dump_snapshot writes it (a pickled dict)."""
+    with open(path, "wb") as f:
+        pickle.dump({"segments": [], "device_traces": device_traces}, f, protocol=2)
+    return str(path)
+
+
+def test_a_snapshot_replays_the_device_whose_trace_has_events(tmp_path):
+    """device_traces holds a list per visible device: a process on cuda:1 (DDP's rank 1) leaves device 0's
+    empty. memfit had replayed device 0's, printing 0 B of everything; it takes the device with events, asks
+    for --device when several have them, and says so when none has."""
+    events = [{"action": a, "addr": 4096, "size": size, "stream": 0, "time_us": t, "frames": []}
+              for a, size, t in (("segment_alloc", 2 << 20, 1), ("alloc", 1 << 20, 2),
+                                 ("free_completed", 1 << 20, 3))]
+    rank1 = _snapshot(tmp_path / "rank1.pickle", [[], events])
+    for r in (memfit.replay(rank1, policy="platform"), cli_json("replay", rank1, "--policy", "platform")):
+        assert r["device"] == 1 and r["peak_live_bytes"] == 1 << 20
+        assert r["recorded_peak_reserved_bytes"] == 2 << 20 and r["recorded_peak_reserved_complete"]
+    both = _snapshot(tmp_path / "both.pickle", [events, events])
+    with pytest.raises(ValueError) as e:
+        memfit.replay(both)
+    assert str(e.value) == cli_error("replay", both) and "--device N" in str(e.value)
+    assert memfit.replay(both, device=0)["device"] == 0
+    assert cli_json("replay", both, "--device", "1")["device"] == 1
+    empty = _snapshot(tmp_path / "empty.pickle", [[], []])
+    assert "no events" in cli_error("replay", empty)
+    assert "no events for it" in cli_error("replay", rank1, "--device", "0")
 
 
 def test_memory_analysis_dict():

@@ -23,6 +23,7 @@ double round3(double x) { return std::round(x * 1000.0) / 1000.0; }
 Json replay_to_json(const Timeline& t, const ReplayResult& r, bool capacity_given) {
   Json j;
   j["source"] = t.source;
+  if (t.device) j["device"] = *t.device;
   j["events"] = r.events;
   j["peak_live_bytes"] = r.peak_live_bytes;
   if (capacity_given) j["capacity_bytes"] = r.capacity_bytes;
@@ -62,8 +63,8 @@ namespace {
 
 void print_table(std::ostream& out, const std::string& path, const Timeline& t, const ReplayResult& r,
                  bool capacity_given) {
-  out << fmt::format("memfit replay: {} ({}, {} events, {} buffers)\n", path, t.source, r.events,
-                     t.buffer_count);
+  out << fmt::format("memfit replay: {} ({}{}, {} events, {} buffers)\n", path, t.source,
+                     t.device ? fmt::format(", device {}", *t.device) : "", r.events, t.buffer_count);
   out << fmt::format("  peak live (lower bound)   {} ({} B)\n", format_bytes(r.peak_live_bytes),
                      r.peak_live_bytes);
   if (t.recorded_peak_reserved_bytes) {
@@ -122,6 +123,7 @@ Action add_replay_command(CLI::App& app, Io& io) {
     std::string capacity;
     bool json = false;
     std::string html;
+    std::optional<uint32_t> device;
   };
   auto options = std::make_shared<Options>();
   app.add_option("TRACE", options->trace, "PyTorch snapshot pickle, PyTorch/RMM/memfit CSV (gzip accepted)")
@@ -131,6 +133,9 @@ Action add_replay_command(CLI::App& app, Io& io) {
                  "Device capacity (bytes, 80GiB, h100, h200); report the first OOM");
   app.add_flag("--json", options->json, "Print one JSON object");
   app.add_option("--html", options->html, "Also write a self-contained HTML memory timeline to this file");
+  app.add_option("--device", options->device,
+                 "A PyTorch snapshot's device to replay (default: the one whose trace has events)")
+      ->check(CLI::Range(0, 1023));
   return [options, &io]() -> int {
     ReplayOptions ro;
     if (options->policy != "all") ro.policies = {options->policy};
@@ -141,7 +146,7 @@ Action add_replay_command(CLI::App& app, Io& io) {
     }
     Progress progress(io.err, io.stderr_is_terminal);
     progress.update("memfit replay: reading " + options->trace);
-    auto timeline = read_trace_file(options->trace);
+    auto timeline = read_trace_file(options->trace, options->device);
     if (!timeline.ok()) return fail(io, timeline.error());
     ro.progress = [&](const std::string& policy, double done) {
       progress.update(fmt::format("memfit replay: {} {:.0f}%", policy, 100 * done));

@@ -41,7 +41,8 @@ struct BufferLabel {
 };
 
 struct Timeline {
-  std::string source;  // "pytorch-snapshot", "pytorch-csv", "rmm-csv", "memfit", "plan", ...
+  std::string source;              // "pytorch-snapshot", "pytorch-csv", "rmm-csv", "memfit", "plan", ...
+  std::optional<uint32_t> device;  // a PyTorch snapshot's: the device whose trace this is
   std::vector<TraceEvent> events;
   std::vector<std::string> tags{"(untagged)"};
   uint64_t buffer_count = 0;
