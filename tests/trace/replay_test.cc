@@ -8,6 +8,7 @@
 
 #include "../cli/cli_runner.h"
 #include "../cli/golden.h"
+#include "memfit/core/file_io.h"
 #include "trace_data.h"
 
 namespace memfit {
@@ -113,6 +114,25 @@ TEST(ReplayCommand, GoldenTableForGpt2) {
   testing::expect_golden("replay_gpt2.txt", table);
 }
 
+// The recorded run's own OOMs (PyTorch's "oom" action, RMM's "allocate failure") were counted and never
+// shown: they are what the user came with.
+TEST(ReplayCommand, SaysHowOftenTheRecordedRunRanOutOfMemory) {
+  const std::string rmm = ::testing::TempDir() + "rmm_oom.csv";
+  ASSERT_TRUE(write_file_atomic(rmm,
+                                "Thread,Time,Action,Pointer,Size,Stream\n1,1,allocate,0x1000,100,0x0\n"
+                                "1,2,allocate failure,0x0,999999999,0x0\n1,3,allocate failure,0x0,5,0x0\n"
+                                "1,4,free,0x1000,100,0x0\n")
+                  .ok());
+  CliRun text = run_cli({"replay", rmm, "--policy", "platform"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("recorded OOMs             2 - the original run's allocator failed 2 times"),
+            std::string::npos)
+      << text.out;
+  CliRun json = run_cli({"replay", rmm, "--policy", "platform", "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_EQ(Json::parse(json.out)["recorded_ooms"], 2);
+}
+
 TEST(ReplayCommand, JsonFieldsAndExitCodes) {
   CliRun r = run_cli({"replay", testing::data_path("resnet50_train_bf16amp.snapshot.pickle.gz"), "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -120,6 +140,9 @@ TEST(ReplayCommand, JsonFieldsAndExitCodes) {
   EXPECT_EQ(j["events"], 7101);
   EXPECT_EQ(j["peak_live_bytes"], 3192592912u);
   EXPECT_EQ(j["recorded_peak_reserved_bytes"], 3797942272u);
+  EXPECT_EQ(j["recorded_peak_reserved_complete"], true);
+  EXPECT_EQ(j["device"], 0);
+  EXPECT_EQ(j["recorded_ooms"], 0);
   ASSERT_EQ(j["policies"].size(), 4u);
   for (const Json& p : j["policies"]) {
     EXPECT_TRUE(p.contains("name") && p.contains("peak_reserved_bytes") && p.contains("peak_in_use_bytes") &&

@@ -37,6 +37,7 @@ Json replay_to_json(const Timeline& t, const ReplayResult& r, bool capacity_give
   }
   j["frees_before_recording"] = t.frees_before_recording;
   j["segment_frees_before_recording"] = t.segment_frees_before_recording;
+  j["recorded_ooms"] = t.recorded_ooms;
   Json policies = Json::array();
   for (const PolicyResult& p : r.policies) {
     Json pj;
@@ -80,6 +81,10 @@ void print_table(std::ostream& out, const std::string& path, const Timeline& t, 
           "reserved memory\n",
           format_bytes(*t.recorded_peak_reserved_bytes), ratio);
     }
+  }
+  if (t.recorded_ooms) {
+    out << fmt::format("  recorded OOMs             {} - the original run's allocator failed {} time{}\n",
+                       t.recorded_ooms, t.recorded_ooms, t.recorded_ooms == 1 ? "" : "s");
   }
   if (capacity_given) out << fmt::format("  capacity                  {}\n", format_bytes(r.capacity_bytes));
   if (t.frees_before_recording) {
