@@ -87,6 +87,13 @@ std::string own_command() {
   return name;
 }
 
+namespace {
+// What a user does about a table that does not read as one. `name` is the POSIX shm name (/memfit-...).
+std::string how_to_clear(const std::string& name) {
+  return fmt::format("(once no process uses it: rm /dev/shm{})", name);
+}
+}  // namespace
+
 Expected<std::unique_ptr<Segment>> Segment::open(std::string_view group, int device, bool create,
                                                  uint64_t capacity_bytes, std::string_view device_name) {
   MEMFIT_RETURN_IF_ERROR(validate_share_name(group));
@@ -119,10 +126,9 @@ Expected<std::unique_ptr<Segment>> Segment::open(std::string_view group, int dev
   if (size != 0 && size != sizeof(Table)) {
     ::flock(fd, LOCK_UN);
     ::close(fd);
-    return failed_precondition(fmt::format(
-        "share group '{}': {} is {} bytes, not a memfit lease table of {} (once no process uses it: "
-        "rm /dev/shm{})",
-        group, name, size, sizeof(Table), name));
+    return failed_precondition(
+        fmt::format("share group '{}': {} is {} bytes, not a memfit lease table of {} {}", group, name, size,
+                    sizeof(Table), how_to_clear(name)));
   }
   if (size == 0) {
     if (!create) {
@@ -163,10 +169,9 @@ Expected<std::unique_ptr<Segment>> Segment::open(std::string_view group, int dev
     ::munmap(mapped, sizeof(Table));
     ::flock(fd, LOCK_UN);
     ::close(fd);
-    return failed_precondition(fmt::format(
-        "share group '{}': {} has table version {}, this memfit reads {} (once no process uses it: "
-        "rm /dev/shm{})",
-        group, name, table->header.version, kVersion, name));
+    return failed_precondition(
+        fmt::format("share group '{}': {} has table version {}, this memfit reads {} {}", group, name,
+                    table->header.version, kVersion, how_to_clear(name)));
   }
   ::flock(fd, LOCK_UN);
   return std::unique_ptr<Segment>(new Segment(fd, table, writable));
@@ -287,11 +292,10 @@ Expected<ShareGroupInfo> read_share_group(std::string_view name, int device) {
       continue;
     return failed_precondition(fmt::format(
         "share group '{}': its table on device {} holds figures no member writes (pid {}: lease {}, pool {}, "
-        "in use {}, peak {} on a group of {}): corrupt, or not memfit's (once no process uses it: rm "
-        "/dev/shm{})",
+        "in use {}, peak {} on a group of {}): corrupt, or not memfit's {}",
         name, device, m.pid, format_bytes(m.lease_bytes), format_bytes(m.pool_bytes),
         format_bytes(m.bytes_in_use), format_bytes(m.peak_bytes_in_use), format_bytes(capacity),
-        share_segment_name(name, device)));
+        share_detail::how_to_clear(share_segment_name(name, device))));
   }
   return info;
 }
