@@ -86,8 +86,10 @@ Status apply_pytorch(TimelineBuilder& b, const PytorchRecord& r, bool frees_are_
   if (r.stream > UINT32_MAX)
     return invalid_argument(fmt::format("line {}: stream {} out of range", line, r.stream));
   if (a == "alloc") return b.alloc(r.addr, r.size, static_cast<uint32_t>(r.stream), r.time_us, line);
-  if (a == "free_completed") return frees_are_completed ? b.free(r.addr, r.time_us, line) : ok_status();
-  if (a == "free_requested") return frees_are_completed ? ok_status() : b.free(r.addr, r.time_us, line);
+  if (a == "free_completed")
+    return frees_are_completed ? b.free(r.addr, r.time_us, line, r.size) : ok_status();
+  if (a == "free_requested")
+    return frees_are_completed ? ok_status() : b.free(r.addr, r.time_us, line, r.size);
   using Reservation = TimelineBuilder::Reservation;
   if (a == "segment_alloc") return b.reserve(Reservation::kSegment, r.addr, r.size, line);
   if (a == "segment_map") return b.reserve(Reservation::kMappedRange, r.addr, r.size, line);
@@ -236,7 +238,7 @@ Expected<Timeline> parse_rmm_csv(std::string_view text) {
     if (action == "allocate") {
       MEMFIT_RETURN_IF_ERROR(builder.alloc(ptr, size, stream32, lines.number(), lines.number()));
     } else if (action == "free") {
-      MEMFIT_RETURN_IF_ERROR(builder.free(ptr, lines.number(), lines.number()));
+      MEMFIT_RETURN_IF_ERROR(builder.free(ptr, lines.number(), lines.number(), size));
     } else if (action == "allocate failure") {
       builder.count_oom();
     } else {
@@ -278,7 +280,7 @@ Expected<Timeline> parse_memfit_trace(std::string_view text) {
       MEMFIT_RETURN_IF_ERROR(
           builder.alloc(buffer, size, static_cast<uint32_t>(stream), time_us, lines.number(), rest));
     } else if (fields[0] == "free") {
-      MEMFIT_RETURN_IF_ERROR(builder.free(buffer, time_us, lines.number()));
+      MEMFIT_RETURN_IF_ERROR(builder.free(buffer, time_us, lines.number(), size));
     } else {
       return invalid_argument(fmt::format("line {}: unknown event '{}'", lines.number(), fields[0]));
     }

@@ -52,7 +52,7 @@ Status TimelineBuilder::alloc(uint64_t address, uint64_t size_bytes, uint32_t st
   return ok_status();
 }
 
-Status TimelineBuilder::free(uint64_t address, uint64_t time_us, uint64_t line) {
+Status TimelineBuilder::free(uint64_t address, uint64_t time_us, uint64_t line, uint64_t size_bytes) {
   auto it = live_.find(address);
   if (it == live_.end()) {
     if (auto f = freed_at_.find(address); f != freed_at_.end()) {
@@ -61,6 +61,18 @@ Status TimelineBuilder::free(uint64_t address, uint64_t time_us, uint64_t line) 
     }
     ++timeline_.frees_before_recording;
     freed_at_.emplace(address, line);
+    if (size_bytes == 0) return ok_status();
+    // Allocated before the recording: live from its start until here (a trace begun mid-run would
+    // otherwise hold less than the run did - the weights and optimizer state of a training loop).
+    if (size_bytes > kMaxTraceLiveBytes - live_before_recording_bytes_) {
+      return invalid_argument(fmt::format(
+          "line {}: {} bytes live before the recording is more than any device holds (1 PiB)", line,
+          static_cast<double>(live_before_recording_bytes_) + static_cast<double>(size_bytes)));
+    }
+    live_before_recording_bytes_ += size_bytes;
+    const uint64_t buffer = timeline_.buffer_count++;
+    live_before_recording_.push_back({EventKind::kAlloc, 0, 0, buffer, size_bytes, 0});
+    timeline_.events.push_back({EventKind::kFree, 0, 0, buffer, size_bytes, time_us});
     return ok_status();
   }
   timeline_.events.push_back({EventKind::kFree, 0, 0, it->second.buffer, it->second.size_bytes, time_us});
@@ -118,10 +130,21 @@ Status TimelineBuilder::unreserve(Reservation kind, uint64_t address, uint64_t s
 }
 
 Timeline TimelineBuilder::finish() && {
+  if (!live_before_recording_.empty()) {
+    // Their allocations come first, at the trace's first time.
+    const uint64_t start_us = timeline_.events.empty() ? 0 : timeline_.events.front().time_us;
+    for (TraceEvent& e : live_before_recording_) e.time_us = start_us;
+    live_before_recording_.insert(live_before_recording_.end(), timeline_.events.begin(),
+                                  timeline_.events.end());
+    timeline_.events = std::move(live_before_recording_);
+    // They lived in segments reserved before the recording, which the trace does not hold.
+    reserved_complete_ = false;
+  }
   if (saw_segments_) {
     timeline_.recorded_reserved_complete = reserved_complete_;
     timeline_.recorded_peak_reserved_bytes =
-        reserved_complete_ ? peak_reserved_bytes_ : peak_reserved_at_least_bytes_;
+        reserved_complete_ ? peak_reserved_bytes_
+                           : std::max(peak_reserved_at_least_bytes_, peak_live_bytes(timeline_));
   }
   return std::move(timeline_);
 }

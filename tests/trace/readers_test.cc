@@ -111,14 +111,32 @@ TEST(Readers, ATraceBegunMidRunSaysItsReservedFigureIsALowerBound) {
       << twice.error().message();
 }
 
-TEST(Readers, FreesOfBuffersFromBeforeTheRecordingAreTolerated) {
+// A buffer the trace frees but never allocated was allocated before the recording began (a ring buffer, or
+// recording started mid-run - a training loop's weights): it was live from the trace's start. It had been
+// skipped, and the peak live bytes - the lower bound every policy is judged by - left it out.
+TEST(Readers, ABufferAllocatedBeforeTheRecordingIsLiveFromItsStart) {
   auto t = parse_trace(
-      "action,addr,size,stream,time_us\nfree_requested,4096,512,0,1\nfree_completed,4096,512,0,1\n"
-      "alloc,8192,1024,0,2\nfree_completed,8192,1024,0,3\n");
+      "action,addr,size,stream,time_us\nalloc,8192,1024,0,1\nfree_requested,4096,512,0,2\n"
+      "free_completed,4096,512,0,2\nfree_completed,8192,1024,0,3\n");
   ASSERT_TRUE(t.ok()) << t.error().message();
   EXPECT_EQ(t->frees_before_recording, 1u);
-  EXPECT_EQ(t->events.size(), 2u);
-  EXPECT_EQ(peak_live_bytes(*t), 1024u);
+  ASSERT_EQ(t->events.size(), 4u);
+  EXPECT_EQ(t->events[0].kind, EventKind::kAlloc);  // the 512 bytes, first
+  EXPECT_EQ(t->events[0].size_bytes, 512u);
+  EXPECT_EQ(peak_live_bytes(*t), 1536u);  // both live until the first free
+  // Freed again: an error, as before.
+  auto twice = parse_trace(
+      "action,addr,size,stream,time_us\nfree_completed,4096,512,0,2\n"
+      "free_completed,4096,512,0,3\n");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.error().message().find("already freed"), std::string::npos) << twice.error().message();
+  // Its segment was reserved before the recording too: a recorded reserved figure is a lower bound.
+  auto with_segments = parse_trace(
+      "action,addr,size,stream,time_us\nsegment_alloc,8192,2048,0,1\nalloc,8192,1024,0,1\n"
+      "free_completed,4096,512,0,2\n");
+  ASSERT_TRUE(with_segments.ok()) << with_segments.error().message();
+  EXPECT_FALSE(with_segments->recorded_reserved_complete);
+  EXPECT_EQ(with_segments->recorded_peak_reserved_bytes, 2048u);
 }
 
 TEST(Readers, TruncatedOrForeignPickleIsAnError) {

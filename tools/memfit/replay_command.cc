@@ -88,8 +88,10 @@ void print_table(std::ostream& out, const std::string& path, const Timeline& t, 
   }
   if (capacity_given) out << fmt::format("  capacity                  {}\n", format_bytes(r.capacity_bytes));
   if (t.frees_before_recording) {
-    out << fmt::format("  note: {} frees of buffers allocated before the recording started were skipped\n",
-                       t.frees_before_recording);
+    out << fmt::format(
+        "  note: {} buffers freed in the trace were allocated before it began: replayed as live from its "
+        "start\n",
+        t.frees_before_recording);
   }
   if (t.segment_frees_before_recording) {
     out << fmt::format("  note: {} segments reserved before the recording started were freed in it\n",

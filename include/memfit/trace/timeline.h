@@ -55,7 +55,9 @@ struct Timeline {
   bool recorded_reserved_complete = true;
   // segment_free events of segments reserved before the recording started.
   uint64_t segment_frees_before_recording = 0;
-  // Frees of buffers allocated before recording started (ring-buffered traces); skipped, counted here.
+  // Frees of buffers allocated before recording started (ring-buffered traces, recording begun mid-run).
+  // Such a buffer was live from the trace's start: where the free says its size, it is allocated by the
+  // timeline's first events and freed where the trace frees it.
   uint64_t frees_before_recording = 0;
   uint64_t recorded_ooms = 0;
 };
@@ -71,9 +73,9 @@ class TimelineBuilder {
 
   Status alloc(uint64_t address, uint64_t size_bytes, uint32_t stream, uint64_t time_us, uint64_t line,
                std::string_view tag = {});
-  // A free of an address never seen is a buffer from before the recording (tolerated, counted); a free of
-  // an address that was already freed is an error.
-  Status free(uint64_t address, uint64_t time_us, uint64_t line);
+  // A free of an address never seen is a buffer from before the recording (counted; with `size_bytes`, the
+  // size the record gives, it is live from the start); a free of an address already freed is an error.
+  Status free(uint64_t address, uint64_t time_us, uint64_t line, uint64_t size_bytes = 0);
   // Device memory reserved by the recorded allocator. A segment (segment_alloc/segment_free: cudaMalloc and
   // cudaFree of one block) is known by its address: one reserved twice is an error, the free of one never
   // seen a segment from before the recording. Mapped ranges of expandable segments (segment_map and
@@ -102,6 +104,8 @@ class TimelineBuilder {
   // do not cover the allocations.
   uint64_t peak_reserved_at_least_bytes_ = 0;
   uint64_t live_bytes_ = 0;
+  std::vector<TraceEvent> live_before_recording_;  // their allocations, put first by finish()
+  uint64_t live_before_recording_bytes_ = 0;
   bool saw_segments_ = false;
   bool reserved_complete_ = true;
   void note_reserved_against_live();
