@@ -9,7 +9,6 @@
 #include "memfit/core/text.h"
 #include "memfit/core/xla_env.h"
 #include "memfit/diagnose/log_classifier.h"
-#include "memfit/share/share_group.h"
 
 namespace memfit {
 namespace {
@@ -87,15 +86,15 @@ void probe_host(const HostProbe& host, DoctorReport& r) {
   }
 }
 
-// Lease tables (memfit share) that do not read as one: a group's members cannot join it, and the fleet view
-// would leave the group out without a word. /dev/shm is the machine's own: read only when probing it (not
-// a fixture tree).
-void add_share_table_findings(std::vector<Finding>& out) {
-  for (const ShareTableFile& t : share_table_files()) {
-    auto group = read_share_group(t.name, t.device);
-    if (group.ok() || group.error().code() == ErrorCode::kNotFound) continue;
-    out.push_back(
-        {Step::kAllocation, "share_table_unreadable", Severity::kWarning, group.error().message(),
+// The machine's lease tables (memfit share). One that does not read as one is a finding: a group's members
+// cannot join it, and the fleet view would leave the group out without a word. /dev/shm is the machine's
+// own: read only when probing it (not a fixture tree).
+void read_share_tables_into(DoctorReport& r) {
+  ShareTables tables = read_share_tables();
+  r.share_groups = std::move(tables.groups);
+  for (const UnreadableShareTable& t : tables.unreadable) {
+    r.findings.push_back(
+        {Step::kAllocation, "share_table_unreadable", Severity::kWarning, t.error.message(),
          fmt::format("members of '{}' cannot join it: remove the file once no process uses it", t.name),
          "/dev/shm"});
   }
@@ -137,7 +136,7 @@ Expected<DoctorReport> run_doctor(const DoctorOptions& options) {
   if (options.probe_machine) {
     add_env_findings(options.environment, "this shell's environment", r.findings);
     probe_host(host, r);
-    if (options.root == "/") add_share_table_findings(r.findings);
+    if (options.root == "/") read_share_tables_into(r);
     if (options.gpus) {
       gpus = *options.gpus;
     } else if (options.query_gpu) {

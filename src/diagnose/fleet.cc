@@ -31,8 +31,6 @@ FleetSnapshot probe_fleet(const FleetOptions& options) {
       s.processes.push_back(std::move(fp));
     }
   }
-  s.share_groups = list_share_groups();
-
   // The doctor's findings: the machine's (GPUs given, so NVML is asked once), then each GPU process's.
   DoctorOptions machine;
   machine.root = options.root;
@@ -43,6 +41,7 @@ FleetSnapshot probe_fleet(const FleetOptions& options) {
     // The doctor probed host memory and pressure: read once, kept here.
     s.host = report->host;
     s.pressure = report->pressure;
+    s.share_groups = std::move(report->share_groups);
     for (const Finding& f : report->findings) {
       // The exporter's own shell is not what runs on the GPUs: its XLA variables are not a finding.
       if (f.code == "invalid_xla_variable" || f.code == "xla_variable_trap") continue;

@@ -324,14 +324,21 @@ std::vector<ShareTableFile> share_table_files() {
   return files;
 }
 
-std::vector<ShareGroupInfo> list_share_groups() {
-  std::vector<ShareGroupInfo> groups;
+ShareTables read_share_tables(std::string_view name) {
+  ShareTables tables;
   for (const ShareTableFile& f : share_table_files()) {
+    if (!name.empty() && f.name != name) continue;
     auto info = read_share_group(f.name, f.device);
-    if (info.ok()) groups.push_back(std::move(*info));
+    if (info.ok()) {
+      tables.groups.push_back(std::move(*info));
+    } else if (info.error().code() != ErrorCode::kNotFound) {
+      tables.unreadable.push_back({f.name, f.device, info.error()});
+    }
   }
-  return groups;
+  return tables;
 }
+
+std::vector<ShareGroupInfo> list_share_groups() { return read_share_tables().groups; }
 
 Status remove_share_group(std::string_view name, int device) {
   MEMFIT_RETURN_IF_ERROR(validate_share_name(name));

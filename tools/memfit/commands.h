@@ -74,7 +74,8 @@ Json fit_to_json(const FitResult& fit);
 Json largest_fit_to_json(const LargestFit& fit);
 Json env_to_json(const XlaAllocatorPlan& plan, const Environment& env, std::string_view capacity_source);
 Json doctor_to_json(const DoctorReport& report);
-void add_share_groups(DoctorReport& report);  // the machine's lease groups, into the facts
+void add_share_groups(
+    DoctorReport& report);  // report.share_groups (the machine's lease groups), into the facts
 Json replay_to_json(const Timeline& timeline, const ReplayResult& result, bool capacity_given);
 // The one line `fail` prints after "memfit: " (cut to kMaxErrorChars, control characters replaced).
 std::string error_line(const Error& error);

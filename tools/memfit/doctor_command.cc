@@ -19,7 +19,7 @@ constexpr uint64_t kMaxLogBytes = 1ull << 30;
 
 void add_share_groups(DoctorReport& report) {
   Json groups = Json::array();
-  for (const ShareGroupInfo& g : list_share_groups()) groups.push_back(share_group_json(g));
+  for (const ShareGroupInfo& g : report.share_groups) groups.push_back(share_group_json(g));
   if (!groups.empty()) report.facts["share_groups"] = std::move(groups);
 }
 

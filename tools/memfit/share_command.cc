@@ -56,19 +56,15 @@ Action add_share_command(CLI::App& app, Io& io) {
   app.add_flag("--json", options->json, "Print one JSON object");
   return [options, &io]() -> int {
     if (Status valid = validate_share_name(options->name); !valid.ok()) return fail(io, valid.error());
+    ShareTables read = read_share_tables(options->name);
     std::vector<ShareGroupInfo> tables;
-    // A file of the group's name that is not a lease table (another program's, an older memfit's) is
-    // named with what is wrong with it, not reported as no group.
+    for (ShareGroupInfo& g : read.groups)
+      if (options->device < 0 || g.device == options->device) tables.push_back(std::move(g));
+    // A file of the group's name that is not a lease table is named with what is wrong with it (and how to
+    // clear it), not reported as no group: the error when nothing else reads, a warning beside tables.
     std::vector<Error> unreadable;
-    for (const ShareTableFile& f : share_table_files()) {
-      if (f.name != options->name || (options->device >= 0 && f.device != options->device)) continue;
-      auto g = read_share_group(f.name, f.device);
-      if (g.ok()) {
-        tables.push_back(std::move(*g));
-      } else if (g.error().code() != ErrorCode::kNotFound) {
-        unreadable.push_back(g.error());  // it says what is wrong and how to clear it
-      }
-    }
+    for (UnreadableShareTable& u : read.unreadable)
+      if (options->device < 0 || u.device == options->device) unreadable.push_back(std::move(u.error));
     for (size_t k = tables.empty() ? 1 : 0; k < unreadable.size(); ++k)
       io.err << "memfit: warning: " << unreadable[k].message() << "\n";
     if (tables.empty() && !unreadable.empty()) return fail(io, unreadable.front());

@@ -9,6 +9,7 @@
 #include "memfit/core/json.h"
 #include "memfit/diagnose/finding.h"
 #include "memfit/diagnose/probes.h"
+#include "memfit/share/share_group.h"
 
 namespace memfit {
 
@@ -34,6 +35,9 @@ struct DoctorReport {
   Json facts;                      // what was measured (host memory, GPUs, the process)
   std::optional<HostMemory> host;  // the machine's, when it was probed (also in `facts`)
   std::optional<MemoryPressure> pressure;
+  // The machine's lease groups (memfit share), read once when the real machine is probed: the doctor's
+  // listing and the exporter's fleet view both take them from here.
+  std::vector<ShareGroupInfo> share_groups;
 };
 
 // Whether a preallocated pool holding `held_bytes` where its settings asked for `asked_bytes` was cut short

@@ -71,9 +71,21 @@ std::string share_segment_name(std::string_view name, int device);
 
 // Reads a group's table (reaping dead members first). kNotFound when the group does not exist on `device`.
 Expected<ShareGroupInfo> read_share_group(std::string_view name, int device);
-// Every group with a table on this machine, each device's table as one entry, sorted by name and device.
-// A table that does not read as one (another program's file of the name, a version of memfit's older than
-// this one's) is left out: share_table_files() finds it and read_share_group() says why.
+// The lease tables on this machine (only group `name`'s when given), each device's table as one entry,
+// sorted by name and device: those that read, and for each that does not read as one (another program's
+// file of the name, another table version, figures no member writes) why - kFailedPrecondition, with how to
+// clear it. A table still being made (no magic yet) is neither.
+struct UnreadableShareTable {
+  std::string name;
+  int device = 0;
+  Error error;
+};
+struct ShareTables {
+  std::vector<ShareGroupInfo> groups;
+  std::vector<UnreadableShareTable> unreadable;
+};
+ShareTables read_share_tables(std::string_view name = {});
+// read_share_tables().groups.
 std::vector<ShareGroupInfo> list_share_groups();
 // The lease tables' files in /dev/shm, by group name and device, whether or not each reads as a table;
 // sorted by name and device.
